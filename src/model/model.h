@@ -1,0 +1,64 @@
+/* model.h - a loaded DeepSeek-architecture model on a backend, and its forward pass over a
+ * batch. This is the contract between the engine (which plans steps and owns sequences and
+ * KV block allocation) and the model (which owns weights, the paged latent KV pool and the
+ * activation workspace, and never sees sequences beyond this struct).
+ *
+ * Owner: model. The forward pass itself (deepseek.c) is written once against the backend op
+ * table (backend/backend.h); the CPU backend is the reference, CUDA implements the same ops.
+ *
+ * KV cache: per layer, blocks of DI_KV_BLOCK_SIZE tokens, each token kv_lora_rank + rope_dim
+ * values (the normed latent c then the roped k_pe). Block ids are in [0, di_model_kv_blocks).
+ * Token t of the batch writes its latent to slot slot_mapping[t] = block * 64 + offset. */
+#ifndef DI_MODEL_MODEL_H
+#define DI_MODEL_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "deepinfer.h"
+#include "io/config.h"
+
+#define DI_KV_BLOCK_SIZE 64
+
+typedef enum di_device { DI_DEVICE_CPU = 0, DI_DEVICE_CUDA = 1 } di_device;
+
+typedef struct di_model_options {
+    di_device device;
+    int n_threads;            /* CPU backend threads; 0 = DEEPINFER_THREADS or all cores */
+    int max_batch_tokens;     /* the workspace is sized for this many tokens per step (0 = 2048) */
+    int max_seqs;             /* most sequences in one step (0 = 256) */
+    int kv_blocks;            /* KV pool size in blocks; 0 = derive from kv_memory_bytes */
+    size_t kv_memory_bytes;   /* used when kv_blocks == 0 (0 = a backend default) */
+    int load_mtp;             /* also load the MTP layers (num_nextn_predict_layers) */
+} di_model_options;
+
+/* One step's work. Sequences [0, n_decode_seqs) take the weight-absorbed attention path over
+ * the latent cache (decode; q_len >= 1 allows speculative verification), sequences
+ * [n_decode_seqs, n_seqs) the naive path over decompressed K/V (prefill chunks; their earlier
+ * context, if any, is read back from the cache). Within a sequence, tokens are consecutive
+ * positions ending at seq_ctx_len - 1. */
+typedef struct di_batch {
+    int n_tokens;
+    const int32_t *token_ids;     /* [n_tokens] */
+    const int32_t *positions;     /* [n_tokens] position of each token within its sequence */
+    const int32_t *slot_mapping;  /* [n_tokens] cache slot the token's latent is written to */
+    int n_seqs;
+    int n_decode_seqs;
+    const int32_t *seq_start;     /* [n_seqs + 1] tokens of seq i are [seq_start[i], seq_start[i+1]) */
+    const int32_t *seq_ctx_len;   /* [n_seqs] context length including this step's tokens */
+    const int32_t *block_table;   /* [n_seqs * max_blocks] block ids, row-major */
+    int max_blocks;
+    int n_logits;
+    const int32_t *logits_rows;   /* [n_logits] batch token indices whose logits are returned */
+} di_batch;
+
+typedef struct di_model di_model;
+
+/* Loads config.json and the safetensors in `dir`, uploads weights to the backend, allocates
+ * the KV pool and workspace. */
+di_status di_model_load(const char *dir, const di_model_options *opts, di_model **out);
+void di_model_free(di_model *m);
+const di_model_config *di_model_config_of(const di_model *m);
+int di_model_kv_blocks(const di_model *m);
+/* Runs the batch; writes float32 logits for the requested rows, row-major
+ * [n_logits, vocab_size], into host memory. */
+di_status di_model_forward(di_model *m, const di_batch *batch, float *logits);
+#endif
