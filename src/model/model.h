@@ -25,6 +25,8 @@ typedef struct di_model_options {
     int kv_blocks;            /* KV pool size in blocks; 0 = derive from kv_memory_bytes */
     size_t kv_memory_bytes;   /* used when kv_blocks == 0 (0 = a backend default) */
     int load_mtp;             /* also load the MTP layers (num_nextn_predict_layers) */
+    int max_context;          /* longest context (tokens) a sequence may reach; sizes the block
+                               * tables (0 = max(max_position_embeddings, 4096)) */
 } di_model_options;
 
 /* One step's work. Sequences [0, n_decode_seqs) take the weight-absorbed attention path over
