@@ -118,7 +118,8 @@ void cpu_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, 
     while (hpg > 64) hpg = (hpg + 1) / 2;
     n_groups = (d->n_heads + hpg - 1) / hpg;
     decode_job j = {out, qt, qpe, cache, ldqpe, hsqpe, ab, d, seq_begin, seq_end, tok0, n_groups, hpg};
-    di_threadpool_run(cpu_pool(be), (size_t)(tok1 - tok0) * (size_t)n_groups, decode_item, &j);
+    cpu_parallel(cpu_pool(be), (size_t)(tok1 - tok0) * (size_t)n_groups, decode_item, &j,
+                 (double)(tok1 - tok0) * d->n_heads * ab->max_ctx_len * 2.0 * (d->kv_rank + d->rope_dim));
 }
 
 /* ---------------------------------------------------------------- prefill (naive) ---- */
@@ -193,7 +194,8 @@ void cpu_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const vo
             cpu_gemm(cpu_pool(be), kv, kvw, lat, W, W_kvb->data, r, n, kvw, r, 0);
             int q_first = tile0 > first_pos ? tile0 - first_pos : 0;  /* earlier queries see none */
             prefill_job j = {o, ml, q, lat, kv, ldq, t0, first_pos, tile0, n, d};
-            di_threadpool_run(cpu_pool(be), (size_t)(q_len - q_first), prefill_item, &j);
+            cpu_parallel(cpu_pool(be), (size_t)(q_len - q_first), prefill_item, &j,
+                         (double)(q_len - q_first) * H * n * (dn + dr + dv));
         }
         for (int t = t0; t < t1; t++)
             for (int h = 0; h < H; h++) {

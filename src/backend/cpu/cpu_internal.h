@@ -20,6 +20,20 @@ typedef struct cpu_state {
 
 static inline di_threadpool *cpu_pool(di_backend *be) { return ((cpu_state *)be->impl)->pool; }
 
+/* Work (multiply-adds) below which a parallel loop runs on the calling thread: waking the
+ * pool costs tens of microseconds, more than small decode-sized ops take. */
+#define CPU_PAR_MIN_WORK 1.5e6
+
+/* Parallel-for over n items of `work` total multiply-adds (serial when small). Results never
+ * depend on the choice: items are independent. */
+static inline void cpu_parallel(di_threadpool *pool, size_t n, di_parallel_fn fn, void *ctx, double work) {
+    if (work < CPU_PAR_MIN_WORK) {
+        for (size_t i = 0; i < n; i++) fn(ctx, i, 0);
+        return;
+    }
+    di_threadpool_run(pool, n, fn, ctx);
+}
+
 /* y[M, N] (+)= x[M, K] · W[N, K]ᵀ, serial, fp32. Row strides ldy, ldx, ldw (elements). */
 void cpu_gemm_serial(float *y, int ldy, const float *x, int ldx, const float *W, int ldw,
                      int M, int N, int K, int accumulate);

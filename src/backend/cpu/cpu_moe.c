@@ -172,7 +172,8 @@ static void run_expert_gemm(di_backend *be, const moe_scratch *ms, const di_weig
         int n_e = ms->offsets[e + 1] - ms->offsets[e];
         ms->tiles[e + 1] = ms->tiles[e] + (n_e + MOE_MB - 1) / MOE_MB * j.n_ntiles;
     }
-    di_threadpool_run(cpu_pool(be), (size_t)ms->tiles[E], expert_gemm_item, &j);
+    cpu_parallel(cpu_pool(be), (size_t)ms->tiles[E], expert_gemm_item, &j,
+                 (double)ms->offsets[E] * W->rows * W->cols);
 }
 
 void cpu_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx,
