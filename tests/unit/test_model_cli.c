@@ -12,11 +12,12 @@
 
 static char g_model[512], g_tmp[256];
 
-/* Runs `$DI_BIN logits <args>`; returns the exit status; stderr goes to g_tmp/err.txt. */
+/* Runs `$DI_BIN logits <args>`; returns the exit status; stderr goes to g_tmp/err.txt,
+ * stdout to g_tmp/out.txt. */
 static int run_cli(const char *args) {
     const char *bin = getenv("DI_BIN");
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s logits %s 2>%s/err.txt >/dev/null", bin ? bin : "deepinfer", args, g_tmp);
+    snprintf(cmd, sizeof cmd, "%s logits %s 2>%s/err.txt >%s/out.txt", bin ? bin : "deepinfer", args, g_tmp, g_tmp);
     int st = system(cmd);
     return st == -1 ? -1 : WEXITSTATUS(st);
 }
@@ -83,6 +84,45 @@ static void test_output_matches_library(void) {
     di_model_free(m);
 }
 
+/* --generate: the printed ids are the argmax continuation (checked by re-running the whole
+ * sequence through the library in one prefill). */
+static void test_generate(void) {
+    char a[4096], p[600], *txt = NULL;
+    snprintf(a, sizeof a, "--model %s --ids 5,6,7 --out %s/g.bin --generate 6", g_model, g_tmp);
+    CHECK_EQ_INT(run_cli(a), 0);
+    snprintf(p, sizeof p, "%s/out.txt", g_tmp);
+    size_t len = 0;
+    CHECK_OK(di_read_file(p, &txt, &len, 0));
+    if (!txt) return;
+    int32_t ids[16] = {5, 6, 7};
+    int n = 3;
+    for (char *q = txt; *q && *q != '\n' && n < 16;) {
+        ids[n++] = (int32_t)strtol(q, &q, 10);
+        if (*q == ',') q++;
+    }
+    free(txt);
+    CHECK(n > 3);
+    di_model *m = NULL;
+    di_model_options o = {0};
+    o.kv_blocks = 1;
+    CHECK_OK(di_model_load(g_model, &o, &m));
+    if (!m) return;
+    int V = di_model_config_of(m)->vocab_size;
+    float *lg = malloc((size_t)n * V * 4);
+    int32_t pos[16], bt[1] = {0}, ss[2] = {0, n}, ctx = n;
+    for (int i = 0; i < n; i++) pos[i] = i;
+    di_batch b = {n, ids, pos, pos, 1, 0, ss, &ctx, bt, 1, n, pos};
+    CHECK_OK(di_model_forward(m, &b, lg));
+    for (int i = 2; i + 1 < n; i++) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (lg[(size_t)i * V + v] > lg[(size_t)i * V + best]) best = v;
+        CHECK_EQ_INT(ids[i + 1], best);
+    }
+    free(lg);
+    di_model_free(m);
+}
+
 static void test_bad_invocations(void) {
     char a[4096];
     CHECK_EQ_INT(run_cli("--help"), 0);
@@ -102,10 +142,12 @@ static void test_bad_invocations(void) {
     CHECK(run_cli(a) != 0 && err_has("no/such/dir"));
     snprintf(a, sizeof a, "--model %s --ids 1 --bogus 3 --out %s/x.bin", g_model, g_tmp);
     CHECK(run_cli(a) != 0 && err_has("--bogus"));
+    snprintf(a, sizeof a, "--model %s --ids 1 --generate -1 --out %s/x.bin", g_model, g_tmp);
+    CHECK(run_cli(a) != 0 && err_has("--generate"));
 #ifndef DI_HAVE_CUDA
     snprintf(a, sizeof a, "--model %s --ids 1 --device cuda --out %s/x.bin", g_model, g_tmp);
     CHECK(run_cli(a) != 0 && err_has("cuda"));
 #endif
 }
 
-TEST_MAIN(setup, test_output_matches_library, test_bad_invocations)
+TEST_MAIN(setup, test_output_matches_library, test_generate, test_bad_invocations)
