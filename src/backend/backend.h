@@ -67,7 +67,8 @@ typedef struct di_host_matrix {
 /* How weight_upload lays out the uploaded matrices. */
 typedef enum di_weight_layout {
     DI_WEIGHT_PLAIN = 0,      /* as in the file: [rows, cols] = [out, in] */
-    DI_WEIGHT_TRANSPOSED = 1  /* stored transposed, [cols, rows]: y = x · W computes x · (Wᵀ)ᵀ */
+    DI_WEIGHT_TRANSPOSED = 1  /* each matrix stored transposed, [cols, rows]: matmul/bmm then
+                               * compute y = x · M with M the source matrix as in the file */
 } di_weight_layout;
 
 /* A weight on the backend: n matrices of identical shape [rows, cols] (n = 1 for a plain
