@@ -278,6 +278,22 @@ static void test_bad_batches(void) {
     int32_t wss[2] = {0, 2};
     b.seq_start = wss;
     expect_bad(m, &b, "seq_start");
+    b = ok;
+    int32_t longctx = 600;  /* the model was loaded with max_context 512 */
+    b.seq_ctx_len = &longctx;
+    expect_bad(m, &b, "max_context");
+    b = ok;
+    b.max_blocks = 0;
+    expect_bad(m, &b, "max_blocks");
+    di_model_free(m);
+    /* option checks and the default KV pool size (256 MiB, capped by max_seqs * max_context) */
+    di_model_options o = {0};
+    o.max_seqs = -1;
+    CHECK(di_model_load(dir, &o, &m) == DI_ERR_INVALID_ARG && m == NULL);
+    o.max_seqs = 2;
+    o.max_context = 300;
+    CHECK_OK(di_model_load(dir, &o, &m));
+    if (m) CHECK_EQ_INT(di_model_kv_blocks(m), 2 * 5);
     di_model_free(m);
 }
 
