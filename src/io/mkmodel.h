@@ -56,4 +56,6 @@ di_status di_mkmodel_write_tokenizer(int vocab_size, const char *dir);
 /* The RNG of the spec above (exposed for tests). */
 uint64_t di_mk_key(const char *name, uint64_t seed);
 float di_mk_uniform(uint64_t key, uint64_t i); /* u(i) in [-1, 1) */
+/* Fast float -> FP8 e4m3fn (RNE, saturating), equal to di_f32_to_fp8e4m3. */
+uint8_t di_mk_f32_to_fp8(float f);
 #endif

@@ -338,4 +338,23 @@ static void test_cli(void) {
     check_dir_equal(out_dir("cli_a"), out_dir("cli_b"));
 }
 
-TEST_MAIN(test_presets, test_determinism, test_values_and_layout, test_fp8, test_sharded, test_tokenizer, test_cli)
+static void test_fp8_encoder(void) {
+    /* the fast encoder equals the reference one on a sweep of bit patterns (both signs, every
+     * exponent, subnormals, ties) and on the special values */
+    int bad = 0;
+    for (uint64_t u = 0; u <= 0xffffffffull; u += 4099) {
+        uint32_t b = (uint32_t)u;
+        float f;
+        memcpy(&f, &b, 4);
+        bad += di_mk_f32_to_fp8(f) != di_f32_to_fp8e4m3(f);
+    }
+    const float special[] = {0.0f, -0.0f, 448.0f, 449.0f, 464.0f, 1e30f, INFINITY, -INFINITY, NAN, 0.001953125f,
+                             0.0009765625f, 0.00146484375f, 0.0029296875f, 1.0625f, 1.1875f, 0.015625f, 0.0146484375f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) {
+        bad += di_mk_f32_to_fp8(special[i]) != di_f32_to_fp8e4m3(special[i]);
+        bad += di_mk_f32_to_fp8(-special[i]) != di_f32_to_fp8e4m3(-special[i]);
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+TEST_MAIN(test_fp8_encoder, test_presets, test_determinism, test_values_and_layout, test_fp8, test_sharded, test_tokenizer, test_cli)
