@@ -62,7 +62,7 @@ static const char *const k_help[] = {
     "tiny-v3 with rope_interleave = false (NeoX RoPE pairs)",
     "V2-Lite-like: no q-LoRA, softmax greedy top-3 of 12, 2 shared, YaRN mscale 0.707, 3 layers (1 dense)",
     "V2: q-LoRA, softmax group_limited_greedy (16 experts, 4 groups, 2 kept), top-3, plain RoPE, 2 MoE layers",
-    "demo model (~26M params + MTP): V3, FP8, hidden 512, 16 experts, 4 layers",
+    "demo model (26.1M params, +9.0M with --mtp): V3, FP8, hidden 512, 16 experts, 4 layers",
     "benchmark model: DeepSeek-V2-Lite shapes, 8 layers, vocab 129280 (~4.7B params, 9.4 GB bf16)",
 };
 
