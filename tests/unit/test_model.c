@@ -18,8 +18,8 @@
 #include "test_util.h"
 
 
-/* Writes preset `name` (with `mtp` MTP layers; "tiny-v32" = tiny-v3 as deepseek_v32 with an
- * indexer) under the build dir; returns its path. */
+/* Writes preset `name` (with `mtp` MTP layers; "tiny-v32" = tiny-v3 as deepseek_v32 with a
+ * lightning indexer keeping 24 positions) under the build dir; returns its path. */
 static const char *make_model(const char *name, int mtp) {
     static char path[8][1024];
     static int n = 0;
@@ -35,9 +35,9 @@ static const char *make_model(const char *name, int mtp) {
     if (v32) {
         c.arch = DI_ARCH_DEEPSEEK_V32;
         snprintf(c.model_type, sizeof c.model_type, "deepseek_v32");
-        c.index_n_heads = 2;
-        c.index_head_dim = 16;
-        c.index_topk = 64;
+        c.index_n_heads = 8;
+        c.index_head_dim = 32;
+        c.index_topk = 24;
         CHECK_OK(di_config_validate(&c, name));
     }
     di_mkmodel_opts o = {0};
@@ -135,7 +135,11 @@ static void test_presets(void) {
     check_preset("tiny-v3-neox", 40);
     check_preset("tiny-v2-lite", 70);
     check_preset("tiny-v2-grouped", 40);
-    check_preset("tiny-v32", 40);   /* dense attention == DSA while context <= index_topk */
+    g_ref_min_index_gap = 1e300;
+    check_preset("tiny-v32", 70);   /* DSA: dense up to index_topk (24), sparse after */
+    fprintf(stderr, "   tiny-v32: smallest top-k score gap %.2e\n", g_ref_min_index_gap);
+    CHECK_MSG(g_ref_min_index_gap > 1e-4 && g_ref_min_index_gap < 1e300,
+              "V3.2 case does not exercise a well-separated sparse selection (gap %g)", g_ref_min_index_gap);
 }
 
 /* Chunked prefill, shuffled blocks, copied blocks, and a mixed decode+prefill batch. */

@@ -3,7 +3,7 @@
  *
  * Owner: model. "Device" memory is 64-byte-aligned host memory; upload/download are memcpy and
  * sync is a no-op. The op implementations live in cpu_ops.c, cpu_matmul.c, cpu_attention.c
- * and cpu_moe.c; they run on a thread pool created here (n_threads, DEEPINFER_THREADS, or
+ * cpu_moe.c and cpu_indexer.c; they run on a thread pool created here (n_threads, DEEPINFER_THREADS, or
  * all cores). */
 #include <math.h>
 #include <stdlib.h>
@@ -185,6 +185,9 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out) {
     be->moe_route = cpu_moe_route;
     be->moe_experts = cpu_moe_experts;
     be->moe_scratch_bytes = cpu_moe_scratch_bytes;
+    be->layernorm = cpu_layernorm;
+    be->indexer_topk = cpu_indexer_topk;
+    be->indexer_scratch_bytes = cpu_indexer_scratch_bytes;
     *out = be;
     return DI_OK;
 }

@@ -68,7 +68,14 @@ void cpu_moe_experts(di_backend *be, void *out, const void *x, const int32_t *to
                      const float *topk_w, int k, const di_weight *gate_up, const di_weight *down,
                      int T, void *scratch, size_t scratch_bytes);
 size_t cpu_moe_scratch_bytes(di_backend *be, int max_tokens, int k, int D, int I, int E);
+/* (cpu_indexer.c) */
+void cpu_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, const void *q,
+                      const float *w, const void *index_cache, const di_attn_batch *ab, int seq_begin,
+                      int seq_end, const di_indexer_dims *d, void *scratch, size_t scratch_bytes);
+size_t cpu_indexer_scratch_bytes(di_backend *be, int max_tokens, int max_ctx);
 /* (cpu_ops.c) */
+void cpu_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
+                   const di_weight *b, float eps, int T, int D);
 void cpu_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T);
 void cpu_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
                  float eps, int T, int D);

@@ -1,5 +1,5 @@
 /* cpu_ops.c - the CPU backend's row-wise ops: embedding, RMSNorm (plain and fused with the
- * residual add), SiLU-mul, add, row gather, RoPE, and the paged latent-cache write / block copy.
+ * residual add), LayerNorm (V3.2 indexer), SiLU-mul, add, row gather, RoPE, and the paged latent-cache write / block copy.
  *
  * Owner: model. All fp32. These ops are memory-bound and cheap next to the GEMMs, so they run
  * on the calling thread; each output depends only on its own row (batch-invariant). */
@@ -34,6 +34,23 @@ void cpu_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, con
     DI_ASSERT(w->cols == D && w->n == 1);
     for (int t = 0; t < T; t++)
         norm_row((float *)out + (size_t)t * ldo, (const float *)x + (size_t)t * ldx, w->data, eps, D);
+}
+
+void cpu_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
+                   const di_weight *b, float eps, int T, int D) {
+    (void)be;
+    DI_ASSERT(w->cols == D && b->cols == D);
+    const float *wf = w->data, *bf = b->data;
+    for (int t = 0; t < T; t++) {
+        const float *xr = (const float *)x + (size_t)t * ldx;
+        float *yr = (float *)out + (size_t)t * ldo;
+        double mean = 0.0, var = 0.0;
+        for (int i = 0; i < D; i++) mean += xr[i];
+        mean /= D;
+        for (int i = 0; i < D; i++) var += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+        float inv = (float)(1.0 / sqrt(var / D + (double)eps)), mf = (float)mean;
+        for (int i = 0; i < D; i++) yr[i] = (xr[i] - mf) * inv * wf[i] + bf[i];
+    }
 }
 
 void cpu_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w,
