@@ -48,7 +48,7 @@ static void softmax_update(float *m, float *l, float *acc, int dim, const float 
     for (int s = 0; s < n; s++) {
         float p = expf(score[s] - mx);
         lsum += p;
-        cpu_axpy(acc, p, vrows[s], dim);
+        di_cpu_axpy(acc, p, vrows[s], dim);
     }
     *m = mx;
     *l = lsum;
@@ -106,7 +106,7 @@ static void decode_item(void *ctx, size_t item, int tid) {
             const float *qt = j->qt + ((size_t)t * H + h) * r;
             const float *qp = j->qpe + (size_t)t * j->ldqpe + (size_t)h * j->hsqpe;
             for (int s = 0; s < n; s++)
-                score[s] = d->softmax_scale * (cpu_dot(qt, rows[s], r) + cpu_dot(qp, rows[s] + r, dr));
+                score[s] = d->softmax_scale * (di_cpu_dot(qt, rows[s], r) + di_cpu_dot(qp, rows[s] + r, dr));
             softmax_update(&ms[h - h0], &ls[h - h0], j->out + ((size_t)t * H + h) * r, r, score, n, rows);
         }
     }
@@ -117,13 +117,13 @@ static void decode_item(void *ctx, size_t item, int tid) {
     }
 }
 
-void cpu_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe,
+void di_cpu_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe,
                     int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin,
                     int seq_end, const di_mla_dims *d) {
     if (seq_end <= seq_begin) return;
     int tok0 = ab->seq_start[seq_begin], tok1 = ab->seq_start[seq_end];
     if (tok1 <= tok0) return;
-    int n_threads = ((cpu_state *)be->impl)->n_threads;
+    int n_threads = ((di_cpu_state *)be->impl)->n_threads;
     /* split heads so that small batches still use every thread; result independent of split */
     int n_groups = 1;
     while (n_groups < d->n_heads && (tok1 - tok0) * n_groups < 2 * n_threads) n_groups *= 2;
@@ -137,7 +137,7 @@ void cpu_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, 
 
 /* ---------------------------------------------------------------- prefill (naive) ---- */
 
-size_t cpu_mla_prefill_scratch_bytes(di_backend *be, const di_mla_dims *d, int max_tokens) {
+size_t di_cpu_mla_prefill_scratch_bytes(di_backend *be, const di_mla_dims *d, int max_tokens) {
     (void)be;
     size_t W = (size_t)d->kv_rank + d->rope_dim;
     size_t kvw = (size_t)d->n_heads * (d->nope_dim + d->v_dim);
@@ -183,7 +183,7 @@ static void prefill_item(void *ctx, size_t item, int tid) {
         for (int k = 0; k < n; k++) {
             const float *kr = kvh + (size_t)idx[k] * H * kvw;
             score[k] = d->softmax_scale *
-                       (cpu_dot(qh, kr, dn) + cpu_dot(qh + dn, j->lat + (size_t)idx[k] * W + r, dr));
+                       (di_cpu_dot(qh, kr, dn) + di_cpu_dot(qh + dn, j->lat + (size_t)idx[k] * W + r, dr));
             vrows[k] = kr + dn;
         }
         float *st = j->ml + ((size_t)t * H + h) * 2;
@@ -191,13 +191,13 @@ static void prefill_item(void *ctx, size_t item, int tid) {
     }
 }
 
-void cpu_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const void *cache,
+void di_cpu_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const void *cache,
                      const di_weight *W_kvb, const di_attn_batch *ab, int seq_begin, int seq_end,
                      const di_mla_dims *d, void *scratch, size_t scratch_bytes) {
     int H = d->n_heads, dn = d->nope_dim, dr = d->rope_dim, dv = d->v_dim, r = d->kv_rank;
     int W = r + dr, kvw = H * (dn + dv);
     DI_ASSERT(W_kvb->dtype == DI_DTYPE_F32 && W_kvb->rows == kvw && W_kvb->cols == r);
-    DI_ASSERT(scratch_bytes >= cpu_mla_prefill_scratch_bytes(be, d, ab->n_tokens));
+    DI_ASSERT(scratch_bytes >= di_cpu_mla_prefill_scratch_bytes(be, d, ab->n_tokens));
     float *lat = scratch;
     float *kv = (float *)((char *)scratch + align64(TILE * (size_t)W * sizeof(float)));
     float *ml = (float *)((char *)kv + align64(TILE * (size_t)kvw * sizeof(float)));
@@ -217,7 +217,7 @@ void cpu_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const vo
         for (int tile0 = 0; tile0 < ctx; tile0 += TILE) {
             int n = ctx - tile0 < TILE ? ctx - tile0 : TILE;
             memcpy(lat, cache_row(cache, ab, i, tile0, W), (size_t)n * W * sizeof(float));
-            cpu_gemm(cpu_pool_for(be, (double)n * kvw * r), kv, kvw, lat, W, W_kvb->data, r, n, kvw, r, 0);
+            di_cpu_gemm(cpu_pool_for(be, (double)n * kvw * r), kv, kvw, lat, W, W_kvb->data, r, n, kvw, r, 0);
             int q_first = tile0 > first_pos ? tile0 - first_pos : 0;  /* earlier queries see none */
             prefill_job j = {o, ml, q, lat, kv, ab, ldq, t0, first_pos, tile0, n, d};
             cpu_parallel(be, (size_t)(q_len - q_first), prefill_item, &j,

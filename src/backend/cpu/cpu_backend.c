@@ -2,7 +2,7 @@
  * (every checkpoint dtype dequantized to fp32 at load, FP8 with its 128x128 block scales).
  *
  * Owner: model. "Device" memory is 64-byte-aligned host memory; upload/download are memcpy and
- * sync is a no-op. The op implementations live in cpu_ops.c, cpu_matmul.c, cpu_attention.c
+ * sync is a no-op. The op implementations live in cpu_ops.c, di_cpu_matmul.c, cpu_attention.c
  * cpu_moe.c and cpu_indexer.c; they run on a thread pool created here (n_threads, DEEPINFER_THREADS, or
  * all cores). */
 #include <math.h>
@@ -127,7 +127,7 @@ static void cpu_weight_free(di_backend *be, di_weight *w) {
 }
 
 static void cpu_destroy(di_backend *be) {
-    cpu_state *st = be->impl;
+    di_cpu_state *st = be->impl;
     if (st) di_threadpool_free(st->pool);
     free(st);
     free(be);
@@ -136,7 +136,7 @@ static void cpu_destroy(di_backend *be) {
 di_status di_backend_cpu_create(int n_threads, di_backend **out) {
     *out = NULL;
     di_backend *be = calloc(1, sizeof *be);
-    cpu_state *st = calloc(1, sizeof *st);
+    di_cpu_state *st = calloc(1, sizeof *st);
     if (!be || !st) {
         free(be);
         free(st);
@@ -168,26 +168,26 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out) {
     be->sync = cpu_sync;
     be->weight_upload = cpu_weight_upload;
     be->weight_free = cpu_weight_free;
-    be->embed = cpu_embed;
-    be->rmsnorm = cpu_rmsnorm;
-    be->add_rmsnorm = cpu_add_rmsnorm;
-    be->silu_mul = cpu_silu_mul;
-    be->add = cpu_add;
-    be->gather_rows = cpu_gather_rows;
-    be->matmul = cpu_matmul;
-    be->bmm = cpu_bmm;
-    be->rope = cpu_rope;
-    be->kv_write = cpu_kv_write;
-    be->kv_copy_blocks = cpu_kv_copy_blocks;
-    be->mla_prefill = cpu_mla_prefill;
-    be->mla_prefill_scratch_bytes = cpu_mla_prefill_scratch_bytes;
-    be->mla_decode = cpu_mla_decode;
-    be->moe_route = cpu_moe_route;
-    be->moe_experts = cpu_moe_experts;
-    be->moe_scratch_bytes = cpu_moe_scratch_bytes;
-    be->layernorm = cpu_layernorm;
-    be->indexer_topk = cpu_indexer_topk;
-    be->indexer_scratch_bytes = cpu_indexer_scratch_bytes;
+    be->embed = di_cpu_embed;
+    be->rmsnorm = di_cpu_rmsnorm;
+    be->add_rmsnorm = di_cpu_add_rmsnorm;
+    be->silu_mul = di_cpu_silu_mul;
+    be->add = di_cpu_add;
+    be->gather_rows = di_cpu_gather_rows;
+    be->matmul = di_cpu_matmul;
+    be->bmm = di_cpu_bmm;
+    be->rope = di_cpu_rope;
+    be->kv_write = di_cpu_kv_write;
+    be->kv_copy_blocks = di_cpu_kv_copy_blocks;
+    be->mla_prefill = di_cpu_mla_prefill;
+    be->mla_prefill_scratch_bytes = di_cpu_mla_prefill_scratch_bytes;
+    be->mla_decode = di_cpu_mla_decode;
+    be->moe_route = di_cpu_moe_route;
+    be->moe_experts = di_cpu_moe_experts;
+    be->moe_scratch_bytes = di_cpu_moe_scratch_bytes;
+    be->layernorm = di_cpu_layernorm;
+    be->indexer_topk = di_cpu_indexer_topk;
+    be->indexer_scratch_bytes = di_cpu_indexer_scratch_bytes;
     *out = be;
     return DI_OK;
 }

@@ -12,9 +12,9 @@
 #include "backend/cpu/cpu_internal.h"
 #include "core/status.h"
 
-size_t cpu_indexer_scratch_bytes(di_backend *be, int max_tokens, int max_ctx) {
+size_t di_cpu_indexer_scratch_bytes(di_backend *be, int max_tokens, int max_ctx) {
     (void)max_tokens;
-    cpu_state *st = be->impl;
+    di_cpu_state *st = be->impl;
     return (size_t)st->n_threads * 2 * (size_t)(max_ctx > 0 ? max_ctx : 1) * sizeof(float);
 }
 
@@ -73,7 +73,7 @@ static void indexer_item(void *ctx, size_t item, int tid) {
         const float *k = j->cache + ((size_t)block * DI_KV_BLOCK_SIZE + s % DI_KV_BLOCK_SIZE) * hd;
         float acc = 0.0f;
         for (int h = 0; h < nh; h++) {
-            float dot = cpu_dot(qt + (size_t)h * hd, k, hd) * d->scale;
+            float dot = di_cpu_dot(qt + (size_t)h * hd, k, hd) * d->scale;
             acc += (wt[h] * d->weight_scale) * (dot > 0.0f ? dot : 0.0f);
         }
         score[s] = acc;
@@ -89,13 +89,13 @@ static void indexer_item(void *ctx, size_t item, int tid) {
     j->sel_count[t] = K;
 }
 
-void cpu_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, const void *q,
+void di_cpu_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, const void *q,
                       const float *w, const void *index_cache, const di_attn_batch *ab, int seq_begin,
                       int seq_end, const di_indexer_dims *d, void *scratch, size_t scratch_bytes) {
     if (seq_end <= seq_begin) return;
     int tok0 = ab->seq_start[seq_begin], tok1 = ab->seq_start[seq_end];
-    DI_ASSERT(scratch_bytes >= cpu_indexer_scratch_bytes(be, ab->n_tokens, ab->max_ctx_len));
-    cpu_state *st = be->impl;
+    DI_ASSERT(scratch_bytes >= di_cpu_indexer_scratch_bytes(be, ab->n_tokens, ab->max_ctx_len));
+    di_cpu_state *st = be->impl;
     indexer_job j = {sel_pos, sel_count, q, w, index_cache, ab, d, seq_begin, seq_end, tok0, scratch,
                      scratch_bytes / sizeof(float) / (size_t)st->n_threads};
     j.per_thread -= j.per_thread % 2;

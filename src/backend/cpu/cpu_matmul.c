@@ -1,4 +1,4 @@
-/* cpu_matmul.c - fp32 GEMM kernels of the CPU backend and the matmul / bmm ops.
+/* di_cpu_matmul.c - fp32 GEMM kernels of the CPU backend and the matmul / bmm ops.
  *
  * Owner: model. y[M, N] = x[M, K] · W[N, K]ᵀ with both operands K-contiguous, so every output
  * is a dot product. Register-blocked micro-kernels (4 rows of x by 2 rows of W) written with
@@ -34,7 +34,7 @@ static inline float hsum(vf v) {
 #endif
 }
 
-float cpu_dot(const float *a, const float *b, int n) {
+float di_cpu_dot(const float *a, const float *b, int n) {
     vf acc = {0};
     int kv = n - n % LANES, k;
     for (k = 0; k < kv; k += LANES) acc += vload(a + k) * vload(b + k);
@@ -43,7 +43,7 @@ float cpu_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-void cpu_axpy(float *y, float a, const float *x, int n) {
+void di_cpu_axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
@@ -108,7 +108,7 @@ static void kernel_1x4(float *y, const float *x, const float *w, int ldw, int K,
     store(y + 3, s3, accumulate);
 }
 
-void cpu_gemm_serial(float *y, int ldy, const float *x, int ldx, const float *W, int ldw, int M,
+void di_cpu_gemm_serial(float *y, int ldy, const float *x, int ldx, const float *W, int ldw, int M,
                      int N, int K, int accumulate) {
     int m4 = M - M % 4, n2 = N - N % 2;
     for (int j = 0; j < n2; j += 2)
@@ -121,12 +121,12 @@ void cpu_gemm_serial(float *y, int ldy, const float *x, int ldx, const float *W,
         float *yi = y + (size_t)i * ldy;
         int j = 0;
         for (; j + 4 <= N; j += 4) kernel_1x4(yi + j, xi, W + (size_t)j * ldw, ldw, K, accumulate);
-        for (; j < N; j++) store(yi + j, cpu_dot(xi, W + (size_t)j * ldw, K), accumulate);
+        for (; j < N; j++) store(yi + j, di_cpu_dot(xi, W + (size_t)j * ldw, K), accumulate);
     }
     /* last odd column for the blocked rows */
     if (n2 < N)
         for (int i = 0; i < m4; i++)
-            store(y + (size_t)i * ldy + n2, cpu_dot(x + (size_t)i * ldx, W + (size_t)n2 * ldw, K),
+            store(y + (size_t)i * ldy + n2, di_cpu_dot(x + (size_t)i * ldx, W + (size_t)n2 * ldw, K),
                   accumulate);
 }
 
@@ -146,15 +146,15 @@ static void gemm_item(void *ctx, size_t item, int tid) {
     int m0 = mi * g->mb, n0 = ni * g->nb;
     int m = g->M - m0 < g->mb ? g->M - m0 : g->mb;
     int n = g->N - n0 < g->nb ? g->N - n0 : g->nb;
-    cpu_gemm_serial(g->y + (size_t)m0 * g->ldy + n0, g->ldy, g->x + (size_t)m0 * g->ldx, g->ldx,
+    di_cpu_gemm_serial(g->y + (size_t)m0 * g->ldy + n0, g->ldy, g->x + (size_t)m0 * g->ldx, g->ldx,
                     g->W + (size_t)n0 * g->ldw, g->ldw, m, n, g->K, g->accumulate);
 }
 
-void cpu_gemm(di_threadpool *pool, float *y, int ldy, const float *x, int ldx, const float *W,
+void di_cpu_gemm(di_threadpool *pool, float *y, int ldy, const float *x, int ldx, const float *W,
               int ldw, int M, int N, int K, int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (di_threadpool_size(pool) == 1) {
-        cpu_gemm_serial(y, ldy, x, ldx, W, ldw, M, N, K, accumulate);
+        di_cpu_gemm_serial(y, ldy, x, ldx, W, ldw, M, N, K, accumulate);
         return;
     }
     gemm_job g = {y, x, W, ldy, ldx, ldw, M, N, K, accumulate, GEMM_MB, GEMM_NB, 0};
@@ -163,11 +163,11 @@ void cpu_gemm(di_threadpool *pool, float *y, int ldy, const float *x, int ldx, c
     di_threadpool_run(pool, n_items, gemm_item, &g);
 }
 
-void cpu_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx, const di_weight *W,
+void di_cpu_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx, const di_weight *W,
                 int T, unsigned flags) {
     DI_ASSERT(W && W->n == 1 && W->dtype == DI_DTYPE_F32);
     DI_ASSERT(ldx >= W->cols && ldy >= W->rows);
-    cpu_gemm(cpu_pool_for(be, (double)T * W->rows * W->cols), y, ldy, x, ldx, W->data, W->cols, T, W->rows, W->cols,
+    di_cpu_gemm(cpu_pool_for(be, (double)T * W->rows * W->cols), y, ldy, x, ldx, W->data, W->cols, T, W->rows, W->cols,
              (flags & DI_MM_ACCUMULATE) != 0);
 }
 
@@ -182,11 +182,11 @@ static void bmm_item(void *ctx, size_t h, int tid) {
     (void)tid;
     const bmm_job *b = ctx;
     const float *Wh = (const float *)b->W->data + h * (size_t)b->W->rows * b->W->cols;
-    cpu_gemm_serial(b->y + h * (size_t)b->hsy, b->ldy, b->x + h * (size_t)b->hsx, b->ldx, Wh,
+    di_cpu_gemm_serial(b->y + h * (size_t)b->hsy, b->ldy, b->x + h * (size_t)b->hsx, b->ldx, Wh,
                     b->W->cols, b->T, b->W->rows, b->W->cols, 0);
 }
 
-void cpu_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx,
+void di_cpu_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx,
              const di_weight *W, int T) {
     DI_ASSERT(W && W->dtype == DI_DTYPE_F32);
     if (T <= 0) return;

@@ -9,7 +9,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "core/status.h"
 
-void cpu_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T) {
+void di_cpu_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T) {
     (void)be;
     int D = table->cols;
     const float *tab = table->data;
@@ -28,7 +28,7 @@ static void norm_row(float *y, const float *x, const float *w, float eps, int D)
     for (int i = 0; i < D; i++) y[i] = w[i] * (x[i] * inv);
 }
 
-void cpu_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
+void di_cpu_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
                  float eps, int T, int D) {
     (void)be;
     DI_ASSERT(w->cols == D && w->n == 1);
@@ -36,7 +36,7 @@ void cpu_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, con
         norm_row((float *)out + (size_t)t * ldo, (const float *)x + (size_t)t * ldx, w->data, eps, D);
 }
 
-void cpu_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
+void di_cpu_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
                    const di_weight *b, float eps, int T, int D) {
     (void)be;
     DI_ASSERT(w->cols == D && b->cols == D);
@@ -53,7 +53,7 @@ void cpu_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, c
     }
 }
 
-void cpu_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w,
+void di_cpu_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w,
                      float eps, int T, int D) {
     (void)be;
     DI_ASSERT(w->cols == D && w->n == 1 && out != h);
@@ -67,7 +67,7 @@ void cpu_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, cons
     }
 }
 
-void cpu_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
+void di_cpu_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
     (void)be;
     float *o = out;
     const float *g = gu;
@@ -78,14 +78,14 @@ void cpu_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
     }
 }
 
-void cpu_add(di_backend *be, void *y, const void *x, size_t n) {
+void di_cpu_add(di_backend *be, void *y, const void *x, size_t n) {
     (void)be;
     float *yf = y;
     const float *xf = x;
     for (size_t i = 0; i < n; i++) yf[i] += xf[i];
 }
 
-void cpu_gather_rows(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D) {
+void di_cpu_gather_rows(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D) {
     (void)be;
     for (int i = 0; i < n; i++)
         memmove((float *)out + (size_t)i * D, (const float *)x + (size_t)rows[i] * D,
@@ -94,7 +94,7 @@ void cpu_gather_rows(di_backend *be, void *out, const void *x, const int32_t *ro
 
 enum { ROPE_MAX_HALF = 512 };
 
-void cpu_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions,
+void di_cpu_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions,
               int T, const di_rope_params *rp) {
     (void)be;
     int half = rp->dim / 2;
@@ -120,7 +120,7 @@ void cpu_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32
     }
 }
 
-void cpu_kv_write(di_backend *be, void *cache, const void *kv, int ldkv,
+void di_cpu_kv_write(di_backend *be, void *cache, const void *kv, int ldkv,
                   const int32_t *slot_mapping, int T, int W) {
     (void)be;
     for (int t = 0; t < T; t++) {
@@ -130,7 +130,7 @@ void cpu_kv_write(di_backend *be, void *cache, const void *kv, int ldkv,
     }
 }
 
-void cpu_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,
+void di_cpu_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,
                         const int32_t *src, const int32_t *dst, int n) {
     (void)be;
     size_t block = (size_t)DI_KV_BLOCK_SIZE * W;
