@@ -7,7 +7,8 @@ attn_implementation="eager")` (asserting no missing / unexpected / mismatched ke
 loading warnings), run the fixed id sequence in one forward pass, and write the float32
 little-endian logits [n_ids, vocab] to tests/data/golden/<case>.logits.bin. FP8 checkpoints are
 evaluated through a dequantized fp32 twin (weight x block scale), not transformers' own FP8
-path (which needs a GPU kernel and quantizes activations).
+path (which needs a GPU kernel and quantizes activations); the FP8 checkpoint itself is still
+loaded once to assert its layout loads cleanly (needs `accelerate` on a machine without GPU).
 
 tests/data/golden/golden.json records, per case: the preset, seed, dtype and ids that regenerate
 the checkpoint, the CRC32 of every checkpoint file (so the C test knows it rebuilt the very
@@ -254,6 +255,9 @@ def main():
                 mkmodel(args.bin, preset, seed, dtype, ckpt)
                 path = ckpt
                 if dtype == "fp8":
+                    # the FP8 checkpoint itself must load cleanly (layout, scale names); on a
+                    # machine without a GPU transformers dequantizes it to bf16 (needs accelerate)
+                    load(ckpt)
                     path = ckpt + "_dequant"
                     dequantized_twin(ckpt, path)
                 models[key] = load(path)
