@@ -30,7 +30,9 @@ static void bench_gemm(int threads) {
     const int shapes[][3] = {{1, 4096, 4096}, {16, 2048, 2048}, {256, 2048, 2048}, {512, 1408, 512}};
     di_backend *be1 = NULL, *ben = NULL;
     if (di_backend_cpu_create(1, &be1) != DI_OK || di_backend_cpu_create(threads, &ben) != DI_OK) return;
-    printf("GEMM y[M,N] = x[M,K] W[N,K]^T, fp32 (threads: 1 and %d)\n", ben->caps.n_threads);
+    const char *isa = getenv("DEEPINFER_CPU_ISA");
+    printf("GEMM y[M,N] = x[M,K] W[N,K]^T, fp32 (threads: 1 and %d; kernels: %s)\n", ben->caps.n_threads,
+           isa && !strcmp(isa, "baseline") ? "baseline" : "best available");
     printf("%6s %6s %6s %12s %12s %12s %8s\n", "M", "N", "K", "naive GF/s", "1T GF/s", "nT GF/s", "nT/naive");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];

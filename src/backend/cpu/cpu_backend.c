@@ -2,7 +2,7 @@
  * (every checkpoint dtype dequantized to fp32 at load, FP8 with its 128x128 block scales).
  *
  * Owner: model. "Device" memory is 64-byte-aligned host memory; upload/download are memcpy and
- * sync is a no-op. The op implementations live in cpu_ops.c, di_cpu_matmul.c, cpu_attention.c
+ * sync is a no-op. The op implementations live in cpu_ops.c, cpu_matmul.c, cpu_attention.c
  * cpu_moe.c and cpu_indexer.c; they run on a thread pool created here (n_threads, DEEPINFER_THREADS, or
  * all cores). */
 #include <math.h>
@@ -149,6 +149,7 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out) {
         return di_error(DI_ERR_NOMEM, "cpu backend: cannot create the thread pool");
     }
     st->n_threads = di_threadpool_size(st->pool);
+    di_cpu_isa_init();
     st->par_min_work = CPU_PAR_MIN_WORK;
     const char *pm = getenv("DEEPINFER_CPU_PAR_MIN_WORK");
     if (pm && *pm) st->par_min_work = atof(pm);

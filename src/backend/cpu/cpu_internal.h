@@ -36,6 +36,19 @@ static inline void cpu_parallel(di_backend *be, size_t n, di_parallel_fn fn, voi
     di_threadpool_run(cpu_pool_for(be, work), n, fn, ctx);
 }
 
+/* Instruction set of the GEMM / dot kernels ("baseline" or "avx2+fma"), chosen once per
+ * process (DEEPINFER_CPU_ISA=baseline forces the baseline). */
+void di_cpu_isa_init(void);
+const char *di_cpu_isa(void);
+int di_cpu_have_avx2(void);
+/* The two instantiations of cpu_gemm_kernels.h (tests call both directly). */
+void di_cpu_gemm_serial_base(float *y, int ldy, const float *x, int ldx, const float *W, int ldw,
+                             int M, int N, int K, int accumulate);
+float di_cpu_dot_base(const float *a, const float *b, int n);
+void di_cpu_gemm_serial_avx2(float *y, int ldy, const float *x, int ldx, const float *W, int ldw,
+                             int M, int N, int K, int accumulate);
+float di_cpu_dot_avx2(const float *a, const float *b, int n);
+
 /* y[M, N] (+)= x[M, K] · W[N, K]ᵀ, serial, fp32. Row strides ldy, ldx, ldw (elements). */
 void di_cpu_gemm_serial(float *y, int ldy, const float *x, int ldx, const float *W, int ldw,
                      int M, int N, int K, int accumulate);
@@ -47,7 +60,7 @@ float di_cpu_dot(const float *a, const float *b, int n);
 /* y[i] += a * x[i] */
 void di_cpu_axpy(float *y, float a, const float *x, int n);
 
-/* op entry points (di_cpu_matmul.c) */
+/* op entry points (cpu_matmul.c) */
 void di_cpu_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx, const di_weight *W,
                 int T, unsigned flags);
 void di_cpu_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx,
