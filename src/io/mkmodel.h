@@ -37,7 +37,7 @@ typedef struct di_mkmodel_opts {
 } di_mkmodel_opts;
 
 /* Named presets: tiny-v3, tiny-v3-nolora, tiny-v3-fp8, tiny-v3-neox, tiny-v2-lite,
- * tiny-v2-grouped, demo-v3, v2lite-8l. *default_dtype is the dtype the preset implies (fp8 for
+ * tiny-v2-grouped, tiny-v32, demo-v3, v2lite-8l. *default_dtype is the dtype the preset implies (fp8 for
  * the *-fp8 and demo presets). */
 di_status di_mkmodel_preset(const char *name, di_model_config *cfg, di_mk_dtype *default_dtype);
 /* NULL-terminated list of preset names with one-line descriptions. */

@@ -71,6 +71,8 @@ CASES = [
     ("v2lite_len300", "tiny-v2-lite", 6, "bf16", 300, 63),
     ("v2grouped_len30", "tiny-v2-grouped", 7, "bf16", 30, 71),
     ("v2grouped_len300", "tiny-v2-grouped", 7, "bf16", 300, 72),
+    # V3.2 with a context <= index_topk (64): the indexer selects every position, attention is dense
+    ("v32_len48", "tiny-v32", 8, "bf16", 48, 81),
 ]
 
 
@@ -290,7 +292,7 @@ def main():
                 modes.append("attn_plain_scale")
             if getattr(model.model.rotary_emb, "attention_scaling", 1.0) != 1.0:
                 modes.append("attn_no_cos_sin_factor")
-            if is_v3:
+            if model.config.model_type == "deepseek_v3":  # V3.2 always interleaves
                 modes.append("attn_rope_pairs")
             for m in modes:
                 alt, _ = run(model, ids, m)
