@@ -289,6 +289,9 @@ di_status di_mkmodel_write(const di_model_config *cfg_in, const di_mkmodel_opts 
     cfg.torch_dtype = o->dtype == DI_MK_F32 ? DI_DTYPE_F32 : DI_DTYPE_BF16;
     if (cfg.fp8 && (cfg.weight_block[0] < 1 || cfg.weight_block[1] < 1)) cfg.weight_block[0] = cfg.weight_block[1] = 128;
     DI_TRY(di_config_validate(&cfg, "mkmodel config"));
+    if (!o->tokenizer_dir && cfg.vocab_size < DI_MK_MIN_TOKENIZER_VOCAB)
+        return di_error(DI_ERR_INVALID_ARG, "mkmodel: vocab_size %d is too small for the built-in byte-level tokenizer "
+                        "(needs >= %d; or pass a tokenizer directory)", cfg.vocab_size, DI_MK_MIN_TOKENIZER_VOCAB);
     DI_TRY(make_dir(dir));
 
     di_tensor_spec *specs = NULL;

@@ -48,6 +48,8 @@ const char *di_mkmodel_preset_help(const char *name);
  * opts) into dir (created if missing). */
 di_status di_mkmodel_write(const di_model_config *cfg, const di_mkmodel_opts *opts, const char *dir);
 
+/* Smallest vocabulary the built-in tokenizer fits in: 3 specials + 256 bytes + 17 added tokens. */
+#define DI_MK_MIN_TOKENIZER_VOCAB 276
 /* The tokenizer files for a vocabulary of at most vocab_size ids (byte-level BPE with merges
  * learned from a built-in text, DeepSeek-V3's pre-tokenizer and special tokens, and its chat
  * template): writes dir/tokenizer.json and dir/tokenizer_config.json. */

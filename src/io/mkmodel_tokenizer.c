@@ -397,6 +397,7 @@ done:
 }
 
 di_status di_mkmodel_write_tokenizer(int vocab_size, const char *dir) {
+    _Static_assert(3 + 256 + N_TOP == DI_MK_MIN_TOKENIZER_VOCAB, "DI_MK_MIN_TOKENIZER_VOCAB is out of date");
     if (vocab_size < 3 + 256 + N_TOP)
         return di_error(DI_ERR_INVALID_ARG, "mkmodel: vocab_size %d is too small for the byte-level tokenizer (needs >= %d)",
                         vocab_size, 3 + 256 + N_TOP);

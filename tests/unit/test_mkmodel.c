@@ -330,6 +330,14 @@ static void test_cli(void) {
     CHECK(run_cli(args) != 0);
     snprintf(args, sizeof args, "--config /nonexistent/config.json --out '%s'", out_dir("cli"));
     CHECK(run_cli(args) != 0);
+    /* a vocabulary too small for the built-in tokenizer is refused before anything is written */
+    di_model_config small;
+    CHECK_OK(di_mkmodel_preset("tiny-v3", &small, NULL));
+    small.vocab_size = 200;
+    di_mkmodel_opts o = {0, DI_MK_BF16, 0, 0, NULL, 1};
+    CHECK(di_mkmodel_write(&small, &o, out_dir("small_vocab")) == DI_ERR_INVALID_ARG);
+    CHECK(strstr(di_last_error(), "vocab_size 200") != NULL);
+    CHECK(!di_file_exists(out_dir("small_vocab")));
     /* --config with a file written by mkmodel itself reproduces the checkpoint */
     snprintf(args, sizeof args, "--preset tiny-v2-lite --seed 4 --out '%s'", out_dir("cli_a"));
     CHECK_EQ_INT(run_cli(args), 0);
