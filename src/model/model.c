@@ -311,5 +311,8 @@ di_status di_model_copy_blocks(di_model *m, const int32_t *src, const int32_t *d
             return di_error(DI_ERR_INVALID_ARG, "di_model_copy_blocks: pair %d (%d -> %d) outside [0, %d)", i,
                             src[i], dst[i], m->kv_blocks);
     m->be->kv_copy_blocks(m->be, m->kv, m->kv_layer_stride, m->n_layers + m->n_mtp, m->kv_width, src, dst, n);
+    if (m->v32)  /* the index-key cache is paged alike */
+        m->be->kv_copy_blocks(m->be, m->kv_idx, m->kv_idx_layer_stride, m->n_layers + m->n_mtp,
+                              m->cfg.index_head_dim, src, dst, n);
     return m->be->sync(m->be);
 }

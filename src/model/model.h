@@ -70,8 +70,9 @@ di_status di_model_forward(di_model *m, const di_batch *batch, float *logits);
  * hidden may be NULL to skip that output. */
 di_status di_model_forward_ex(di_model *m, const di_batch *batch, float *logits, float *hidden);
 
-/* Copies whole KV blocks src[i] -> dst[i] (all layers, MTP layers included) for
- * copy-on-write of shared partial blocks. Block ids must be in [0, di_model_kv_blocks). */
+/* Copies whole KV blocks src[i] -> dst[i] (all layers, MTP layers included, and V3.2's
+ * index-key cache) for copy-on-write of shared partial blocks. Block ids must be in
+ * [0, di_model_kv_blocks). */
 di_status di_model_copy_blocks(di_model *m, const int32_t *src, const int32_t *dst, int n);
 
 /* Number of MTP layers loaded (0 unless options.load_mtp and the config has them). */

@@ -200,6 +200,24 @@ static void test_paging(void) {
     di_model_free(m);
 }
 
+/* V3.2: decoding past index_topk from copied blocks (latent and index-key caches) equals
+ * decoding from the originals. */
+static void test_v32_copy_blocks(void) {
+    const char *dir = make_model("tiny-v32", 0);
+    di_model *m = load(dir, 100, 4, 0);
+    if (!m) return;
+    int V = di_model_config_of(m)->vocab_size, N = 100;
+    int32_t *ids = make_ids(N + 1, V, 17), bt[2] = {0, 1}, cp[2] = {2, 3};
+    float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4), *pre = malloc((size_t)N * V * 4);
+    CHECK_OK(run_chunk(m, ids, 0, N, bt, 2, 0, pre));
+    CHECK_OK(di_model_copy_blocks(m, bt, cp, 2));
+    CHECK_OK(run_chunk(m, ids, N, 1, bt, 2, 1, a));
+    CHECK_OK(run_chunk(m, ids, N, 1, cp, 2, 1, b));
+    CHECK_MSG(memcmp(a, b, (size_t)V * 4) == 0, "decode from copied V3.2 blocks differs");
+    free(ids); free(a); free(b); free(pre);
+    di_model_free(m);
+}
+
 static void test_mtp(void) {
     const char *dir = make_model("tiny-v3", 1);
     int N = 40;
@@ -351,4 +369,4 @@ static void test_bad_checkpoints(void) {
     CHECK(di_model_load("/nonexistent/model", NULL, &m) != DI_OK && m == NULL);
 }
 
-TEST_MAIN(test_presets, test_paging, test_mtp, test_bad_batches, test_bad_checkpoints)
+TEST_MAIN(test_presets, test_paging, test_v32_copy_blocks, test_mtp, test_bad_batches, test_bad_checkpoints)
