@@ -6,6 +6,7 @@
  * cpu_moe.c and cpu_indexer.c; they run on a thread pool created here (n_threads, DEEPINFER_THREADS, or
  * all cores). */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,17 +42,28 @@ static void cpu_memset(di_backend *be, void *dst, int byte, size_t bytes) {
 
 static di_status cpu_sync(di_backend *be) { (void)be; return DI_OK; }
 
-/* Converts rows [row0, row0 + rows) of a host matrix to fp32, dequantizing FP8 blocks. */
+/* float8_e4m3fn -> float for all 256 codes (exact; filled once from di_fp8e4m3_to_f32). */
+static float g_fp8_lut[256];
+static pthread_once_t g_fp8_once = PTHREAD_ONCE_INIT;
+static void fill_fp8_lut(void) {
+    for (int i = 0; i < 256; i++) g_fp8_lut[i] = di_fp8e4m3_to_f32((uint8_t)i);
+}
+
+/* Converts rows [row0, row0 + rows) of a host matrix to fp32, dequantizing FP8 blocks
+ * (W = Wq * weight_scale_inv of the 128x128 block). */
 static void convert_part(float *dst, const di_host_matrix *p) {
     size_t es = di_dtype_size(p->dtype);
     for (int r = 0; r < p->rows; r++) {
         size_t src_row = (size_t)p->row0 + r;
         float *d = dst + (size_t)r * p->cols;
-        di_convert_to_f32(d, (const char *)p->data + src_row * p->cols * es, p->dtype, (size_t)p->cols);
+        const void *src = (const char *)p->data + src_row * p->cols * es;
         if (p->dtype == DI_DTYPE_F8_E4M3) {
+            const uint8_t *q = src;
             size_t sc_cols = ((size_t)p->cols + p->block_cols - 1) / p->block_cols;
             const float *srow = p->scale + src_row / p->block_rows * sc_cols;
-            for (int c = 0; c < p->cols; c++) d[c] *= srow[c / p->block_cols];
+            for (int c = 0; c < p->cols; c++) d[c] = g_fp8_lut[q[c]] * srow[c / p->block_cols];
+        } else {
+            di_convert_to_f32(d, src, p->dtype, (size_t)p->cols);
         }
     }
 }
@@ -150,6 +162,7 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out) {
     }
     st->n_threads = di_threadpool_size(st->pool);
     di_cpu_isa_init();
+    pthread_once(&g_fp8_once, fill_fp8_lut);
     st->par_min_work = CPU_PAR_MIN_WORK;
     const char *pm = getenv("DEEPINFER_CPU_PAR_MIN_WORK");
     if (pm && *pm) st->par_min_work = atof(pm);
