@@ -19,6 +19,7 @@
 #pragma GCC optimize("fp-contract=off")
 #include "io/mkmodel.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,20 +267,28 @@ static di_status copy_file(const char *src_dir, const char *dst_dir, const char 
     return s;
 }
 
+static int is_checkpoint_file(const char *name) {
+    size_t n = strlen(name);
+    if (!strcmp(name, "model.safetensors") || !strcmp(name, "model.safetensors.index.json")) return 1;
+    return !strncmp(name, "model-", 6) && strstr(name, "-of-") && n > 12 && !strcmp(name + n - 12, ".safetensors");
+}
+
+/* A previous checkpoint in another layout (single file vs shards, other shard count) must not
+ * linger next to the new one. */
 static di_status remove_stale(const char *dir) {
-    /* a previous checkpoint in another layout (single vs sharded) must not linger */
-    const char *names[] = {"model.safetensors", "model.safetensors.index.json"};
-    for (int i = 0; i < 2; i++) {
-        char *p = di_path_join(dir, names[i]);
-        if (!p) return di_error(DI_ERR_NOMEM, "out of memory");
-        if (di_file_exists(p) && remove(p) != 0) {
-            di_status s = di_error(DI_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
-            free(p);
-            return s;
-        }
+    DIR *d = opendir(dir);
+    if (!d) return di_error(DI_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+    di_status s = DI_OK;
+    struct dirent *e;
+    while (s == DI_OK && (e = readdir(d)) != NULL) {
+        if (!is_checkpoint_file(e->d_name)) continue;
+        char *p = di_path_join(dir, e->d_name);
+        if (!p) s = di_error(DI_ERR_NOMEM, "out of memory");
+        else if (remove(p) != 0) s = di_error(DI_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
         free(p);
     }
-    return DI_OK;
+    closedir(d);
+    return s;
 }
 
 di_status di_mkmodel_write(const di_model_config *cfg_in, const di_mkmodel_opts *o, const char *dir) {

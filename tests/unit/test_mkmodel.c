@@ -229,11 +229,12 @@ static void test_sharded(void) {
     snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", d2);
     CHECK(di_file_exists(idx));
     di_weights *a = NULL, *b = NULL;
+    int files = 0;
     CHECK_OK(di_weights_open(d1, &a));
     CHECK_OK(di_weights_open(d2, &b));
     if (a && b) {
         CHECK_EQ_INT(di_weights_count(a), di_weights_count(b));
-        int same = 1, files = 0;
+        int same = 1;
         const char *last = "";
         for (size_t i = 0; i < di_weights_count(a); i++) {
             const di_tensor_info *x = di_weights_at(a, i), *y = di_weights_find(b, x->name);
@@ -251,9 +252,12 @@ static void test_sharded(void) {
     }
     di_weights_free(a);
     di_weights_free(b);
-    /* rewriting a directory single-file removes the old index */
+    /* rewriting a directory single-file removes the old index and shards */
     CHECK_OK(mk("tiny-v2-grouped", DI_MK_F32, 0, 5, 2, 0, d2));
     CHECK(!di_file_exists(idx));
+    char shard1[4200];
+    snprintf(shard1, sizeof shard1, "%s/model-00001-of-%05d.safetensors", d2, files);
+    CHECK(!di_file_exists(shard1));
 }
 
 static void test_tokenizer(void) {
