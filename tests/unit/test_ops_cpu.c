@@ -103,6 +103,12 @@ static void test_gemm_isas(void) {
                 }
             CHECK_MSG(same, "isa %d: tiled kernels and the dot kernel disagree in the last bits", isa);
         }
+        float ya[37], yb[37];
+        for (int i = 0; i < 37; i++) ya[i] = yb[i] = x[i];
+        if (isa) di_cpu_axpy_avx2(ya, 0.37f, W, 37); else di_cpu_axpy_base(ya, 0.37f, W, 37);
+        double err = 0;
+        for (int i = 0; i < 37; i++) err = fmax(err, fabs(ya[i] - (yb[i] + 0.37 * W[i])));
+        CHECK_MSG(err < 1e-6, "isa %d: axpy err %g", isa, err);
     }
     free(x); free(W); free(y); free(ref);
 }

@@ -3,7 +3,7 @@
  * targets) and cpu_gemm_avx2.c (AVX2 + FMA, 8 lanes, chosen at run time when the CPU has it).
  *
  * Owner: model. Before including, define GEMM_LANES (4 or 8) and GEMM_SUFFIX; this defines
- * di_cpu_gemm_serial_<suffix> and di_cpu_dot_<suffix>. y[M, N] (+)= x[M, K] · W[N, K]ᵀ with
+ * di_cpu_gemm_serial_<suffix>, di_cpu_dot_<suffix> and di_cpu_axpy_<suffix>. y[M, N] (+)= x[M, K] · W[N, K]ᵀ with
  * both operands K-contiguous: register-blocked 4x2 and 1x4 micro-kernels in GCC vector
  * extensions (no intrinsics). Invariant: within one instantiation every output element is
  * computed by the same fp32 sequence in every kernel — LANES partial sums over k = l (mod
@@ -41,6 +41,18 @@ float GEMM_FN(di_cpu_dot_)(const float *a, const float *b, int n) {
     float s = hsum(acc);
     for (; k < n; k++) s += a[k] * b[k];
     return s;
+}
+
+/* y[i] += a * x[i] (the attention value accumulation). */
+void GEMM_FN(di_cpu_axpy_)(float *y, float a, const float *x, int n) {
+    vf av = {0};
+    av += a;
+    int nv = n - n % LANES, i;
+    for (i = 0; i < nv; i += LANES) {
+        vf yv = vload(y + i) + av * vload(x + i);
+        memcpy(y + i, &yv, sizeof yv);
+    }
+    for (; i < n; i++) y[i] += a * x[i];
 }
 
 static inline void store(float *y, float v, int accumulate) {

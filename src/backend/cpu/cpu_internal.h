@@ -45,9 +45,11 @@ int di_cpu_have_avx2(void);
 void di_cpu_gemm_serial_base(float *y, int ldy, const float *x, int ldx, const float *W, int ldw,
                              int M, int N, int K, int accumulate);
 float di_cpu_dot_base(const float *a, const float *b, int n);
+void di_cpu_axpy_base(float *y, float a, const float *x, int n);
 void di_cpu_gemm_serial_avx2(float *y, int ldy, const float *x, int ldx, const float *W, int ldw,
                              int M, int N, int K, int accumulate);
 float di_cpu_dot_avx2(const float *a, const float *b, int n);
+void di_cpu_axpy_avx2(float *y, float a, const float *x, int n);
 
 /* y[M, N] (+)= x[M, K] · W[N, K]ᵀ, serial, fp32. Row strides ldy, ldx, ldw (elements). */
 void di_cpu_gemm_serial(float *y, int ldy, const float *x, int ldx, const float *W, int ldw,

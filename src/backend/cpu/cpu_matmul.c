@@ -18,8 +18,10 @@
 
 typedef void (*gemm_serial_fn)(float *, int, const float *, int, const float *, int, int, int, int, int);
 typedef float (*dot_fn)(const float *, const float *, int);
+typedef void (*axpy_fn)(float *, float, const float *, int);
 static gemm_serial_fn g_gemm_serial = di_cpu_gemm_serial_base;
 static dot_fn g_dot = di_cpu_dot_base;
+static axpy_fn g_axpy = di_cpu_axpy_base;
 static const char *g_isa = "baseline";
 static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 
@@ -39,6 +41,7 @@ static void pick_isa(void) {
     if (!baseline && di_cpu_have_avx2()) {
         g_gemm_serial = di_cpu_gemm_serial_avx2;
         g_dot = di_cpu_dot_avx2;
+        g_axpy = di_cpu_axpy_avx2;
         g_isa = "avx2+fma";
     }
 #else
@@ -56,9 +59,7 @@ void di_cpu_gemm_serial(float *y, int ldy, const float *x, int ldx, const float 
 
 float di_cpu_dot(const float *a, const float *b, int n) { return g_dot(a, b, n); }
 
-void di_cpu_axpy(float *y, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
+void di_cpu_axpy(float *y, float a, const float *x, int n) { g_axpy(y, a, x, n); }
 
 typedef struct {
     float *y;
