@@ -44,17 +44,42 @@ byte_ids() {
         else id = 191 + 67
         printf ",%d", id } }'
 }
-# Fallback decoder: byte tokens back to bytes, other ids as <id>.
+# Fallback decoder: reads the vocabulary of tokenizer.json (as mkmodel writes it: one
+# `"token": id,` per line), maps each byte-level character back to its byte and prints the
+# bytes of every id; ids it cannot map (added tokens) print as <id>.
 decode_ids() {
-  echo "$1" | tr ',' '\n' | awk '
-    BEGIN { n = 0; for (b = 0; b < 256; b++) { if (b >= 33 && b <= 126) id = b - 30
-        else if (b >= 161 && b <= 172) id = 97 + b - 161
-        else if (b >= 174) id = 109 + b - 174
-        else if (b <= 32) id = 191 + b
-        else if (b <= 160) id = 191 + 33 + b - 127
-        else id = 191 + 67
-        byte[id] = b } }
-    /^[0-9]+$/ { if ($1 in byte) printf "%c", byte[$1]; else printf "<%d>", $1 }'
+  echo "$1" | tr ',' '\n' | LC_ALL=C awk -v vocab="$MODEL/tokenizer.json" '
+    function cpbyte(cp) {   # GPT-2 byte-level alphabet: code point -> byte
+      if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255)) return cp
+      return nonprint[cp - 256]
+    }
+    BEGIN {
+      n = 0
+      for (b = 0; b < 256; b++) {
+        ord[sprintf("%c", b)] = b
+        if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) nonprint[n++] = b
+      }
+      invocab = 0
+      while ((getline line < vocab) > 0) {
+        if (line ~ /"vocab": \{/) { invocab = 1; continue }
+        if (invocab && line ~ /^ *\}/) break
+        if (!invocab) continue
+        if (!match(line, /": [0-9]+,?$/)) continue
+        id = substr(line, RSTART + 3); sub(/,$/, "", id)
+        key = substr(line, 1, RSTART - 1); sub(/^ *"/, "", key)
+        gsub(/\\"/, "\"", key); gsub(/\\\\/, "\\", key)
+        out = ""; len = length(key)
+        for (i = 1; i <= len; i++) {
+          c = ord[substr(key, i, 1)]
+          if (c < 128) cp = c
+          else if (c >= 192 && c < 224 && i < len) { cp = (c - 192) * 64 + ord[substr(key, i + 1, 1)] - 128; i++ }
+          else { out = ""; break }
+          out = out sprintf("%c", cpbyte(cp))
+        }
+        if (out != "") text[id + 0] = out
+      }
+    }
+    /^[0-9]+$/ { if (($1 + 0) in text) printf "%s", text[$1 + 0]; else printf "<%d>", $1 }'
 }
 
 prompts=("What is the capital of France?" "Write a haiku about the sea." "def fibonacci(n):")
