@@ -7,6 +7,7 @@
 #include "core/json_util.h"
 #include "core/status.h"
 #include "io/config.h"
+#include "io/mkmodel.h"
 #include "test_util.h"
 
 /* Parses `text` as config.json; returns the status. */
@@ -361,5 +362,20 @@ static void test_field_fuzz(void) {
     CHECK(ok > 10);
 }
 
-TEST_MAIN(test_field_fuzz, test_v3_real, test_v2lite, test_rope_variants, test_defaults_and_forms, test_to_json_roundtrip, test_errors,
+/* config.json files re-saved by transformers 5.17 (v5 `rope_parameters` with both `type` and
+ * `rope_type`, `dtype`, derived fields such as head_dim / qk_head_dim) from mkmodel presets
+ * (tools/golden/save_hf_configs.py) parse into exactly the preset's configuration. */
+static void test_hf_saved_configs(void) {
+    const char *presets[] = {"tiny-v3", "tiny-v3-nolora", "tiny-v2-lite", "tiny-v2-grouped", "tiny-v32"};
+    for (int i = 0; i < 5; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "tests/data/config/hf_saved_%s.json", presets[i]);
+        di_model_config want, got;
+        CHECK_OK(di_mkmodel_preset(presets[i], &want, NULL));
+        CHECK_OK(di_config_load(test_src_path(rel), &got));
+        CHECK_MSG(memcmp(&want, &got, sizeof want) == 0, "%s: parsed config differs from the preset", presets[i]);
+    }
+}
+
+TEST_MAIN(test_hf_saved_configs, test_field_fuzz, test_v3_real, test_v2lite, test_rope_variants, test_defaults_and_forms, test_to_json_roundtrip, test_errors,
           test_load_file)
