@@ -369,4 +369,83 @@ static void test_fp8_encoder(void) {
     CHECK_EQ_INT(bad, 0);
 }
 
-TEST_MAIN(test_fp8_encoder, test_presets, test_determinism, test_values_and_layout, test_fp8, test_sharded, test_tokenizer, test_cli)
+/* Copies the tensors of `w` into a new file, dropping `drop` and replacing `swap` (if not NULL)
+ * by a tensor of dtype `t` and shape shape[0..ndim). */
+static void rewrite(const di_weights *w, const char *path, const char *drop, const char *swap, di_dtype t, int ndim,
+                    const int64_t *shape, const char *extra) {
+    di_st_writer *wr = di_st_writer_create();
+    static unsigned char zeros[1 << 20];
+    for (size_t i = 0; i < di_weights_count(w); i++) {
+        const di_tensor_info *x = di_weights_at(w, i);
+        if (drop && !strcmp(x->name, drop)) continue;
+        if (swap && !strcmp(x->name, swap)) {
+            size_t nb = di_dtype_size(t);
+            for (int d = 0; d < ndim; d++) nb *= (size_t)shape[d];
+            CHECK_OK(di_st_writer_add(wr, x->name, t, ndim, shape, zeros, nb));
+            continue;
+        }
+        CHECK_OK(di_st_writer_add(wr, x->name, x->dtype, x->ndim, x->shape, x->data, x->nbytes));
+    }
+    if (extra) {
+        int64_t one = 1;
+        CHECK_OK(di_st_writer_add(wr, extra, DI_DTYPE_F32, 1, &one, zeros, 4));
+    }
+    CHECK_OK(di_st_writer_write(wr, path));
+    di_st_writer_free(wr);
+}
+
+static void expect_check(const di_model_config *c, const char *path, di_status code, const char *f1, const char *f2) {
+    di_weights *w = NULL;
+    CHECK_OK(di_weights_open(path, &w));
+    if (!w) return;
+    di_status s = di_model_files_check(c, w, DI_MTP_OPTIONAL, "ckpt");
+    CHECK_MSG(s == code, "expected %s, got %s: %s", di_status_name(code), di_status_name(s), di_last_error());
+    if (f1) CHECK_MSG(strstr(di_last_error(), f1) != NULL, "'%s' not in: %s", f1, di_last_error());
+    if (f2) CHECK_MSG(strstr(di_last_error(), f2) != NULL, "'%s' not in: %s", f2, di_last_error());
+    di_weights_free(w);
+}
+
+/* di_model_files_check on checkpoints broken one tensor at a time. */
+static void test_files_check(void) {
+    const char *dir = out_dir("fp8_check");
+    CHECK_OK(mk("tiny-v3-fp8", DI_MK_FP8, 0, 3, 2, 0, dir));
+    di_model_config c;
+    char path[4200], bad[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK_OK(di_config_load(path, &c));
+    di_weights *w = NULL;
+    CHECK_OK(di_weights_open(dir, &w));
+    if (!w) return;
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+    const int64_t s16[1] = {16}, s3x4[2] = {3, 4}, s2x2[2] = {2, 2}, s160[1] = {160}, s72x160[2] = {72, 160};
+    rewrite(w, bad, "model.layers.2.mlp.experts.7.up_proj.weight", NULL, DI_DTYPE_F32, 0, NULL, NULL);
+    expect_check(&c, bad, DI_ERR_NOT_FOUND, "1 tensor missing", "'model.layers.2.mlp.experts.7.up_proj.weight'");
+    rewrite(w, bad, "model.layers.1.mlp.gate.e_score_correction_bias", NULL, DI_DTYPE_F32, 0, NULL, NULL);
+    expect_check(&c, bad, DI_ERR_NOT_FOUND, "e_score_correction_bias", NULL);
+    rewrite(w, bad, "model.layers.0.self_attn.o_proj.weight_scale_inv", NULL, DI_DTYPE_F32, 0, NULL, NULL);
+    expect_check(&c, bad, DI_ERR_NOT_FOUND, "'model.layers.0.self_attn.o_proj.weight'", "weight_scale_inv");
+    rewrite(w, bad, NULL, "model.layers.0.self_attn.o_proj.weight_scale_inv", DI_DTYPE_F32, 2, s2x2, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "o_proj.weight_scale_inv", "expected F32 [2, 1]");
+    rewrite(w, bad, NULL, "model.layers.1.mlp.gate.e_score_correction_bias", DI_DTYPE_I32, 1, s16, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "e_score_correction_bias", "I32");
+    rewrite(w, bad, NULL, "model.layers.1.mlp.gate.weight", DI_DTYPE_F8_E4M3, 2, (const int64_t[]){16, 160}, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "mlp.gate.weight", "F8_E4M3");
+    rewrite(w, bad, NULL, "model.norm.weight", DI_DTYPE_BF16, 2, s3x4, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "'model.norm.weight' has shape [3, 4], expected [160]", NULL);
+    rewrite(w, bad, NULL, "model.layers.0.input_layernorm.weight", DI_DTYPE_F8_E4M3, 1, s160, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "input_layernorm", "F8_E4M3");
+    /* a bf16 projection in an FP8 checkpoint is fine; its stale scale is not */
+    rewrite(w, bad, NULL, "model.layers.1.mlp.experts.0.gate_proj.weight", DI_DTYPE_BF16, 2, s72x160, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "unexpected", "experts.0.gate_proj.weight_scale_inv");
+    rewrite(w, bad, "model.layers.1.mlp.experts.0.gate_proj.weight_scale_inv", "model.layers.1.mlp.experts.0.gate_proj.weight",
+            DI_DTYPE_BF16, 2, s72x160, NULL);
+    expect_check(&c, bad, DI_OK, NULL, NULL);
+    rewrite(w, bad, NULL, NULL, DI_DTYPE_F32, 0, NULL, "model.layers.0.mlp.experts.0.up_proj.weight");
+    expect_check(&c, bad, DI_ERR_FORMAT, "unexpected", "model.layers.0.mlp.experts.0.up_proj.weight");
+    rewrite(w, bad, NULL, NULL, DI_DTYPE_F32, 0, NULL, "lm_head.bias");
+    expect_check(&c, bad, DI_ERR_FORMAT, "unexpected", "'lm_head.bias'");
+    di_weights_free(w);
+    remove(bad);
+}
+
+TEST_MAIN(test_fp8_encoder, test_files_check, test_presets, test_determinism, test_values_and_layout, test_fp8, test_sharded, test_tokenizer, test_cli)
