@@ -7,8 +7,13 @@
  * table (backend/backend.h); the CPU backend is the reference, CUDA implements the same ops.
  *
  * KV cache: per layer, blocks of DI_KV_BLOCK_SIZE tokens, each token kv_lora_rank + rope_dim
- * values (the normed latent c then the roped k_pe). Block ids are in [0, di_model_kv_blocks).
- * Token t of the batch writes its latent to slot slot_mapping[t] = block * 64 + offset. */
+ * values (the normed latent c then the roped k_pe); DeepSeek-V3.2 adds an index-key cache of
+ * index_head_dim values per token with the same slots. Block ids are in [0, di_model_kv_blocks).
+ * Token t of the batch writes its latent to slot slot_mapping[t] = block * 64 + offset, which
+ * must agree with its sequence's block table (validated).
+ *
+ * Threading: one forward (or MTP forward / copy_blocks) at a time per model; the workspace is
+ * shared. Semantics follow transformers 5.17 (docs/model.md). */
 #ifndef DI_MODEL_MODEL_H
 #define DI_MODEL_MODEL_H
 #include <stddef.h>
