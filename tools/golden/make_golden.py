@@ -14,13 +14,14 @@ tests/data/golden/golden.json records, per case: the preset, seed, dtype and ids
 the checkpoint, the CRC32 of every checkpoint file (so the C test knows it rebuilt the very
 bytes transformers saw), library versions, and two sanity measurements:
   - min_route_margin: the smallest gap, over all tokens and MoE layers, between the last
-    selected and the first rejected expert (and group) score. A gap near fp32 noise would make
+    selected and the first rejected expert (and group) score, and for V3.2 contexts beyond
+    index_topk between the last selected and first rejected indexer score. A gap near fp32 noise would make
     the case flaky, so the script refuses margins < MIN_MARGIN.
   - sensitivity: max|dlogits| / max|logits| when routing is deliberately done wrong
     (bias ignored / bias in the weights / no group limit / no renormalisation, or for V2
     renormalisation / top-k-1), or
     attention is (softmax scale without the YaRN mscale, no cos/sin attention factor, the other
-    RoPE pair layout). Each
+    RoPE pair layout; V3.2: dense attention instead of the indexer's selection). Each
     must exceed the test tolerance (1e-4) by far, or a routing bug could pass the test.
 The id sequence of a case is drawn from a seeded RNG, redrawn (seed + 1000 k) until the routing
 margin is >= MIN_MARGIN; the ids actually used are recorded.
@@ -73,6 +74,8 @@ CASES = [
     ("v2grouped_len300", "tiny-v2-grouped", 7, "bf16", 300, 72),
     # V3.2 with a context <= index_topk (64): the indexer selects every position, attention is dense
     ("v32_len48", "tiny-v32", 8, "bf16", 48, 81),
+    # V3.2 beyond index_topk: DeepSeek sparse attention (each query attends to its top-64 positions)
+    ("v32_len100", "tiny-v32", 8, "bf16", 100, 82),
 ]
 
 
@@ -193,6 +196,40 @@ def routers(model):
     return [m for n, m in model.named_modules() if n.endswith("mlp.gate") and hasattr(m, "top_k")]
 
 
+def indexer_forward_factory(ix, margins):
+    """transformers' DeepseekV32Indexer.forward, plus the gap between the last selected and the
+    first rejected index score of every query whose context exceeds index_topk."""
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as m32
+    cls_forward = type(ix).forward
+
+    def fwd(hidden_states, q_resid, position_embeddings, attention_mask, position_ids, past_key_values=None):
+        B, S, _ = hidden_states.shape
+        cos, sin = position_embeddings
+        q = ix.wq_b(q_resid).view(B, S, ix.n_heads, ix.head_dim)
+        q_rot, q_pass = torch.split(q, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
+        k = ix.k_norm(ix.wk(hidden_states)).unsqueeze(2)
+        k_rot, k_pass = torch.split(k, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
+        q_rot, k_rot = m32.apply_rotary_pos_emb(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        q = torch.cat([q_rot, q_pass], -1)
+        k = torch.cat([k_rot, k_pass], -1).squeeze(2)
+        sc = torch.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * ix.softmax_scale)
+        w = ix.weights_proj(hidden_states.to(ix.weights_proj.weight.dtype)).float() * (ix.n_heads ** -0.5)
+        idx_scores = torch.matmul(w.unsqueeze(-2), sc).squeeze(-2)
+        K = ix.index_topk
+        for b in range(B):
+            for t in range(K, S):
+                row = idx_scores[b, t, :t + 1].sort(descending=True).values
+                margins.append(float(row[K - 1] - row[K]))
+        return cls_forward(ix, hidden_states, q_resid, position_embeddings, attention_mask, position_ids,
+                           past_key_values)
+
+    return fwd
+
+
+def indexers(model):
+    return [m for n, m in model.named_modules() if n.endswith("self_attn.indexer")]
+
+
 def attention_modules(model):
     return [m for n, m in model.named_modules() if n.endswith("self_attn")]
 
@@ -208,6 +245,12 @@ def run(model, ids, mode="ref"):
     for r in routers(model):
         saved.append((r, r.forward))
         r.forward = router_forward_factory(r, "ref" if mode.startswith("attn_") else mode, margins, is_v3)
+    for ix in indexers(model):
+        ix.forward = indexer_forward_factory(ix, margins)
+        restore.append((ix, "forward", None))
+        if mode == "dsa_dense":  # every position selected: dense attention instead of DSA
+            restore.append((ix, "index_topk", ix.index_topk))
+            ix.index_topk = 1 << 30
     if mode == "attn_plain_scale":
         for a in attention_modules(model):
             restore.append((a, "scaling", a.scaling))
@@ -225,8 +268,11 @@ def run(model, ids, mode="ref"):
     finally:
         for r, f in saved:
             r.forward = f
-        for obj, attr, val in restore:
-            setattr(obj, attr, val)
+        for obj, attr, val in reversed(restore):
+            if val is None:
+                delattr(obj, attr)  # drop the instance override: the class method is back
+            else:
+                setattr(obj, attr, val)
     return out, (min(margins) if margins else None)
 
 
@@ -294,6 +340,8 @@ def main():
                 modes.append("attn_no_cos_sin_factor")
             if model.config.model_type == "deepseek_v3":  # V3.2 always interleaves
                 modes.append("attn_rope_pairs")
+            if indexers(model) and n > model.config.index_topk:
+                modes.append("dsa_dense")
             for m in modes:
                 alt, _ = run(model, ids, m)
                 sens[m] = float((alt - ref).abs().max()) / maxref
