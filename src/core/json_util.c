@@ -46,7 +46,11 @@ static di_status as_int(const json_t *v, const char *key, const char *where, int
     if (json_is_integer(v)) { *out = (int64_t)json_integer_value(v); return DI_OK; }
     if (json_is_real(v)) {
         double d = json_real_value(v);
-        if (d == (double)(int64_t)d) { *out = (int64_t)d; return DI_OK; }
+        /* range check first: converting an out-of-range double to int64 is undefined */
+        if (d >= -9.2233720368547758e18 && d < 9.2233720368547758e18 && d == (double)(int64_t)d) {
+            *out = (int64_t)d;
+            return DI_OK;
+        }
     }
     return di_error(DI_ERR_FORMAT, "%s: field '%s': expected an integer, got %s", where, key, di_json_type_name(v));
 }

@@ -114,6 +114,12 @@ static void test_json_errors(void) {
     CHECK(di_json_req_int(j, "b", "cfg.json", &i) == DI_ERR_FORMAT);
     CHECK(di_json_req_int(j, "missing", "cfg.json", &i) == DI_ERR_FORMAT);
     CHECK(strstr(di_last_error(), "missing required field 'missing'") != NULL);
+    json_t *big = NULL;
+    CHECK_OK(di_json_loadb("{\"x\": 1e30, \"y\": -4.0}", 22, "x.json", &big));
+    CHECK(di_json_req_int(big, "x", "cfg.json", &i) == DI_ERR_FORMAT); /* out of int64 range */
+    CHECK_OK(di_json_req_int(big, "y", "cfg.json", &i));
+    CHECK_EQ_INT(i, -4);
+    json_decref(big);
     CHECK_OK(di_json_req_int(j, "c", "cfg.json", &i));
     CHECK_EQ_INT(i, 3);
     double d = 0;
