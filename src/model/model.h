@@ -14,11 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "deepinfer.h"
+#include "backend/backend.h"   /* di_device, DI_KV_BLOCK_SIZE */
 #include "io/config.h"
-
-#define DI_KV_BLOCK_SIZE 64
-
-typedef enum di_device { DI_DEVICE_CPU = 0, DI_DEVICE_CUDA = 1 } di_device;
 
 typedef struct di_model_options {
     di_device device;
@@ -28,6 +25,8 @@ typedef struct di_model_options {
     int kv_blocks;            /* KV pool size in blocks; 0 = derive from kv_memory_bytes */
     size_t kv_memory_bytes;   /* used when kv_blocks == 0 (0 = a backend default) */
     int load_mtp;             /* also load the MTP layers (num_nextn_predict_layers) */
+    int max_context;          /* longest context (tokens) a sequence may reach; sizes the block
+                               * tables (0 = max(max_position_embeddings, 4096)) */
 } di_model_options;
 
 /* One step's work. Sequences [0, n_decode_seqs) take the weight-absorbed attention path over
@@ -59,6 +58,36 @@ void di_model_free(di_model *m);
 const di_model_config *di_model_config_of(const di_model *m);
 int di_model_kv_blocks(const di_model *m);
 /* Runs the batch; writes float32 logits for the requested rows, row-major
- * [n_logits, vocab_size], into host memory. */
+ * [n_logits, vocab_size], into host memory. Validates the batch first (token ids in range,
+ * counts within the options' limits, slots and block ids inside the pool, positions
+ * consistent with seq_ctx_len) and returns DI_ERR_INVALID_ARG naming the field otherwise. */
 di_status di_model_forward(di_model *m, const di_batch *batch, float *logits);
+
+/* ---- extensions (model engineer) ---- */
+
+/* di_model_forward that can also return the final hidden states (after model.norm, the
+ * tensor lm_head sees) of EVERY batch token: host f32 [n_tokens, hidden_size]. logits or
+ * hidden may be NULL to skip that output. */
+di_status di_model_forward_ex(di_model *m, const di_batch *batch, float *logits, float *hidden);
+
+/* Copies whole KV blocks src[i] -> dst[i] (all layers, MTP layers included) for
+ * copy-on-write of shared partial blocks. Block ids must be in [0, di_model_kv_blocks). */
+di_status di_model_copy_blocks(di_model *m, const int32_t *src, const int32_t *dst, int n);
+
+/* Number of MTP layers loaded (0 unless options.load_mtp and the config has them). */
+int di_model_mtp_layers(const di_model *m);
+
+/* Runs MTP layer k (0-based) for the batch (DeepSeek-V3 §7, vLLM semantics): for each batch
+ * token i at position p_i, batch->token_ids[i] must hold the NEXT token t_{i+1}, and
+ * hidden_in[i] the main model's final (post-norm) hidden state h_i at p_i:
+ *   e = embed(t_{i+1}); u = eh_proj([enorm(e); hnorm(h_i)]); v = decoder_layer_k(u) (its own
+ *   KV cache layer, same slots/block tables as the main model, position p_i);
+ *   logits = lm_head(shared_head.norm(v)).
+ * Writes logits of batch->logits_rows (f32 [n_logits, vocab]) and, if hidden_out != NULL,
+ * shared_head.norm(v) of every token (f32 [n_tokens, hidden]) for chaining. */
+di_status di_model_mtp_forward(di_model *m, int k, const di_batch *batch, const float *hidden_in,
+                               float *logits, float *hidden_out);
+
+/* The backend the model runs on (ops tests, benchmarks). */
+di_backend *di_model_backend(di_model *m);
 #endif

@@ -1,0 +1,340 @@
+/* backend.h - the compute backend op table: memory, weights and every op of the DeepSeek
+ * forward pass, as a struct of function pointers plus capabilities (ggml-style).
+ *
+ * Owner: model. The forward pass (src/model/deepseek.c) is written once against this table.
+ * The CPU backend (src/backend/cpu/, fp32 activations, threads) is the readable reference;
+ * the CUDA backend (src/backend/cuda/, bf16 activations, cuBLASLt, one stream) implements the
+ * same ops with device pointers, and every CUDA op gets a CPU-parity test.
+ *
+ * Conventions (apply to every op below):
+ *  - Pointers marked "device" live in the backend's memory (from be->alloc; on the CPU backend
+ *    plain host memory). Host scalars (counts, sizes, scales) are passed by value.
+ *  - "act" is the backend's activation dtype, be->caps.act_dtype (CPU: F32; CUDA: BF16).
+ *    Elements are addressed in units of that dtype (strides are in elements, not bytes).
+ *    Buffers documented as "f32" are float32 on every backend; "i32" are int32.
+ *  - Matrix shapes are row-major [rows, cols]. A linear layer stores W as [out, in] and
+ *    computes y = x · Wᵀ (like torch.nn.Linear).
+ *  - Ops are asynchronous with respect to the host on backends that can be (CUDA: enqueued
+ *    on the backend's stream, no host sync, capturable into a CUDA graph). Only download()
+ *    and sync() wait. Ops do not allocate: scratch memory comes from the caller, sized by the
+ *    *_scratch_bytes() queries at startup. Ops return void; a violated shape/stride contract
+ *    is an internal bug (DI_ASSERT), and asynchronous device faults surface from sync().
+ *  - Batch metadata (positions, slot mapping, block tables, sequence starts, context lengths)
+ *    is uploaded once per step by the model into device int32 arrays (di_attn_batch) and
+ *    shared by all layers; host-side counts travel alongside.
+ *  - Reductions use fp32 accumulation on every backend (sums, dot products, softmax).
+ *
+ * Invariants: a backend never sees sequences beyond di_attn_batch, never frees memory it did
+ * not allocate, and every op's result is independent of how the CPU backend splits work over
+ * threads (fixed reduction order), so results are bit-reproducible for a given batch. */
+#ifndef DI_BACKEND_BACKEND_H
+#define DI_BACKEND_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "deepinfer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Tokens per KV-cache block (paged latent cache). */
+#define DI_KV_BLOCK_SIZE 64
+
+typedef enum di_device { DI_DEVICE_CPU = 0, DI_DEVICE_CUDA = 1 } di_device;
+
+typedef struct di_backend di_backend;
+
+/* ---------------------------------------------------------------------------------------
+ * Weights
+ * ------------------------------------------------------------------------------------- */
+
+/* One matrix as read from a checkpoint (host memory, typically mmapped). The matrix is rows
+ * [row0, row0 + rows) of a source tensor with `cols` columns and row stride `cols`; `data`
+ * points at row 0 of the source, so FP8 block scales index by absolute source row:
+ * scale[(row0 + r) / block_rows * scale_cols + c / block_cols], with
+ * scale_cols = ceil(cols / block_cols). */
+typedef struct di_host_matrix {
+    const char *name;       /* tensor name, for messages */
+    di_dtype dtype;         /* F32, BF16, F16 or F8_E4M3 */
+    int row0, rows, cols;
+    const void *data;       /* [src_rows, cols] host, row-major, dtype */
+    const float *scale;     /* F8_E4M3 only: weight_scale_inv, fp32 host [ceil(src_rows/br), ceil(cols/bc)] */
+    int block_rows, block_cols;  /* F8 scale block (128 x 128 for DeepSeek) */
+} di_host_matrix;
+
+/* How weight_upload lays out the uploaded matrices. */
+typedef enum di_weight_layout {
+    DI_WEIGHT_PLAIN = 0,      /* as in the file: [rows, cols] = [out, in] */
+    DI_WEIGHT_TRANSPOSED = 1  /* stored transposed, [cols, rows]: y = x · W computes x · (Wᵀ)ᵀ */
+} di_weight_layout;
+
+/* A weight on the backend: n matrices of identical shape [rows, cols] (n = 1 for a plain
+ * linear or a norm vector (rows = 1); n = n_experts for stacked expert weights; n = n_heads for
+ * the per-head MLA absorption matrices). `rows`/`cols` are the stored (post-layout) shape: the
+ * op computes y = x · W[i]ᵀ with W[i] of shape [rows, cols], so out dim = rows, in dim = cols.
+ * The backend chooses the storage dtype: the CPU backend dequantizes everything to F32 at
+ * upload; CUDA keeps F8_E4M3 with fp32 block scales [n, ceil(rows/br), ceil(cols/bc)] where the
+ * layout allows it, BF16 otherwise. Fields other than n/rows/cols are backend-private. */
+typedef struct di_weight {
+    int n, rows, cols;
+    di_dtype dtype;         /* storage dtype on the backend */
+    void *data;             /* device [n, rows, cols] */
+    void *scale;            /* device f32 block scales or NULL */
+    int block_rows, block_cols;
+    size_t bytes;           /* device bytes held (data + scale) */
+} di_weight;
+
+/* ---------------------------------------------------------------------------------------
+ * Per-op parameter structs
+ * ------------------------------------------------------------------------------------- */
+
+/* RoPE for the rope slice of q heads and for k_pe (HF semantics).
+ *   interleave = 1 (HF `rope_interleave` true, DeepSeek's layout; and always for deepseek_v2):
+ *     pairs (x[2i], x[2i+1]) rotate by angle pos * inv_freq[i]; results stay in place.
+ *     (HF writes the rotated pairs in "evens then odds" order; q and k are permuted alike,
+ *     so every q·k, and hence every output, is identical. Our cache keeps pair order.)
+ *   interleave = 0: NeoX halves, pairs (x[i], x[i + dim/2]).
+ * y_a = (x_a cos φ - x_b sin φ) * mscale, y_b = (x_b cos φ + x_a sin φ) * mscale, where
+ * φ = (float)pos * inv_freq[i] computed in fp32 (as HF), cos/sin evaluated accurately, and
+ * mscale is YaRN's attention_factor (1.0 for V3). */
+typedef struct di_rope_params {
+    int dim;                /* rotated width (qk_rope_head_dim), even */
+    int interleave;
+    float mscale;           /* cos/sin multiplier (HF attention_scaling) */
+    const float *inv_freq;  /* device f32 [dim / 2] */
+} di_rope_params;
+
+/* The step's attention metadata, uploaded once per step. Sequence i owns batch tokens
+ * [seq_start[i], seq_start[i+1]); they are the last q_len = seq_start[i+1] - seq_start[i]
+ * positions of its context: token j of the sequence is at position ctx_len[i] - q_len + j and
+ * attends causally to context positions [0, that position]. Context position p of sequence i
+ * lives in cache slot block_table[i * max_blocks + p / 64] * 64 + p % 64. */
+typedef struct di_attn_batch {
+    const int32_t *positions;     /* device i32 [n_tokens] */
+    const int32_t *slot_mapping;  /* device i32 [n_tokens] cache slot written by each token */
+    const int32_t *seq_start;     /* device i32 [n_seqs + 1] */
+    const int32_t *seq_ctx_len;   /* device i32 [n_seqs] */
+    const int32_t *block_table;   /* device i32 [n_seqs, max_blocks] */
+    int n_tokens, n_seqs, max_blocks;
+    int max_q_len;                /* host: max over sequences of q_len (grid sizing) */
+    int max_ctx_len;              /* host: max over sequences of ctx_len */
+} di_attn_batch;
+
+/* MLA dimensions of one attention layer. */
+typedef struct di_mla_dims {
+    int n_heads;          /* H */
+    int nope_dim;         /* dn = qk_nope_head_dim */
+    int rope_dim;         /* dr = qk_rope_head_dim */
+    int v_dim;            /* dv = v_head_dim */
+    int kv_rank;          /* r = kv_lora_rank; cache width = r + dr */
+    float softmax_scale;  /* sigma (YaRN mscale_all_dim applied) */
+} di_mla_dims;
+
+/* Most routed experts a layer may have (DeepSeek-V3: 256, Kimi-K2: 384). */
+#define DI_MAX_EXPERTS 1024
+
+typedef enum di_route_method {
+    DI_ROUTE_NOAUX_TC = 0,          /* V3: sigmoid, + e_score_correction_bias for selection */
+    DI_ROUTE_GREEDY,                /* V2: softmax, plain top-k */
+    DI_ROUTE_GROUP_LIMITED_GREEDY   /* V2: softmax, groups scored by max */
+} di_route_method;
+
+typedef struct di_route_params {
+    di_route_method method;
+    int n_experts;        /* E */
+    int top_k;            /* k */
+    int n_group;          /* groups of E / n_group contiguous experts (1 = no grouping) */
+    int topk_group;       /* groups kept */
+    int norm_topk_prob;   /* renormalise selected weights: w / (sum w + 1e-20) */
+    float routed_scaling_factor;
+} di_route_params;
+
+/* matmul flags */
+#define DI_MM_ACCUMULATE 1u   /* y += x · Wᵀ instead of y = x · Wᵀ */
+#define DI_MM_OUT_F32    2u   /* y is f32 instead of act (logits, router) */
+
+/* ---------------------------------------------------------------------------------------
+ * Capabilities and the op table
+ * ------------------------------------------------------------------------------------- */
+typedef struct di_backend_caps {
+    di_dtype act_dtype;       /* activations and the KV cache: F32 (CPU) / BF16 (CUDA) */
+    int keeps_fp8;            /* 1 if F8 weights stay F8 (+scales) on the device */
+    size_t memory_bytes;      /* device memory available for weights + KV + workspace (0 = unknown) */
+    int n_threads;            /* CPU threads (1 for CUDA) */
+} di_backend_caps;
+
+struct di_backend {
+    const char *name;         /* "cpu", "cuda" */
+    di_device device;
+    di_backend_caps caps;
+    void *impl;               /* backend-private state */
+
+    void (*destroy)(di_backend *be);
+
+    /* ---- memory ---- */
+    /* Device allocation (zeroed is NOT guaranteed). Startup only, never in a step. */
+    di_status (*alloc)(di_backend *be, size_t bytes, void **out);
+    void (*free)(di_backend *be, void *ptr);                       /* free(NULL) ok */
+    /* host -> device copy; may be asynchronous once the host buffer is pinned staging memory */
+    void (*upload)(di_backend *be, void *dst, const void *src, size_t bytes);
+    /* device -> host copy; waits for all queued ops first */
+    di_status (*download)(di_backend *be, void *dst, const void *src, size_t bytes);
+    void (*memset)(di_backend *be, void *dst, int byte, size_t bytes);
+    /* waits for every queued op; reports asynchronous failures */
+    di_status (*sync)(di_backend *be);
+
+    /* ---- weights (load time) ---- */
+    /* Uploads n matrices: matrix i is the row-concatenation of parts[i * n_parts + 0 ..
+     * n_parts - 1] (all with the same cols; e.g. gate_proj then up_proj of expert i), stored
+     * with `layout`. Dequantizes / converts to the backend's storage dtype. All parts of all
+     * matrices must have equal row counts per part index. Errors name the tensor. */
+    di_status (*weight_upload)(di_backend *be, int n, int n_parts, const di_host_matrix *parts,
+                               di_weight_layout layout, di_weight *out);
+    void (*weight_free)(di_backend *be, di_weight *w);            /* zeroes *w; ok on zeroed */
+
+    /* ---- elementwise / small ops ---- */
+    /* out[t, :] = table[ids[t], :].  out: device act [T, D]; table: weight n=1 [vocab, D];
+     * ids: device i32 [T], each in [0, vocab) (checked by the model on the host). */
+    void (*embed)(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T);
+
+    /* out[t, :] = rmsnorm(x[t, :]) ⊙ w, rmsnorm(v) = v / sqrt(mean(v²) + eps) in fp32.
+     * x: device act [T, D] with row stride ldx; out: device act with row stride ldo (may equal
+     * x with ldo == ldx: in place); w: weight n=1 rows=1 cols=D. */
+    void (*rmsnorm)(di_backend *be, void *out, int ldo, const void *x, int ldx,
+                    const di_weight *w, float eps, int T, int D);
+
+    /* Fused residual add + norm: h += delta (if delta != NULL), then out = rmsnorm(h) ⊙ w.
+     * h, delta, out: device act [T, D] contiguous; out != h. */
+    void (*add_rmsnorm)(di_backend *be, void *h, const void *delta, void *out,
+                        const di_weight *w, float eps, int T, int D);
+
+    /* out[t, i] = silu(gu[t, i]) * gu[t, I + i].  gu: device act [T, 2I]; out: device act [T, I]. */
+    void (*silu_mul)(di_backend *be, void *out, const void *gu, int T, int I);
+
+    /* y[i] += x[i] for i < n.  device act. */
+    void (*add)(di_backend *be, void *y, const void *x, size_t n);
+
+    /* out[i, :] = x[rows[i], :].  x: device act [T, D]; rows: device i32 [n]; out: act [n, D]. */
+    void (*gather_rows)(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D);
+
+    /* ---- GEMMs ---- */
+    /* y = x · Wᵀ (or +=, see DI_MM_*).  x: device act [T, W.cols] row stride ldx;
+     * y: device act (or f32 with DI_MM_OUT_F32) [T, W.rows] row stride ldy; W: n=1.
+     * Accumulation in fp32. FP8 weights: weight-only dequantization semantics (W = Wq · S per
+     * 128x128 block); a backend may quantize activations only if it documents the error. */
+    void (*matmul)(di_backend *be, void *y, int ldy, const void *x, int ldx, const di_weight *W,
+                   int T, unsigned flags);
+
+    /* Batched per-head matmul (MLA absorption): for t < T, h < W.n:
+     *   y[t, h, :] = x[t, h, :] · W[h]ᵀ      (x: W.cols values, y: W.rows values)
+     * x: device act, element (t, h, j) at x[t * ldx + h * hsx + j];
+     * y: device act, element (t, h, i) at y[t * ldy + h * hsy + i].
+     * Used as q̃_h = W_UK_hᵀ q_h^nope (W uploaded TRANSPOSED from kv_b_proj's k rows) and
+     * o_h = W_UV_h ō_h (W = kv_b_proj's v rows, PLAIN). */
+    void (*bmm)(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx,
+                const di_weight *W, int T);
+
+    /* ---- positions and cache ---- */
+    /* Rotates, in place, the rope slice of n_heads heads of each of T rows:
+     * element j of head h of row t is x[t * ldx + h * hs + j], j < rp->dim, at position
+     * positions[t]. Used for q (n_heads = H, hs = dn + dr, x = q + dn) and k_pe (n_heads = 1). */
+    void (*rope)(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions,
+                 int T, const di_rope_params *rp);
+
+    /* cache[slot_mapping[t], :] = kv[t, :] for t < T (width W = r + dr: normed latent c, then
+     * roped k_pe).  cache: device act [n_slots, W] of one layer; kv: device act, row stride ldkv.
+     * A negative slot skips the token. */
+    void (*kv_write)(di_backend *be, void *cache, const void *kv, int ldkv,
+                     const int32_t *slot_mapping, int T, int W);
+
+    /* For i < n: copies whole cache block src[i] to dst[i] in every one of n_layers layers
+     * (layer l at cache + l * layer_stride elements; block = 64 slots * W values).
+     * src, dst: HOST int arrays (block ids are known on the host when copy-on-write is planned). */
+    void (*kv_copy_blocks)(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,
+                           const int32_t *src, const int32_t *dst, int n);
+
+    /* ---- attention ---- */
+    /* Naive MLA attention for sequences [seq_begin, seq_end) (prefill chunks). For each such
+     * sequence the whole context's latents [0, ctx_len) are read from the paged cache
+     * (already written by kv_write for this step's tokens) and decompressed through W_kvb:
+     *   [k_nope_h | v_h] = W_kvb[h*(dn+dv) : (h+1)*(dn+dv), :] · c_s,   k_h = [k_nope_h | k_pe_s]
+     * then out[t, h, :] = Σ_s softmax_s(σ q[t,h,:]·k_{h,s}, causal) v_{h,s}. Online softmax over
+     * context tiles, so memory is linear in context length.
+     * q: device act [n_tokens, H, dn + dr] (rope applied), row stride ldq (elements);
+     * out: device act [n_tokens, H, dv] contiguous (only rows of these sequences are written);
+     * cache: device act [n_slots, r + dr] of the layer; W_kvb: n=1 [H*(dn+dv), r];
+     * scratch: device, at least mla_prefill_scratch_bytes(be, dims, max_tokens) bytes where
+     * max_tokens >= this step's token count. */
+    void (*mla_prefill)(di_backend *be, void *out, const void *q, int ldq, const void *cache,
+                        const di_weight *W_kvb, const di_attn_batch *ab, int seq_begin, int seq_end,
+                        const di_mla_dims *d, void *scratch, size_t scratch_bytes);
+    size_t (*mla_prefill_scratch_bytes)(di_backend *be, const di_mla_dims *d, int max_tokens);
+
+    /* Weight-absorbed MLA attention over the paged latent cache for sequences
+     * [seq_begin, seq_end) (decode; q_len >= 1 per sequence, causal within the step):
+     *   score_{t,h,s} = σ (q̃[t,h,:] · c_s + q_pe[t,h,:] · k_pe_s),  s <= pos(t)
+     *   out[t, h, :] = Σ_s softmax_s(score) c_s     (the r-dim latent "ō")
+     * qt: device act [n_tokens, H, r] (q̃ = W_UKᵀ q_nope) contiguous;
+     * qpe: device act, element (t, h, j) at qpe[t * ldqpe + h * hsqpe + j], j < dr (roped);
+     * out: device act [n_tokens, H, r] contiguous; cache: device act [n_slots, r + dr].
+     * All heads of a token read each cache block once. */
+    void (*mla_decode)(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe,
+                       int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin,
+                       int seq_end, const di_mla_dims *d);
+
+    /* ---- mixture of experts ---- */
+    /* Router: logits = x · W_gᵀ in fp32 (x converted to fp32), then per token:
+     *  NOAUX_TC: s = sigmoid(logits); b = s + bias (selection only); with n_group > 1, group
+     *    score = sum of the two largest b in the group, keep the topk_group best groups, others
+     *    masked to -inf (HF transformers 5.17 V3); idx = top_k of masked b; w = s[idx].
+     *  GREEDY: s = softmax(logits); idx = top_k of s; w = s[idx].
+     *  GROUP_LIMITED_GREEDY: s = softmax(logits); group score = max s in group; keep
+     *    topk_group groups, others masked to 0.0 (HF V2); idx = top_k; w = s[idx].
+     *  then if norm_topk_prob: w /= (Σ w + 1e-20); finally w *= routed_scaling_factor.
+     * Ties select the lower expert index. topk_idx / topk_w rows are sorted by expert index
+     * (order does not change the result; it fixes the combine order).
+     * x: device act [T, D]; W_g: n=1 [E, D]; bias: weight n=1 rows=1 cols=E or NULL;
+     * topk_idx: device i32 [T, k]; topk_w: device f32 [T, k]; scratch: device f32 [T, 2E].
+ * E is at most DI_MAX_EXPERTS. */
+    void (*moe_route)(di_backend *be, int32_t *topk_idx, float *topk_w, const void *x,
+                      const di_weight *W_g, const di_weight *bias, const di_route_params *rp,
+                      int T, float *scratch);
+
+    /* All routed experts of a layer in one op:
+     *   out[t, :] = Σ_{j<k} topk_w[t, j] · down_e( silu(gate_e x_t) ⊙ up_e x_t ),  e = topk_idx[t, j]
+     * (sum in j order, fp32). Tokens are permuted by expert internally so each expert runs one
+     * GEMM over its tokens; no host synchronisation is needed to learn per-expert counts.
+     * x: device act [T, D]; out: device act [T, D] (overwritten; add shared experts after);
+     * gate_up: n=E [2I, D] (gate rows first); down: n=E [D, I];
+     * scratch: device, >= moe_scratch_bytes(be, max_tokens, k, D, I, E) with max_tokens >= T. */
+    void (*moe_experts)(di_backend *be, void *out, const void *x, const int32_t *topk_idx,
+                        const float *topk_w, int k, const di_weight *gate_up,
+                        const di_weight *down, int T, void *scratch, size_t scratch_bytes);
+    size_t (*moe_scratch_bytes)(di_backend *be, int max_tokens, int k, int D, int I, int E);
+};
+
+/* ---- construction ---- */
+typedef struct di_backend_options {
+    di_device device;
+    int n_threads;            /* CPU: 0 = DEEPINFER_THREADS or all cores */
+    int device_index;         /* CUDA device ordinal */
+} di_backend_options;
+
+/* Creates a backend; DI_ERR_UNSUPPORTED with a clear message if the device is not built in. */
+di_status di_backend_create(const di_backend_options *opts, di_backend **out);
+void di_backend_free(di_backend *be);   /* NULL ok */
+/* Bytes per activation element. */
+size_t di_backend_act_size(const di_backend *be);
+
+/* The CPU backend (always built). */
+di_status di_backend_cpu_create(int n_threads, di_backend **out);
+#ifdef DI_HAVE_CUDA
+di_status di_backend_cuda_create(int device_index, di_backend **out);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,70 @@
+/* cpu_internal.h - shared internals of the CPU backend: its private state, the fp32 GEMM
+ * kernels every op builds on, and the per-file op entry points the table in cpu_backend.c
+ * points at.
+ *
+ * Owner: model. Invariant: every kernel computes each output element with one fixed sequence
+ * of fp32 operations that depends only on the operand shapes, never on thread count or on how
+ * rows are tiled, so results are bit-reproducible and batch-invariant per build. */
+#ifndef DI_BACKEND_CPU_INTERNAL_H
+#define DI_BACKEND_CPU_INTERNAL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/threadpool.h"
+
+typedef struct cpu_state {
+    di_threadpool *pool;
+    int n_threads;
+} cpu_state;
+
+static inline di_threadpool *cpu_pool(di_backend *be) { return ((cpu_state *)be->impl)->pool; }
+
+/* y[M, N] (+)= x[M, K] · W[N, K]ᵀ, serial, fp32. Row strides ldy, ldx, ldw (elements). */
+void cpu_gemm_serial(float *y, int ldy, const float *x, int ldx, const float *W, int ldw,
+                     int M, int N, int K, int accumulate);
+/* Same, split over the pool (tiles of rows of W and of x). */
+void cpu_gemm(di_threadpool *pool, float *y, int ldy, const float *x, int ldx, const float *W,
+              int ldw, int M, int N, int K, int accumulate);
+/* Fixed-order fp32 dot product (same lane layout as the GEMM kernels). */
+float cpu_dot(const float *a, const float *b, int n);
+/* y[i] += a * x[i] */
+void cpu_axpy(float *y, float a, const float *x, int n);
+
+/* op entry points (cpu_matmul.c) */
+void cpu_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx, const di_weight *W,
+                int T, unsigned flags);
+void cpu_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx,
+             const di_weight *W, int T);
+/* (cpu_attention.c) */
+void cpu_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const void *cache,
+                     const di_weight *W_kvb, const di_attn_batch *ab, int seq_begin, int seq_end,
+                     const di_mla_dims *d, void *scratch, size_t scratch_bytes);
+size_t cpu_mla_prefill_scratch_bytes(di_backend *be, const di_mla_dims *d, int max_tokens);
+void cpu_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe,
+                    int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin,
+                    int seq_end, const di_mla_dims *d);
+/* (cpu_moe.c) */
+void cpu_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const void *x,
+                   const di_weight *W_g, const di_weight *bias, const di_route_params *rp, int T,
+                   float *scratch);
+void cpu_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx,
+                     const float *topk_w, int k, const di_weight *gate_up, const di_weight *down,
+                     int T, void *scratch, size_t scratch_bytes);
+size_t cpu_moe_scratch_bytes(di_backend *be, int max_tokens, int k, int D, int I, int E);
+/* (cpu_ops.c) */
+void cpu_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T);
+void cpu_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
+                 float eps, int T, int D);
+void cpu_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w,
+                     float eps, int T, int D);
+void cpu_silu_mul(di_backend *be, void *out, const void *gu, int T, int I);
+void cpu_add(di_backend *be, void *y, const void *x, size_t n);
+void cpu_gather_rows(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D);
+void cpu_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions,
+              int T, const di_rope_params *rp);
+void cpu_kv_write(di_backend *be, void *cache, const void *kv, int ldkv,
+                  const int32_t *slot_mapping, int T, int W);
+void cpu_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,
+                        const int32_t *src, const int32_t *dst, int n);
+#endif

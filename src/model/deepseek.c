@@ -1,0 +1,191 @@
+/* deepseek.c - the DeepSeek forward pass (V2 / V3 / V3.2-dense), written once against the
+ * backend op table. Reads like docs/deepseek-v3-arch.md §0-§5 and §7:
+ *
+ *   h = E[tokens]
+ *   for each layer:  h += MLA(rmsnorm_in(h));  h += FFN(rmsnorm_post(h))
+ *   logits = lm_head(rmsnorm_final(h))
+ *
+ * MLA: decode sequences (the first n_decode_seqs of the batch) take the weight-absorbed path
+ * over the latent cache; prefill chunks take the naive path (context decompressed through
+ * kv_b_proj). Both read the context — including this step's tokens — back from the paged cache
+ * after kv_write, so chunked prefill and prefix-cache hits need nothing special.
+ *
+ * Owner: model. Invariant: the batch was validated by model.c; this file allocates nothing. */
+#include <string.h>
+
+#include "core/status.h"
+#include "model/model_internal.h"
+
+static size_t act_bytes(const di_model *m, size_t n) { return n * di_backend_act_size(m->be); }
+static void *act_at(const di_model *m, void *base, size_t elems) {
+    return (char *)base + act_bytes(m, elems);
+}
+
+/* Uploads the step's metadata once; fills the attention batch descriptor. */
+static void upload_batch(di_model *m, const di_batch *b, di_attn_batch *ab) {
+    di_backend *be = m->be;
+    int T = b->n_tokens, S = b->n_seqs, mb = m->max_blocks_per_seq;
+    be->upload(be, m->d_ids, b->token_ids, (size_t)T * sizeof(int32_t));
+    be->upload(be, m->d_pos, b->positions, (size_t)T * sizeof(int32_t));
+    be->upload(be, m->d_slots, b->slot_mapping, (size_t)T * sizeof(int32_t));
+    be->upload(be, m->d_seq_start, b->seq_start, (size_t)(S + 1) * sizeof(int32_t));
+    be->upload(be, m->d_ctx_len, b->seq_ctx_len, (size_t)S * sizeof(int32_t));
+    /* re-stride the block table to ours, copying only the blocks each context uses */
+    int max_q = 0, max_ctx = 0;
+    for (int i = 0; i < S; i++) {
+        int used = (b->seq_ctx_len[i] + DI_KV_BLOCK_SIZE - 1) / DI_KV_BLOCK_SIZE;
+        memcpy(m->h_block_table + (size_t)i * mb, b->block_table + (size_t)i * b->max_blocks,
+               (size_t)used * sizeof(int32_t));
+        int q = b->seq_start[i + 1] - b->seq_start[i];
+        max_q = q > max_q ? q : max_q;
+        max_ctx = b->seq_ctx_len[i] > max_ctx ? b->seq_ctx_len[i] : max_ctx;
+    }
+    be->upload(be, m->d_block_table, m->h_block_table, (size_t)S * mb * sizeof(int32_t));
+    *ab = (di_attn_batch){m->d_pos, m->d_slots, m->d_seq_start, m->d_ctx_len, m->d_block_table,
+                          T, S, mb, max_q, max_ctx};
+}
+
+/* h += MLA(x); x is the normed input; result added into h and normed into x by the caller. */
+static void attention(di_model *m, const di_layer *ly, void *cache, const di_attn_batch *ab,
+                      int n_decode_seqs, int n_decode_tokens) {
+    di_backend *be = m->be;
+    const di_model_config *c = &m->cfg;
+    const di_mla_dims *d = &m->mla;
+    int T = ab->n_tokens, H = d->n_heads, dn = d->nope_dim, dr = d->rope_dim, r = d->kv_rank;
+    int qk = dn + dr, W = r + dr;
+    /* queries: q = W_qb · rmsnorm_qa(W_qa x)  or  q = W_q x        [T, H, dn + dr] */
+    if (c->q_lora_rank > 0) {
+        be->matmul(be, m->cq, c->q_lora_rank, m->x, c->hidden_size, &ly->q_a, T, 0);
+        be->rmsnorm(be, m->cq, c->q_lora_rank, m->cq, c->q_lora_rank, &ly->q_a_norm,
+                    (float)c->rms_norm_eps, T, c->q_lora_rank);
+        be->matmul(be, m->q, H * qk, m->cq, c->q_lora_rank, &ly->q_b, T, 0);
+    } else {
+        be->matmul(be, m->q, H * qk, m->x, c->hidden_size, &ly->q, T, 0);
+    }
+    /* latent: [c | k_pe] = W_kva x; c = rmsnorm_kva(c)               [T, r + dr] */
+    be->matmul(be, m->kva, W, m->x, c->hidden_size, &ly->kv_a, T, 0);
+    be->rmsnorm(be, m->kva, W, m->kva, W, &ly->kv_a_norm, (float)c->rms_norm_eps, T, r);
+    /* RoPE on every head's q_pe and on the shared k_pe */
+    be->rope(be, act_at(m, m->q, dn), H * qk, H, qk, ab->positions, T, &m->rope);
+    be->rope(be, act_at(m, m->kva, r), W, 1, W, ab->positions, T, &m->rope);
+    be->kv_write(be, cache, m->kva, W, ab->slot_mapping, T, W);
+    /* decode: q̃ = W_UKᵀ q_nope; ō = attn over latents; o = W_UV ō */
+    if (n_decode_tokens > 0) {
+        be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
+        be->mla_decode(be, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk, cache, ab, 0,
+                       n_decode_seqs, d);
+        be->bmm(be, m->o, H * d->v_dim, d->v_dim, m->olat, H * r, r, &ly->w_uv, n_decode_tokens);
+    }
+    /* prefill chunks: naive attention over the decompressed context */
+    if (n_decode_seqs < ab->n_seqs)
+        be->mla_prefill(be, m->o, m->q, H * qk, cache, &ly->kv_b, ab, n_decode_seqs, ab->n_seqs, d,
+                        m->prefill_scratch, m->prefill_scratch_bytes);
+    be->matmul(be, m->attn_out, c->hidden_size, m->o, H * d->v_dim, &ly->o, T, 0);
+}
+
+/* ffn_out = FFN(x): dense SwiGLU MLP, or routed experts + shared experts. */
+static void ffn(di_model *m, const di_layer *ly, int T) {
+    di_backend *be = m->be;
+    const di_model_config *c = &m->cfg;
+    int D = c->hidden_size;
+    if (!ly->is_moe) {
+        int I = c->intermediate_size;
+        be->matmul(be, m->ffn_gu, 2 * I, m->x, D, &ly->gate_up, T, 0);
+        be->silu_mul(be, m->ffn_act, m->ffn_gu, T, I);
+        be->matmul(be, m->ffn_out, D, m->ffn_act, I, &ly->down, T, 0);
+        return;
+    }
+    be->moe_route(be, m->topk_idx, m->topk_w, m->x, &ly->router,
+                  ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
+    be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k,
+                    &ly->exp_gate_up, &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
+    if (c->n_shared_experts > 0) {
+        int Is = c->moe_intermediate_size * c->n_shared_experts;
+        be->matmul(be, m->ffn_gu, 2 * Is, m->x, D, &ly->sh_gate_up, T, 0);
+        be->silu_mul(be, m->ffn_act, m->ffn_gu, T, Is);
+        be->matmul(be, m->ffn_out, D, m->ffn_act, Is, &ly->sh_down, T, DI_MM_ACCUMULATE);
+    }
+}
+
+/* One decoder layer on the residual stream m->h. */
+static void decoder_layer(di_model *m, int l, const di_attn_batch *ab, int n_decode_seqs,
+                          int n_decode_tokens) {
+    di_backend *be = m->be;
+    const di_layer *ly = &m->layers[l];
+    float eps = (float)m->cfg.rms_norm_eps;
+    int T = ab->n_tokens, D = m->cfg.hidden_size;
+    void *cache = act_at(m, m->kv, (size_t)l * m->kv_layer_stride);
+    be->rmsnorm(be, m->x, D, m->h, D, &ly->attn_norm, eps, T, D);
+    attention(m, ly, cache, ab, n_decode_seqs, n_decode_tokens);
+    be->add_rmsnorm(be, m->h, m->attn_out, m->x, &ly->ffn_norm, eps, T, D);
+    ffn(m, ly, T);
+    be->add(be, m->h, m->ffn_out, (size_t)T * D);
+}
+
+/* Logits of the requested rows, from the normed hidden states in `xn` (rows of the batch),
+ * computed in chunks so the device buffer stays [logits_chunk, vocab]. */
+static di_status emit_logits(di_model *m, const di_batch *b, const void *src, int src_normed,
+                             const di_weight *norm, const di_weight *head, float *logits) {
+    di_backend *be = m->be;
+    int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    for (int r0 = 0; r0 < b->n_logits; r0 += m->logits_chunk) {
+        int n = b->n_logits - r0 < m->logits_chunk ? b->n_logits - r0 : m->logits_chunk;
+        be->upload(be, m->d_rows, b->logits_rows + r0, (size_t)n * sizeof(int32_t));
+        be->gather_rows(be, m->xg, src, m->d_rows, n, D);
+        if (!src_normed) be->rmsnorm(be, m->xg, D, m->xg, D, norm, (float)m->cfg.rms_norm_eps, n, D);
+        be->matmul(be, m->logits, V, m->xg, D, head, n, DI_MM_OUT_F32);
+        DI_TRY(be->download(be, logits + (size_t)r0 * V, m->logits, (size_t)n * V * sizeof(float)));
+    }
+    return DI_OK;
+}
+
+static di_status download_hidden(di_model *m, float *dst, const void *src, int T) {
+    if (m->be->caps.act_dtype != DI_DTYPE_F32)
+        return di_error(DI_ERR_UNSUPPORTED, "hidden-state output needs an fp32-activation backend");
+    return m->be->download(m->be, dst, src, act_bytes(m, (size_t)T * m->cfg.hidden_size));
+}
+
+static int decode_tokens(const di_batch *b) { return b->seq_start[b->n_decode_seqs]; }
+
+di_status di_deepseek_forward(di_model *m, const di_batch *b, float *logits, float *hidden) {
+    di_backend *be = m->be;
+    di_attn_batch ab;
+    upload_batch(m, b, &ab);
+    int T = b->n_tokens, D = m->cfg.hidden_size;
+    be->embed(be, m->h, &m->embed, m->d_ids, T);
+    for (int l = 0; l < m->n_layers; l++) decoder_layer(m, l, &ab, b->n_decode_seqs, decode_tokens(b));
+    const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
+    if (hidden) {
+        be->rmsnorm(be, m->x, D, m->h, D, &m->final_norm, (float)m->cfg.rms_norm_eps, T, D);
+        DI_TRY(download_hidden(m, hidden, m->x, T));
+        if (logits) DI_TRY(emit_logits(m, b, m->x, 1, NULL, head, logits));
+    } else if (logits) {
+        DI_TRY(emit_logits(m, b, m->h, 0, &m->final_norm, head, logits));
+    }
+    return be->sync(be);
+}
+
+/* MTP (§7): u = eh_proj([enorm(embed(t_{i+1})); hnorm(h_i)]), v = layer(u),
+ * logits = head(shared_head.norm(v)). */
+di_status di_deepseek_mtp_forward(di_model *m, int k, const di_batch *b, const float *hidden_in,
+                                  float *logits, float *hidden_out) {
+    di_backend *be = m->be;
+    int l = m->n_layers + k, T = b->n_tokens, D = m->cfg.hidden_size;
+    const di_layer *ly = &m->layers[l];
+    float eps = (float)m->cfg.rms_norm_eps;
+    if (be->caps.act_dtype != DI_DTYPE_F32)
+        return di_error(DI_ERR_UNSUPPORTED, "MTP with host hidden states needs an fp32-activation backend");
+    di_attn_batch ab;
+    upload_batch(m, b, &ab);
+    be->embed(be, m->x, ly->mtp_embed.n ? &ly->mtp_embed : &m->embed, m->d_ids, T);
+    be->rmsnorm(be, m->cat2, 2 * D, m->x, D, &ly->enorm, eps, T, D);
+    be->upload(be, m->h, hidden_in, act_bytes(m, (size_t)T * D));
+    be->rmsnorm(be, act_at(m, m->cat2, D), 2 * D, m->h, D, &ly->hnorm, eps, T, D);
+    be->matmul(be, m->h, D, m->cat2, 2 * D, &ly->eh_proj, T, 0);
+    decoder_layer(m, l, &ab, b->n_decode_seqs, decode_tokens(b));
+    const di_weight *head = ly->mtp_head.n ? &ly->mtp_head : m->lm_head_tied ? &m->embed : &m->lm_head;
+    be->rmsnorm(be, m->x, D, m->h, D, &ly->head_norm, eps, T, D);
+    if (hidden_out) DI_TRY(download_hidden(m, hidden_out, m->x, T));
+    if (logits) DI_TRY(emit_logits(m, b, m->x, 1, NULL, head, logits));
+    return be->sync(be);
+}

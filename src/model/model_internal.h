@@ -1,0 +1,83 @@
+/* model_internal.h - the private layout of a loaded model: backend weights per layer, the
+ * paged latent KV pool and the activation workspace, shared by model.c (lifecycle, batch
+ * validation), weights.c (checkpoint -> backend weights) and deepseek.c (the forward pass).
+ *
+ * Owner: model. Invariants: every buffer here is allocated at load (di_model_load) and freed
+ * by di_model_free; a forward step allocates nothing. Layers [0, num_hidden_layers) are the
+ * main model, the next n_mtp are the loaded MTP layers; each layer l owns KV pool layer l. */
+#ifndef DI_MODEL_INTERNAL_H
+#define DI_MODEL_INTERNAL_H
+#include "backend/backend.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+
+typedef struct di_layer {
+    int index;                     /* layer number in the checkpoint */
+    int is_moe;
+    di_weight attn_norm, ffn_norm; /* input_layernorm, post_attention_layernorm [1, D] */
+    /* MLA */
+    di_weight q_a, q_a_norm, q_b;  /* q-LoRA: [q_rank, D], [1, q_rank], [H*(dn+dr), q_rank] */
+    di_weight q;                   /* without q-LoRA: [H*(dn+dr), D] */
+    di_weight kv_a, kv_a_norm;     /* [r+dr, D], [1, r] */
+    di_weight kv_b;                /* [H*(dn+dv), r] (naive path) */
+    di_weight w_uk_t;              /* n=H [r, dn]: q̃_h = W_UK_hᵀ q_h^nope (absorbed path) */
+    di_weight w_uv;                /* n=H [dv, r]: o_h = W_UV_h ō_h */
+    di_weight o;                   /* [D, H*dv] */
+    /* FFN: dense */
+    di_weight gate_up, down;       /* [2I, D] (gate rows first), [D, I] */
+    /* FFN: MoE */
+    di_weight router, router_bias; /* [E, D], [1, E] (noaux_tc only) */
+    di_weight exp_gate_up, exp_down; /* n=E [2Im, D], n=E [D, Im] */
+    di_weight sh_gate_up, sh_down; /* shared experts fused: [2Is, D], [D, Is] (Is = Im*n_shared) */
+    /* MTP only */
+    di_weight enorm, hnorm, eh_proj, head_norm; /* [1,D], [1,D], [D, 2D], [1,D] */
+    di_weight mtp_embed, mtp_head; /* own copies when they differ from the main ones (else n=0) */
+} di_layer;
+
+struct di_model {
+    di_model_config cfg;
+    di_model_options opts;
+    di_backend *be;
+    int n_layers;                  /* main layers */
+    int n_mtp;                     /* loaded MTP layers */
+    di_layer *layers;              /* [n_layers + n_mtp] */
+    di_weight embed, final_norm, lm_head; /* lm_head aliases embed when tied */
+    int lm_head_tied;
+    /* op parameters */
+    di_mla_dims mla;
+    di_route_params route;
+    di_rope_params rope;           /* rope.inv_freq -> device buffer */
+    float *inv_freq;
+    /* KV pool: [n_layers + n_mtp][kv_blocks * 64][kv_width] act */
+    void *kv;
+    int kv_blocks, kv_width;
+    size_t kv_layer_stride;        /* elements */
+    /* limits */
+    int max_tokens, max_seqs, max_blocks_per_seq, logits_chunk;
+    /* device metadata (i32) */
+    int32_t *d_ids, *d_pos, *d_slots, *d_seq_start, *d_ctx_len, *d_block_table, *d_rows;
+    int32_t *h_block_table;        /* host staging [max_seqs * max_blocks_per_seq] (zeroed) */
+    /* device activations (act dtype) */
+    void *h, *x, *cq, *q, *kva, *qt, *olat, *o, *attn_out, *ffn_gu, *ffn_act, *ffn_out;
+    void *cat2;                    /* [T, 2D] MTP concat */
+    void *xg;                      /* [logits_chunk, D] gathered rows */
+    float *logits;                 /* device f32 [logits_chunk, vocab] */
+
+    int32_t *topk_idx;
+    float *topk_w, *route_scratch;
+    void *prefill_scratch, *moe_scratch;
+    size_t prefill_scratch_bytes, moe_scratch_bytes;
+    size_t weight_bytes, workspace_bytes;
+};
+
+/* weights.c: reads every tensor the config implies from `ws`, uploads them, and fails on
+ * missing, mis-shaped, wrongly typed or unexpected tensors (naming them). */
+di_status di_model_load_weights(di_model *m, const di_weights *ws, const char *dir);
+void di_model_free_weights(di_model *m);
+
+/* deepseek.c: the forward pass over an already validated batch. */
+di_status di_deepseek_forward(di_model *m, const di_batch *b, float *logits, float *hidden);
+di_status di_deepseek_mtp_forward(di_model *m, int k, const di_batch *b, const float *hidden_in,
+                                  float *logits, float *hidden_out);
+#endif
