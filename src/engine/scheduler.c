@@ -270,6 +270,7 @@ const di_step_plan *di_scheduler_schedule(di_scheduler *s) {
         if (q->plan_stamp == s->stamp || di_seq_is_decode(q)) continue;
         int want = q->len - q->n_computed;
         if (want > budget) want = budget;
+        if (want <= 0) continue; /* nothing to compute until a token is appended */
         for (;;) {
             int n = fit_tokens(s, q, want, di_block_manager_n_free(bm));
             if (n > 0) {

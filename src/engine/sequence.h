@@ -18,7 +18,8 @@
 #include "engine/block_manager.h"
 
 typedef enum di_seq_state {
-    DI_SEQ_WAITING = 0,     /* in the scheduler's waiting queue (no blocks) */
+    DI_SEQ_NEW = 0,         /* not queued yet */
+    DI_SEQ_WAITING,         /* in the scheduler's waiting queue (no blocks) */
     DI_SEQ_RUNNING,         /* in the running list (holds blocks) */
     DI_SEQ_FORK_PENDING,    /* completion k > 0 of an n > 1 request before its prompt is done */
     DI_SEQ_FINISHED

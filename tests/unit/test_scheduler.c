@@ -66,6 +66,10 @@ static void check_state(sim *m) {
         if (q->state == DI_SEQ_RUNNING) {
             seats += q->seats;
             int expect_blocks = (q->n_computed + DI_BLOCK_TOKENS - 1) / DI_BLOCK_TOKENS;
+            if (q->n_registered * DI_BLOCK_TOKENS > q->n_computed) {
+                fprintf(stderr, "seq %d: %d blocks registered with %d tokens computed\n", i, q->n_registered, q->n_computed);
+                m->bad = 1;
+            }
             if (q->n_blocks != expect_blocks) {
                 fprintf(stderr, "seq %d: %d blocks for %d computed tokens\n", i, q->n_blocks, q->n_computed);
                 m->bad = 1;
