@@ -19,7 +19,7 @@
 
 /* ---- toy codec ---- */
 
-static void tok_text(int32_t t, char *out) {
+static inline void tok_text(int32_t t, char *out) {
     if (t == FAKE_EOS) {
         out[0] = 0;
         return;
@@ -31,7 +31,7 @@ static void tok_text(int32_t t, char *out) {
 
 typedef struct toy_detok { int skip; } toy_detok;
 
-static di_status toy_encode(void *ctx, const char *text, size_t len, int32_t **ids, size_t *n) {
+static inline di_status toy_encode(void *ctx, const char *text, size_t len, int32_t **ids, size_t *n) {
     *ids = malloc((len ? len : 1) * sizeof **ids);
     if (!*ids) return di_error(DI_ERR_NOMEM, "oom");
     for (size_t i = 0; i < len; i++) {
@@ -78,7 +78,7 @@ static di_status toy_push(void *d, int32_t id, char **buf, size_t *len, size_t *
 static di_status toy_flush(void *d, char **buf, size_t *len, size_t *cap) { return DI_OK; }
 static void toy_detok_free(void *d) { free(d); }
 
-static di_codec toy_codec(void) {
+static inline di_codec toy_codec(void) {
     di_codec c = {(void *)1, toy_encode, toy_detok_create, toy_push, toy_flush, toy_detok_free, NULL};
     return c;
 }
@@ -94,7 +94,7 @@ typedef struct engine_setup {
     int with_codec;
 } engine_setup;
 
-static di_fake_model_config fake_cfg(const engine_setup *s) {
+static inline di_fake_model_config fake_cfg(const engine_setup *s) {
     di_fake_model_config c = {.vocab_size = FAKE_VOCAB,
                               .n_kv_blocks = s->blocks,
                               .max_model_len = s->max_model_len ? s->max_model_len : 4096,
@@ -105,7 +105,7 @@ static di_fake_model_config fake_cfg(const engine_setup *s) {
     return c;
 }
 
-static di_engine *make_engine(const engine_setup *s) {
+static inline di_engine *make_engine(const engine_setup *s) {
     di_fake_model_config fc = fake_cfg(s);
     di_executor ex;
     CHECK_OK(di_executor_fake_create(&fc, &ex));
@@ -131,7 +131,7 @@ typedef struct ref_out {
 
 /* Generates like the engine must: tokens = prompt; repeat: logits of the whole context,
  * sample (position = len, stream), stop on EOS / stop ids (kept) or after max_new tokens. */
-static void ref_generate(const di_fake_model_config *fc, const int32_t *prompt, int plen, const di_sampling_params *p,
+static inline void ref_generate(const di_fake_model_config *fc, const int32_t *prompt, int plen, const di_sampling_params *p,
                          uint64_t seed, int stream, int max_new, ref_out *out) {
     int32_t *ctx = malloc((size_t)(plen + max_new) * sizeof *ctx);
     memcpy(ctx, prompt, (size_t)plen * sizeof *ctx);
@@ -169,7 +169,7 @@ static void ref_generate(const di_fake_model_config *fc, const int32_t *prompt, 
 }
 
 /* The seed the engine gives a request without one. */
-static uint64_t engine_seed_for(uint64_t engine_seed, int64_t id) {
+static inline uint64_t engine_seed_for(uint64_t engine_seed, int64_t id) {
     return di_rng_mix64(engine_seed ^ di_rng_mix64((uint64_t)id + 1));
 }
 #endif

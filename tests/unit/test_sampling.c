@@ -53,8 +53,8 @@ static void test_exp(void) {
     CHECK(di_sampling_exp(-INFINITY) == 0.0f);
     CHECK(di_sampling_exp(NAN) == 0.0f);
     double worst = 0;
-    for (int i = 0; i <= 870000; i++) {
-        float d = -(float)i * 1e-4f;
+    for (int i = 0; i <= 290000; i++) {
+        float d = -(float)i * 3e-4f;
         if (!(d > -87.0f)) break;
         double ref = exp((double)d), got = di_sampling_exp(d);
         double rel = fabs(got - ref) / ref;
@@ -259,7 +259,7 @@ static void check_case(const char *name, const ref_ctx *c, int draws) {
 }
 
 static void test_distributions(void) {
-    const int V = 128;
+    const int V = 64;
     float *l = make_logits(V, 7, 8.0f);
     di_sampling_params p;
     ref_ctx c = {.logits = l, .V = V, .p = &p};
@@ -267,37 +267,37 @@ static void test_distributions(void) {
     di_sampling_params_init(&p);
     check_case("temperature 1", &c, 100000);
     p.temperature = 0.7f;
-    check_case("temperature 0.7", &c, 25000);
+    check_case("temperature 0.7", &c, 15000);
     p.temperature = 1.6f;
-    check_case("temperature 1.6", &c, 25000);
+    check_case("temperature 1.6", &c, 15000);
 
     di_sampling_params_init(&p);
     p.top_k = 17;
-    check_case("top_k 17", &c, 100000);
+    check_case("top_k 17", &c, 15000);
     p.temperature = 0.5f;
-    check_case("top_k 17 T 0.5", &c, 25000);
+    check_case("top_k 17 T 0.5", &c, 15000);
 
     di_sampling_params_init(&p);
     p.top_p = 0.8f;
-    check_case("top_p 0.8", &c, 100000);
+    check_case("top_p 0.8", &c, 15000);
     p.top_p = 0.3f;
     p.temperature = 1.3f;
-    check_case("top_p 0.3 T 1.3", &c, 25000);
+    check_case("top_p 0.3 T 1.3", &c, 15000);
 
     di_sampling_params_init(&p);
     p.min_p = 0.05f;
-    check_case("min_p 0.05", &c, 100000);
+    check_case("min_p 0.05", &c, 15000);
 
     di_sampling_params_init(&p);
     p.top_k = 50;
     p.top_p = 0.9f;
     p.min_p = 0.02f;
     p.temperature = 0.9f;
-    check_case("top_k+top_p+min_p", &c, 25000);
+    check_case("top_k+top_p+min_p", &c, 100000);
 
     /* penalties on known history */
-    const int32_t prompt[] = {3, 5, 5, 9, 120, 121, 100};
-    const int32_t output[] = {5, 7, 7, 7, 121, 50, 127, 0};
+    const int32_t prompt[] = {3, 5, 5, 9, 60, 61, 50};
+    const int32_t output[] = {5, 7, 7, 7, 61, 40, 63, 0};
     di_sampling_params_init(&p);
     p.repetition_penalty = 1.3f;
     p.frequency_penalty = 0.4f;
@@ -306,14 +306,14 @@ static void test_distributions(void) {
     c.n_prompt = 7;
     c.output = output;
     c.n_output = 8;
-    check_case("penalties", &c, 100000);
+    check_case("penalties", &c, 15000);
     p.repetition_penalty = 0.7f;
     p.frequency_penalty = -0.5f;
     p.presence_penalty = -1.0f;
-    check_case("negative penalties", &c, 25000);
+    check_case("negative penalties", &c, 15000);
 
     /* logit bias + min_tokens mask of EOS and stop ids */
-    const int32_t bias_ids[] = {1, 2, 126};
+    const int32_t bias_ids[] = {1, 2, 62};
     const float bias_vals[] = {6.0f, -100.0f, 3.5f};
     const int32_t stop_ids[] = {4, 8};
     const int32_t eos[] = {1};
@@ -326,9 +326,9 @@ static void test_distributions(void) {
     p.min_tokens = 20;
     c.eos = eos;
     c.n_eos = 1;
-    check_case("bias + min_tokens", &c, 25000);
+    check_case("bias + min_tokens", &c, 15000);
     p.ignore_eos = 1;
-    check_case("bias + min_tokens ign eos", &c, 25000);
+    check_case("bias + min_tokens ign eos", &c, 15000);
     free(l);
 
     /* a flat large vocabulary exercises top-p's widening selection */
