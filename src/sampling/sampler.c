@@ -16,8 +16,9 @@
 #include "core/status.h"
 #include "sampling/rng.h"
 
-/* Each fp32 operation below must round separately (no FMA) to match the CUDA port. */
-#define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+/* Each fp32 operation in this file must round separately (no FMA contraction) to match the
+ * CUDA port; a file-wide setting keeps every function inlinable into every other. */
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
 
 typedef struct pair {
     float y;
@@ -31,7 +32,11 @@ struct di_sampler {
     uint64_t *q;    /* [vocab] indexed by id */
     pair *pairs;    /* [vocab] */
     uint8_t *mark;  /* [vocab], zero between calls */
+    uint64_t *bsum; /* [NB] top-p buckets */
 };
+
+#define NB 2048                 /* top-p buckets over y in (m - 23, m] */
+#define D_MIN (-23.0f)          /* exp(-23) < 2^-32: tokens further below the max weigh 0 */
 
 di_status di_sampler_create(int vocab_size, di_sampler **out) {
     *out = NULL;
@@ -45,7 +50,8 @@ di_status di_sampler_create(int vocab_size, di_sampler **out) {
     s->q = malloc(v * sizeof *s->q);
     s->pairs = malloc(v * sizeof *s->pairs);
     s->mark = calloc(v, 1);
-    if (!s->x || !s->p || !s->q || !s->pairs || !s->mark) {
+    s->bsum = malloc((NB + 1) * sizeof *s->bsum);
+    if (!s->x || !s->p || !s->q || !s->pairs || !s->mark || !s->bsum) {
         di_sampler_free(s);
         return di_error(DI_ERR_NOMEM, "sampler: out of memory for vocab %d scratch", vocab_size);
     }
@@ -60,6 +66,7 @@ void di_sampler_free(di_sampler *s) {
     free(s->q);
     free(s->pairs);
     free(s->mark);
+    free(s->bsum);
     free(s);
 }
 
@@ -76,11 +83,16 @@ int di_sampler_vocab(const di_sampler *s) { return s->vocab; }
 #define C4 0x1.555556p-5f         /* fp32(1/24) */
 #define C3 0x1.555556p-3f         /* fp32(1/6) */
 
-NO_CONTRACT float di_sampling_exp(float d) {
-    if (!(d > -87.0f)) return 0.0f;
-    if (d > 0.0f) d = 0.0f;
+/* floor of x for |x| < 2^31: truncate, then step down if that rounded up */
+static inline float floor_small(float x) {
+    float t = (float)(int32_t)x;
+    return t > x ? t - 1.0f : t;
+}
+
+/* exp(d) for -87 < d <= 0 */
+static inline float exp_neg(float d) {
     float t = d * LOG2E;
-    float kf = floorf(t + 0.5f);         /* k in [-125, 0] */
+    float kf = floor_small(t + 0.5f);    /* k in [-125, 0] */
     float r = d - kf * LN2_HI;
     r = r - kf * LN2_LO;                 /* |r| <= ~0.347 */
     float p = C7;
@@ -91,10 +103,16 @@ NO_CONTRACT float di_sampling_exp(float d) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    uint32_t bits = (uint32_t)((int)kf + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;
+}
+
+float di_sampling_exp(float d) {
+    if (!(d > -87.0f)) return 0.0f;
+    if (d > 0.0f) d = 0.0f;
+    return exp_neg(d);
 }
 
 /* ---- ordering, selection, sorting ---- */
@@ -155,7 +173,7 @@ static di_status bad_logit(int id, float v) {
                     isnan(v) ? "NaN" : "+inf");
 }
 
-static NO_CONTRACT void add_bias(float *x, int i, float b) { x[i] = x[i] + b; }
+static void add_bias(float *x, int i, float b) { x[i] = x[i] + b; }
 
 /* x = logits with penalties, bias and the min_tokens mask; returns logits itself when none
  * applies (no copy). */
@@ -183,42 +201,142 @@ static const float *prepare(di_sampler *s, const float *logits, const di_sample_
     return s->x;
 }
 
-static di_status argmax(const float *x, int V, int32_t *token) {
-    int best = -1;
-    float bv = -INFINITY;
-    for (int i = 0; i < V; i++) {
-        float v = x[i];
-        if (v > bv) {
-            best = i;
-            bv = v;
-        }
+/* Max of x[0..V) (8 independent lanes so the loop vectorizes); NaN or +inf is an error. */
+static di_status scan_max(const float *x, const float *raw, int V, float *m_out) {
+    float m[8];
+    int nan[8];
+    for (int j = 0; j < 8; j++) {
+        m[j] = -INFINITY;
+        nan[j] = 0;
     }
-    if (bv > FLT_MAX) return bad_logit(best, bv);
-    for (int i = 0; i < V; i++) /* NaN never wins a comparison: look for it separately */
-        if (isnan(x[i])) return bad_logit(i, x[i]);
-    if (best < 0) return di_error(DI_ERR_BACKEND, "sampler: every token is masked (all logits -inf)");
-    *token = best;
+    int i = 0;
+    for (; i + 8 <= V; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float v = x[i + j];
+            m[j] = v > m[j] ? v : m[j];
+            nan[j] |= v != v;
+        }
+    for (; i < V; i++) {
+        m[0] = x[i] > m[0] ? x[i] : m[0];
+        nan[0] |= x[i] != x[i];
+    }
+    float mx = m[0];
+    int any_nan = nan[0];
+    for (int j = 1; j < 8; j++) {
+        mx = m[j] > mx ? m[j] : mx;
+        any_nan |= nan[j];
+    }
+    if (any_nan || mx > FLT_MAX) {
+        for (i = 0; i < V; i++)
+            if (isnan(x[i]) || x[i] > FLT_MAX) return bad_logit(i, raw[i]);
+    }
+    if (mx == -INFINITY) return di_error(DI_ERR_BACKEND, "sampler: every token is masked (all logits -inf)");
+    *m_out = mx;
+    return DI_OK;
+}
+
+static di_status argmax(const float *x, int V, int32_t *token) {
+    float m;
+    DI_TRY(scan_max(x, x, V, &m));
+    int i = 0;
+    while (x[i] != m) i++; /* the lowest id among the maxima */
+    *token = i;
     return DI_OK;
 }
 
 static int is_greedy(const di_sampling_params *p) { return p->temperature < 1e-5f; }
 
-static NO_CONTRACT void scale_temperature(float *y, const float *x, int V, float T) {
+static void scale_temperature(float *y, const float *x, int V, float T) {
     for (int i = 0; i < V; i++) y[i] = x[i] / T;
 }
 
-static inline uint64_t weight_of(float pr) { return (uint64_t)(pr * 4294967296.0f); }
+/* pr * 2^32 <= 2^32 fits int64, whose conversion is one instruction (uint64 needs a branch) */
+static inline uint64_t weight_of(float pr) { return (uint64_t)(int64_t)(pr * 4294967296.0f); }
 
-/* Fills p/q of token id from its y and the max m. */
-static NO_CONTRACT void prob_of(di_sampler *s, int id, float y, float m) {
+/* p and q of token id from its y and the max m (weight 0 below D_MIN: exp < 2^-32 there) */
+static inline void prob_of(di_sampler *s, int id, float y, float m) {
     float d = y - m;
-    float pr = d < -23.0f ? 0.0f : di_sampling_exp(d); /* exp(-23) < 2^-32: weight 0 either way */
+    float pr = d < D_MIN ? 0.0f : exp_neg(d);
     s->p[id] = pr;
     s->q[id] = weight_of(pr);
 }
 
-/* Builds the kept set K. Returns *nk = -1 when K is "all ids" (weights in q, filtered ones
- * zeroed), else K = pairs[0..nk) in ascending id. *W = sum of weights over K. */
+/* p[i] for every token, branch-free so the loop vectorizes (same values as prob_of) */
+static void probs_all(float *restrict p, const float *restrict y, int V, float m) {
+    for (int i = 0; i < V; i++) {
+        float d = y[i] - m;
+        float e = exp_neg(d < -87.0f ? -87.0f : d);
+        p[i] = d < D_MIN ? 0.0f : e;
+    }
+}
+
+/* Top-k for small k: a heap of the k first in "before" order, root = the last of them. */
+static void heap_down(pair *h, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && before(h[w], h[l])) w = l;
+        if (r < n && before(h[w], h[r])) w = r;
+        if (w == i) return;
+        swap(&h[i], &h[w]);
+        i = w;
+    }
+}
+
+static void top_k_heap(const float *y, int V, int k, pair *h) {
+    for (int i = 0; i < k; i++) h[i] = (pair){y[i], i};
+    for (int i = k / 2 - 1; i >= 0; i--) heap_down(h, k, i);
+    for (int i = k; i < V; i++) {
+        if (!(y[i] > h[0].y)) continue; /* ties with the root lose: the root has a lower id */
+        h[0] = (pair){y[i], i};
+        heap_down(h, k, 0);
+    }
+}
+
+/* top_p over all ids (no top-k): keeps the minimal prefix in (y desc, id asc) order whose
+ * excluded-prefix weight stays below top_p * total, by bucketing y under the max (a
+ * monotone bucketing, so the result is exactly the specified one) and sorting only the
+ * bucket where the cut falls. Dropped tokens get weight 0. */
+static void top_p_all(di_sampler *s, const float *y, float m, uint64_t total, float top_p) {
+    const int V = s->vocab;
+    const float scale = (float)NB / -D_MIN;
+    const unsigned __int128 limit = (unsigned __int128)(uint64_t)(top_p * 16777216.0f) * total;
+    memset(s->bsum, 0, (NB + 1) * sizeof *s->bsum);
+    for (int i = 0; i < V; i++) {
+        if (!s->q[i]) continue;
+        int b = (int)((m - y[i]) * scale);
+        s->bsum[b < NB ? b : NB - 1] += s->q[i];
+    }
+    uint64_t excl = 0;
+    int c = 0;
+    for (; c < NB; c++) {
+        if (((unsigned __int128)(excl + s->bsum[c]) << 24) >= limit) break;
+        excl += s->bsum[c];
+    }
+    if (c == NB) return; /* everything kept */
+    /* the cut falls in bucket c (or right after it): order its tokens */
+    pair *a = s->pairs;
+    int n = 0;
+    for (int i = 0; i < V; i++) {
+        if (!s->q[i]) continue;
+        int b = (int)((m - y[i]) * scale);
+        b = b < NB ? b : NB - 1;
+        if (b == c) a[n++] = (pair){y[i], i};
+        else if (b > c) s->q[i] = 0;
+    }
+    qsort(a, (size_t)n, sizeof *a, cmp_before);
+    int keep = n;
+    for (int i = 0; i < n; i++) {
+        if (((unsigned __int128)excl << 24) >= limit && (excl > 0 || i > 0)) {
+            keep = i;
+            break;
+        }
+        excl += s->q[a[i].id];
+    }
+    for (int i = keep; i < n; i++) s->q[a[i].id] = 0;
+}
+
+/* Builds the kept set K. Returns *nk = -1 when K is described by q over all ids (weight 0 =
+ * not kept), else K = pairs[0..nk) in ascending id. *W = sum of weights over K. */
 static di_status build_kept(di_sampler *s, const float *x, const di_sample_request *rq, int *nk, uint64_t *W) {
     const di_sampling_params *p = rq->params;
     const int V = s->vocab;
@@ -227,65 +345,52 @@ static di_status build_kept(di_sampler *s, const float *x, const di_sample_reque
         scale_temperature(s->x, x, V, p->temperature);
         y = s->x;
     }
-    float m = -INFINITY;
-    for (int i = 0; i < V; i++) {
-        if (y[i] > m) m = y[i];
-    }
-    if (m > FLT_MAX) {
-        for (int i = 0; i < V; i++)
-            if (y[i] > FLT_MAX) return bad_logit(i, x[i]);
-    }
-    for (int i = 0; i < V; i++)
-        if (isnan(y[i])) return bad_logit(i, x[i]);
-    if (m == -INFINITY) return di_error(DI_ERR_BACKEND, "sampler: every token is masked (all logits -inf)");
-
+    float m;
+    DI_TRY(scan_max(y, x, V, &m));
     const int use_k = p->top_k > 0 && p->top_k < V;
     const int use_p = p->top_p < 1.0f;
     uint64_t total = 0;
-    if (!use_k && !use_p) {
+    if (!use_k) {
+        probs_all(s->p, y, V, m); /* vectorized */
         for (int i = 0; i < V; i++) {
-            prob_of(s, i, y[i], m);
-            if (p->min_p > 0.0f && !(s->p[i] >= p->min_p)) s->q[i] = 0;
+            s->q[i] = weight_of(s->p[i]);
             total += s->q[i];
+        }
+        if (use_p) top_p_all(s, y, m, total, p->top_p);
+        if (use_p || p->min_p > 0.0f) {
+            total = 0;
+            for (int i = 0; i < V; i++) {
+                if (p->min_p > 0.0f && !(s->p[i] >= p->min_p)) s->q[i] = 0;
+                total += s->q[i];
+            }
         }
         *nk = -1;
         *W = total;
         return DI_OK;
     }
     pair *a = s->pairs;
-    for (int i = 0; i < V; i++) {
-        a[i].y = y[i];
-        a[i].id = i;
-    }
-    int n = V;
-    if (use_k) {
-        select_top(a, V, p->top_k);
-        n = p->top_k;
+    int n = p->top_k;
+    if (n <= 4096) {
+        top_k_heap(y, V, n, a);
+    } else {
+        for (int i = 0; i < V; i++) a[i] = (pair){y[i], i};
+        select_top(a, V, n);
     }
     for (int i = 0; i < n; i++) {
         prob_of(s, a[i].id, a[i].y, m);
         total += s->q[a[i].id];
     }
     if (use_p) {
-        /* Order by (y desc, id asc), widening the selected prefix until it covers top_p. */
-        const uint64_t tp24 = (uint64_t)(p->top_p * 16777216.0f);
-        const unsigned __int128 limit = (unsigned __int128)tp24 * total;
-        int sorted = use_k ? n : (n < 64 ? n : 64), keep = -1;
-        for (;;) {
-            if (sorted < n) select_top(a, n, sorted);
-            qsort(a, (size_t)sorted, sizeof *a, cmp_before);
-            uint64_t excl = 0;
-            for (int i = 0; i < sorted; i++) {
-                if (i > 0 && ((unsigned __int128)excl << 24) >= limit) {
-                    keep = i;
-                    break;
-                }
-                excl += s->q[a[i].id];
+        const unsigned __int128 limit = (unsigned __int128)(uint64_t)(p->top_p * 16777216.0f) * total;
+        qsort(a, (size_t)n, sizeof *a, cmp_before);
+        uint64_t excl = 0;
+        for (int i = 0; i < n; i++) {
+            if (i > 0 && ((unsigned __int128)excl << 24) >= limit) {
+                n = i;
+                break;
             }
-            if (keep >= 0 || sorted == n) break;
-            sorted = sorted > n / 8 ? n : sorted * 8;
+            excl += s->q[a[i].id];
         }
-        if (keep >= 0) n = keep;
     }
     if (p->min_p > 0.0f) {
         int w = 0;
