@@ -102,6 +102,8 @@ typedef struct di_engine_params {
     int enable_prefix_cache;     /* default 1 */
     int max_model_len;           /* context limit (0 = the model's max_position_embeddings) */
     uint64_t seed;               /* seeds requests that have no seed (default 0) */
+    int stream_outputs;          /* 1 (default): di_engine_step reports every request that
+                                    produced tokens; 0: only requests that finished */
 } di_engine_params;
 
 void di_engine_params_init(di_engine_params *p);
@@ -152,11 +154,12 @@ typedef struct di_completion_output {
     int32_t stop_token;          /* the EOS / stop token that ended it, or -1 */
 } di_completion_output;
 
-typedef struct di_request_timing {
-    double queue_s;              /* arrival -> first scheduled */
-    double ttft_s;               /* arrival -> first generated token */
-    double tpot_s;               /* mean time per output token after the first (0 if <= 1 token) */
-    double e2e_s;                /* arrival -> finished (or now) */
+typedef struct di_request_timing {  /* seconds */
+    double queue_s;              /* arrival -> first scheduled (once scheduled) */
+    double ttft_s;               /* arrival -> first generated token (once there is one) */
+    double tpot_s;               /* mean time per output token after the first of the longest
+                                    completion (0 if <= 1 token; set when finished) */
+    double e2e_s;                /* arrival -> finished (set when finished) */
 } di_request_timing;
 
 typedef struct di_request_output {
@@ -183,7 +186,8 @@ di_status di_engine_abort(di_engine *e, int64_t request_id);
 int di_engine_has_unfinished(const di_engine *e);
 
 /* Runs one step: schedule, forward, sample, update. *outs lists every request that produced
- * tokens or finished in this step (finished ones for the last time). The outputs and what
+ * tokens or finished in this step (finished ones for the last time; with stream_outputs = 0
+ * only the finished ones). The outputs and what
  * they point to are owned by the engine and valid until the next di_engine_step /
  * di_engine_free. */
 di_status di_engine_step(di_engine *e, const di_request_output *const **outs, size_t *n_outs);

@@ -110,6 +110,7 @@ static int parse_float(const char *flag, const char *s, float *out) {
 /* Returns 0 to run, 1 for --help (exit 0), 2 for a usage error. */
 static int parse_args(int argc, char **argv, options *o) {
     di_engine_params_init(&o->ep);
+    o->ep.stream_outputs = 0; /* results are written at the end: only final outputs */
     di_request_input_init(&o->def);
     o->prompts = calloc((size_t)argc, sizeof *o->prompts);
     o->stops = calloc((size_t)argc, sizeof *o->stops);

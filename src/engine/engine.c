@@ -23,6 +23,7 @@ void di_engine_params_init(di_engine_params *p) {
     p->max_batch_tokens = 2048;
     p->max_seqs = 256;
     p->enable_prefix_cache = 1;
+    p->stream_outputs = 1;
 }
 
 void di_request_input_init(di_request_input *r) {
@@ -389,6 +390,10 @@ static void report(di_engine *e, size_t *n_outs) {
     for (int i = 0; i < e->n_active; i++) {
         di_req *q = e->active[i];
         if (!q->touched) continue;
+        if (!e->params.stream_outputs && q->n_finished < q->n) {
+            q->touched = 0;
+            continue;
+        }
         di_engine_fill_output(e, q, now);
         q->touched = 0;
         if (q->n_finished == q->n) q->reported_final = 1;
@@ -417,7 +422,6 @@ di_status di_engine_step(di_engine *e, const di_request_output *const **outs, si
             for (int i = 0; i < plan->n_seqs; i++) plan->seqs[i]->n_computed = plan->start[i];
             return di_error_context(s, "engine: forward pass of step %llu", (unsigned long long)e->stats.steps);
         }
-        di_scheduler_commit(e->sched, plan);
         e->stats.steps++;
         e->stats.computed_tokens += (uint64_t)plan->n_tokens;
         e->stats.prefix_hit_tokens += (uint64_t)plan->prefix_hit_tokens;
@@ -425,8 +429,11 @@ di_status di_engine_step(di_engine *e, const di_request_output *const **outs, si
         for (int i = 0; i < plan->n_seqs; i++) {
             di_seq *seq = plan->seqs[i];
             di_req *q = seq->req;
-            if (!q->first_sched_ns) q->first_sched_ns = now;
-            if (q->comp[0].seq.n_cached_first >= 0) q->cached_tokens = q->comp[0].seq.n_cached_first;
+            di_scheduler_commit_entry(e->sched, plan, i); /* filled blocks -> prefix cache */
+            if (!q->first_sched_ns) {
+                q->first_sched_ns = now;
+                q->cached_tokens = seq->n_cached_first;
+            }
             if (row_of[i] < 0 || q->comp[seq->index].finish != DI_FINISH_NONE) continue;
             s = sample_entry(e, seq, logits + (size_t)row_of[i] * e->ex.vocab_size, now);
             if (s != DI_OK) {

@@ -55,6 +55,7 @@ typedef struct di_req {
     int cached_tokens;
     int touched;                     /* produced tokens / finished since the last report */
     int reported_final;
+    int out_ready;                   /* the constant fields of out / outc are set */
     di_request_output out;
     di_completion_output *outc;      /* [n] */
 } di_req;

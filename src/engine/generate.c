@@ -83,8 +83,10 @@ di_status di_generate(di_engine *e, const di_request_input *reqs, size_t n, di_r
         return di_error(s, "%s", msg);
     }
     free(prepared);
-    /* ids are consecutive from first_id in input order */
+    /* ids are consecutive from first_id in input order; only final outputs are needed */
     size_t n_done = 0;
+    const int stream = e->params.stream_outputs;
+    e->params.stream_outputs = 0;
     while (n_done < n && s == DI_OK) {
         const di_request_output *const *outs;
         size_t n_outs;
@@ -100,6 +102,7 @@ di_status di_generate(di_engine *e, const di_request_input *reqs, size_t n, di_r
         }
     }
     free(done);
+    e->params.stream_outputs = stream;
     if (s != DI_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", di_last_error());

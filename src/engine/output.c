@@ -95,14 +95,24 @@ di_status di_engine_append_token(di_engine *e, di_req *q, int k, int32_t token, 
 
 static double secs(uint64_t a, uint64_t b) { return b > a ? (double)(b - a) * 1e-9 : 0.0; }
 
+/* Called for every request that changed in a step, so the fields that never change are set
+ * once (out_ready) and the per-step work is a few stores per completion. */
 void di_engine_fill_output(di_engine *e, di_req *q, uint64_t now) {
     (void)e;
     di_request_output *o = &q->out;
-    o->request_id = q->id;
+    if (!q->out_ready) {
+        o->request_id = q->id;
+        o->n_choices = (size_t)q->n;
+        o->choices = q->outc;
+        o->prompt_tokens = (size_t)q->prompt_len;
+        for (int k = 0; k < q->n; k++) {
+            q->outc[k].index = k;
+            q->outc[k].token_ids = q->comp[k].seq.tokens + q->prompt_len;
+            q->outc[k].logprobs = q->comp[k].logprobs;
+        }
+        q->out_ready = 1;
+    }
     o->finished = q->n_finished == q->n;
-    o->n_choices = (size_t)q->n;
-    o->choices = q->outc;
-    o->prompt_tokens = (size_t)q->prompt_len;
     o->completion_tokens = 0;
     o->cached_tokens = q->cached_tokens > 0 ? (size_t)q->cached_tokens : 0;
     int longest = 0;
@@ -110,12 +120,9 @@ void di_engine_fill_output(di_engine *e, di_req *q, uint64_t now) {
     for (int k = 0; k < q->n; k++) {
         const di_completion *c = &q->comp[k];
         di_completion_output *co = &q->outc[k];
-        co->index = k;
         co->text = c->text ? c->text : "";
         co->text_len = c->visible;
-        co->token_ids = c->seq.tokens + q->prompt_len;
         co->n_tokens = (size_t)c->n_gen;
-        co->logprobs = c->logprobs;
         co->finish_reason = c->finish;
         co->stop_reason = c->stop_index >= 0 ? q->params.stop[c->stop_index] : NULL;
         co->stop_token = c->stop_token;
@@ -123,9 +130,13 @@ void di_engine_fill_output(di_engine *e, di_req *q, uint64_t now) {
         if (c->n_gen > longest) longest = c->n_gen;
         if (c->last_token_ns > last) last = c->last_token_ns;
     }
-    uint64_t end = q->finish_ns ? q->finish_ns : now;
-    o->timing.queue_s = secs(q->arrival_ns, q->first_sched_ns ? q->first_sched_ns : end);
-    o->timing.ttft_s = q->first_token_ns ? secs(q->arrival_ns, q->first_token_ns) : 0.0;
-    o->timing.tpot_s = longest > 1 ? secs(q->first_token_ns, last) / (longest - 1) : 0.0;
-    o->timing.e2e_s = secs(q->arrival_ns, end);
+    /* queue and TTFT once known; TPOT and end-to-end when finished (0 while running) */
+    if (o->timing.queue_s == 0.0 && q->first_sched_ns) o->timing.queue_s = secs(q->arrival_ns, q->first_sched_ns);
+    if (o->timing.ttft_s == 0.0 && q->first_token_ns) o->timing.ttft_s = secs(q->arrival_ns, q->first_token_ns);
+    if (o->finished) {
+        if (!q->first_sched_ns) o->timing.queue_s = secs(q->arrival_ns, q->finish_ns);
+        o->timing.tpot_s = longest > 1 ? secs(q->first_token_ns, last) / (longest - 1) : 0.0;
+        o->timing.e2e_s = secs(q->arrival_ns, q->finish_ns);
+    }
+    (void)now;
 }

@@ -1,6 +1,10 @@
 /* runner.c - builds the di_batch of a step plan and runs the executor (see runner.h).
- * The block table is compacted to the widest sequence of the step (max_blocks columns);
- * unused entries are -1. */
+ *
+ * Block table: rows of `width` columns (the widest sequence of the step rounded up to 16,
+ * kept while it is wide enough and not more than twice what is needed), unused entries -1.
+ * Row i remembers which sequence (and table_version) it holds and how many entries it has;
+ * when plan entry i is the same sequence with the same version, only appended block ids are
+ * written, so a steady decode batch costs O(new blocks), not O(context). */
 #include "engine/runner.h"
 
 #include <stdlib.h>
@@ -14,6 +18,10 @@ struct di_runner {
     int32_t *seq_start;                       /* [max_seqs + 1] */
     int32_t *ctx_len, *logits_rows, *row_of;  /* [max_seqs] */
     int32_t *block_table;                     /* [max_seqs * max_blocks] */
+    int width;                                /* current row width (0 = rows invalid) */
+    const di_seq **row_seq;                   /* [max_seqs] what each row holds */
+    uint64_t *row_version;                    /* [max_seqs] */
+    int32_t *row_n;                           /* [max_seqs] entries written */
     di_batch batch;
 };
 
@@ -35,8 +43,11 @@ di_status di_runner_create(int max_batch_tokens, int max_seqs, int max_blocks_pe
     r->logits_rows = malloc(S * sizeof(int32_t));
     r->row_of = malloc(S * sizeof(int32_t));
     r->block_table = malloc(S * (size_t)max_blocks_per_seq * sizeof(int32_t));
+    r->row_seq = calloc(S, sizeof *r->row_seq);
+    r->row_version = calloc(S, sizeof *r->row_version);
+    r->row_n = calloc(S, sizeof *r->row_n);
     if (!r->token_ids || !r->positions || !r->slots || !r->seq_start || !r->ctx_len || !r->logits_rows || !r->row_of ||
-        !r->block_table) {
+        !r->block_table || !r->row_seq || !r->row_version || !r->row_n) {
         di_runner_free(r);
         return di_error(DI_ERR_NOMEM, "runner: out of memory for %d tokens x %d sequences", max_batch_tokens, max_seqs);
     }
@@ -54,15 +65,45 @@ void di_runner_free(di_runner *r) {
     free(r->logits_rows);
     free(r->row_of);
     free(r->block_table);
+    free(r->row_seq);
+    free(r->row_version);
+    free(r->row_n);
     free(r);
+}
+
+/* Row width for `need` columns: rounded up to 16, the current width kept while it fits and
+ * is not more than twice the need (so rows stay valid across steps). */
+static int choose_width(const di_runner *r, int need) {
+    int w = (need + 15) / 16 * 16;
+    if (w > r->max_blocks) w = r->max_blocks;
+    if (r->width >= need && r->width <= 2 * w) return r->width;
+    return w;
+}
+
+static void write_row(di_runner *r, int i, const di_seq *q) {
+    int32_t *row = r->block_table + (size_t)i * r->width;
+    if (r->row_seq[i] == q && r->row_version[i] == q->table_version && r->row_n[i] <= q->n_blocks) {
+        for (int j = r->row_n[i]; j < q->n_blocks; j++) row[j] = q->blocks[j];
+    } else {
+        memcpy(row, q->blocks, (size_t)q->n_blocks * sizeof *row);
+        for (int j = q->n_blocks; j < r->width; j++) row[j] = -1;
+        r->row_seq[i] = q;
+        r->row_version[i] = q->table_version;
+    }
+    r->row_n[i] = q->n_blocks;
 }
 
 const di_batch *di_runner_prepare(di_runner *r, const di_step_plan *p) {
     DI_ASSERT(p->n_tokens <= r->max_tokens && p->n_seqs <= r->max_seqs);
-    int width = 1;
+    int need = 1;
     for (int i = 0; i < p->n_seqs; i++)
-        if (p->seqs[i]->n_blocks > width) width = p->seqs[i]->n_blocks;
-    DI_ASSERT(width <= r->max_blocks);
+        if (p->seqs[i]->n_blocks > need) need = p->seqs[i]->n_blocks;
+    DI_ASSERT(need <= r->max_blocks);
+    int width = choose_width(r, need);
+    if (width != r->width) {
+        r->width = width;
+        memset(r->row_seq, 0, (size_t)r->max_seqs * sizeof *r->row_seq); /* every row is rewritten */
+    }
     int t = 0, n_logits = 0;
     for (int i = 0; i < p->n_seqs; i++) {
         const di_seq *q = p->seqs[i];
@@ -74,9 +115,7 @@ const di_batch *di_runner_prepare(di_runner *r, const di_step_plan *p) {
             r->slots[t] = blocks[pos / DI_BLOCK_TOKENS] * DI_BLOCK_TOKENS + pos % DI_BLOCK_TOKENS;
         }
         r->ctx_len[i] = p->start[i] + p->n_new[i];
-        int32_t *row = r->block_table + (size_t)i * width;
-        memcpy(row, blocks, (size_t)q->n_blocks * sizeof *row);
-        for (int j = q->n_blocks; j < width; j++) row[j] = -1;
+        write_row(r, i, q);
         if (p->sample[i]) {
             r->row_of[i] = n_logits;
             r->logits_rows[n_logits++] = t - 1;
@@ -95,7 +134,7 @@ const di_batch *di_runner_prepare(di_runner *r, const di_step_plan *p) {
         .seq_start = r->seq_start,
         .seq_ctx_len = r->ctx_len,
         .block_table = r->block_table,
-        .max_blocks = width,
+        .max_blocks = r->width,
         .n_logits = n_logits,
         .logits_rows = r->logits_rows,
     };

@@ -24,6 +24,7 @@ struct di_scheduler {
     di_step_plan plan;
     uint32_t stamp;
     uint64_t preemptions;
+    uint64_t versions;      /* source of di_seq.table_version values */
 };
 
 di_status di_scheduler_create(const di_scheduler_config *cfg, di_block_manager *bm, di_scheduler **out) {
@@ -130,6 +131,7 @@ static void release_blocks(di_scheduler *s, di_seq *q) {
     for (int j = q->n_blocks - 1; j >= 0; j--) di_block_manager_unref(s->bm, q->blocks[j]);
     q->n_blocks = 0;
     q->n_registered = 0;
+    q->table_version = ++s->versions;
 }
 
 /* 1 if computing the next token writes into a block shared with another sequence */
@@ -161,6 +163,7 @@ static void plan_tokens(di_scheduler *s, di_seq *q, int n) {
         p->n_copies++;
         di_block_manager_unref(s->bm, q->blocks[j]);
         q->blocks[j] = nb;
+        q->table_version = ++s->versions;
     }
     int need = (q->n_computed + n + DI_BLOCK_TOKENS - 1) / DI_BLOCK_TOKENS;
     DI_ASSERT(need <= q->cap_blocks);
@@ -226,6 +229,7 @@ static int admit(di_scheduler *s, di_seq *q, int budget) {
     if (n <= 0) return 0;
     for (int j = 0; j < hits; j++) di_block_manager_ref(s->bm, q->blocks[j]);
     q->n_blocks = hits;
+    q->table_version = ++s->versions;
     q->n_registered = hits;
     q->n_computed = hit_tokens;
     if (q->n_cached_first < 0) q->n_cached_first = hit_tokens;
@@ -299,18 +303,20 @@ const di_step_plan *di_scheduler_schedule(di_scheduler *s) {
     return p;
 }
 
+void di_scheduler_commit_entry(di_scheduler *s, const di_step_plan *p, int i) {
+    di_seq *q = p->seqs[i];
+    int full = (p->start[i] + p->n_new[i]) / DI_BLOCK_TOKENS;
+    if (!s->cfg.enable_prefix_cache || full <= q->n_registered) return;
+    if (q->state != DI_SEQ_RUNNING || full > q->n_blocks) return; /* preempted since planning */
+    di_seq_hash_blocks(q, full);
+    for (int j = q->n_registered; j < full; j++)
+        di_block_manager_register(s->bm, q->blocks[j], q->hashes[j], di_seq_parent_hash(q, j),
+                                  q->tokens + (size_t)j * DI_BLOCK_TOKENS);
+    q->n_registered = full;
+}
+
 void di_scheduler_commit(di_scheduler *s, const di_step_plan *p) {
-    if (!s->cfg.enable_prefix_cache) return;
-    for (int i = 0; i < p->n_seqs; i++) {
-        di_seq *q = p->seqs[i];
-        int full = (p->start[i] + p->n_new[i]) / DI_BLOCK_TOKENS;
-        if (q->state != DI_SEQ_RUNNING || full > q->n_blocks) continue; /* preempted since planning */
-        di_seq_hash_blocks(q, full);
-        for (int j = q->n_registered; j < full; j++)
-            di_block_manager_register(s->bm, q->blocks[j], q->hashes[j], di_seq_parent_hash(q, j),
-                                      q->tokens + (size_t)j * DI_BLOCK_TOKENS);
-        if (full > q->n_registered) q->n_registered = full;
-    }
+    for (int i = 0; i < p->n_seqs; i++) di_scheduler_commit_entry(s, p, i);
 }
 
 di_status di_scheduler_fork(di_scheduler *s, di_seq *parent, di_seq *child) {
@@ -322,6 +328,7 @@ di_status di_scheduler_fork(di_scheduler *s, di_seq *parent, di_seq *child) {
         di_block_manager_ref(s->bm, parent->blocks[j]);
     }
     child->n_blocks = parent->n_blocks;
+    child->table_version = ++s->versions;
     child->n_computed = parent->n_computed;
     child->n_registered = parent->n_registered;
     child->n_cached_first = parent->n_cached_first;

@@ -60,6 +60,9 @@ di_status di_scheduler_add(di_scheduler *s, di_seq *seq);
 const di_step_plan *di_scheduler_schedule(di_scheduler *s);
 /* After the planned step's forward pass: registers blocks it filled in the prefix cache. */
 void di_scheduler_commit(di_scheduler *s, const di_step_plan *plan);
+/* The same for plan entry i only (to fuse with other per-sequence work; must run before the
+ * sequence can be finished or preempted). */
+void di_scheduler_commit_entry(di_scheduler *s, const di_step_plan *plan, int i);
 /* child (tokens already copied, not queued) shares all of parent's blocks and computed
  * prefix and joins the running list; parent gives up one seat to it. */
 di_status di_scheduler_fork(di_scheduler *s, di_seq *parent, di_seq *child);

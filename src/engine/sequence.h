@@ -45,6 +45,9 @@ typedef struct di_seq {
     int n_cached_first;     /* prefix-cache hit tokens at first admission, -1 before it */
     int n_preempted;        /* times preempted */
     uint32_t plan_stamp;    /* scheduler scratch: the plan that last included it */
+    uint64_t table_version; /* changes whenever blocks[0 .. n_blocks) change other than by
+                               appending (release, copy-on-write, admission, fork); lets the
+                               runner copy only appended entries of a block table */
 } di_seq;
 
 /* Allocates room for `cap` tokens (>= prompt_len) and copies the prompt. */

@@ -103,10 +103,6 @@ void di_token_counts_free(di_token_counts *c) {
     memset(c, 0, sizeof *c);
 }
 
-int di_penalties_active(const di_sampling_params *p) {
-    return p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;
-}
-
 static NO_CONTRACT float repeat(float l, float r) { return l > 0.0f ? l / r : l * r; }
 
 static NO_CONTRACT float freq_presence(float l, float count, float f, float pres) {

@@ -40,5 +40,7 @@ void di_token_counts_free(di_token_counts *c);
 void di_penalties_apply(float *logits, int vocab, const di_sampling_params *p,
                         const di_token_counts *prompt, const di_token_counts *output, uint8_t *mark);
 /* 1 if any penalty of `p` is active. */
-int di_penalties_active(const di_sampling_params *p);
+static inline int di_penalties_active(const di_sampling_params *p) {
+    return p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;
+}
 #endif

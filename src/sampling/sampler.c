@@ -6,6 +6,12 @@
  * selection and sorting), mark (penalty bookkeeping, kept all-zero between calls).
  * Invariant: `pairs` order "before" is (y desc, id asc), a strict total order because ids are
  * distinct and NaN is rejected before any comparison. */
+/* Each fp32 operation in this file must round separately (no FMA contraction) to match the
+ * CUDA port. Set for the whole file, before any include, so that every function (header
+ * inlines too) has the same options and stays inlinable. no-trapping-math lets the branch-
+ * free exp loop vectorize; it changes no result. */
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+
 #include "sampling/sampler.h"
 
 #include <float.h>
@@ -15,10 +21,6 @@
 
 #include "core/status.h"
 #include "sampling/rng.h"
-
-/* Each fp32 operation in this file must round separately (no FMA contraction) to match the
- * CUDA port; a file-wide setting keeps every function inlinable into every other. */
-#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
 
 typedef struct pair {
     float y;
@@ -203,6 +205,16 @@ static const float *prepare(di_sampler *s, const float *logits, const di_sample_
 
 /* Max of x[0..V) (8 independent lanes so the loop vectorizes); NaN or +inf is an error. */
 static di_status scan_max(const float *x, const float *raw, int V, float *m_out) {
+    if (V < 64) { /* small vocabularies: the lane setup costs more than it saves */
+        float mx = -INFINITY;
+        for (int i = 0; i < V; i++) {
+            if (isnan(x[i]) || x[i] > FLT_MAX) return bad_logit(i, raw[i]);
+            mx = x[i] > mx ? x[i] : mx;
+        }
+        if (mx == -INFINITY) return di_error(DI_ERR_BACKEND, "sampler: every token is masked (all logits -inf)");
+        *m_out = mx;
+        return DI_OK;
+    }
     float m[8];
     int nan[8];
     for (int j = 0; j < 8; j++) {
