@@ -179,7 +179,7 @@ static int parse_args(int argc, char **argv, options *o) {
 
 typedef struct job {
     di_request_json req;
-    char where[64];
+    char where[512];
     json_t *result;       /* output object once finished */
 } job;
 
@@ -252,7 +252,7 @@ static di_status load_jsonl(const options *o, job **jobs, int *n_jobs) {
             j = t;
         }
         memset(&j[n], 0, sizeof j[n]);
-        snprintf(j[n].where, sizeof j[n].where, "%.40s:%d", o->input, lineno);
+        snprintf(j[n].where, sizeof j[n].where, "%.490s:%d", o->input, lineno);
         json_t *obj = NULL;
         s = di_json_loadb(line + b, k - b, j[n].where, &obj);
         if (s == DI_OK) s = di_request_json_parse(obj, &o->def, j[n].where, &j[n].req);
