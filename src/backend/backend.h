@@ -67,7 +67,8 @@ typedef struct di_host_matrix {
 /* How weight_upload lays out the uploaded matrices. */
 typedef enum di_weight_layout {
     DI_WEIGHT_PLAIN = 0,      /* as in the file: [rows, cols] = [out, in] */
-    DI_WEIGHT_TRANSPOSED = 1  /* stored transposed, [cols, rows]: y = x · W computes x · (Wᵀ)ᵀ */
+    DI_WEIGHT_TRANSPOSED = 1  /* each matrix stored transposed, [cols, rows]: matmul/bmm then
+                               * compute y = x · M with M the source matrix as in the file */
 } di_weight_layout;
 
 /* A weight on the backend: n matrices of identical shape [rows, cols] (n = 1 for a plain
@@ -120,7 +121,22 @@ typedef struct di_attn_batch {
     int n_tokens, n_seqs, max_blocks;
     int max_q_len;                /* host: max over sequences of q_len (grid sizing) */
     int max_ctx_len;              /* host: max over sequences of ctx_len */
+    /* Sparse attention (DeepSeek-V3.2 DSA), per layer; sel_pos == NULL means dense. Token t
+     * attends only to the sel_count[t] context positions sel_pos[t * sel_stride + j], sorted
+     * ascending, all <= its own position (written by indexer_topk). */
+    const int32_t *sel_pos;       /* device i32 [n_tokens, sel_stride] or NULL */
+    const int32_t *sel_count;     /* device i32 [n_tokens] */
+    int sel_stride;               /* host: index_topk */
 } di_attn_batch;
+
+/* DeepSeek-V3.2 lightning indexer of one layer. */
+typedef struct di_indexer_dims {
+    int n_heads;          /* index_n_heads */
+    int head_dim;         /* index_head_dim (the index-key cache width) */
+    int topk;             /* index_topk */
+    float scale;          /* head_dim^-0.5 */
+    float weight_scale;   /* n_heads^-0.5 */
+} di_indexer_dims;
 
 /* MLA dimensions of one attention layer. */
 typedef struct di_mla_dims {
@@ -261,7 +277,8 @@ struct di_backend {
      * (already written by kv_write for this step's tokens) and decompressed through W_kvb:
      *   [k_nope_h | v_h] = W_kvb[h*(dn+dv) : (h+1)*(dn+dv), :] · c_s,   k_h = [k_nope_h | k_pe_s]
      * then out[t, h, :] = Σ_s softmax_s(σ q[t,h,:]·k_{h,s}, causal) v_{h,s}. Online softmax over
-     * context tiles, so memory is linear in context length.
+     * context tiles, so memory is linear in context length. With ab->sel_pos, s ranges over the
+     * token's selected positions only (V3.2 DSA).
      * q: device act [n_tokens, H, dn + dr] (rope applied), row stride ldq (elements);
      * out: device act [n_tokens, H, dv] contiguous (only rows of these sequences are written);
      * cache: device act [n_slots, r + dr] of the layer; W_kvb: n=1 [H*(dn+dv), r];
@@ -276,6 +293,7 @@ struct di_backend {
      * [seq_begin, seq_end) (decode; q_len >= 1 per sequence, causal within the step):
      *   score_{t,h,s} = σ (q̃[t,h,:] · c_s + q_pe[t,h,:] · k_pe_s),  s <= pos(t)
      *   out[t, h, :] = Σ_s softmax_s(score) c_s     (the r-dim latent "ō")
+     * (s over the token's selected positions when ab->sel_pos != NULL)
      * qt: device act [n_tokens, H, r] (q̃ = W_UKᵀ q_nope) contiguous;
      * qpe: device act, element (t, h, j) at qpe[t * ldqpe + h * hsqpe + j], j < dr (roped);
      * out: device act [n_tokens, H, r] contiguous; cache: device act [n_slots, r + dr].
@@ -313,6 +331,28 @@ struct di_backend {
                         const float *topk_w, int k, const di_weight *gate_up,
                         const di_weight *down, int T, void *scratch, size_t scratch_bytes);
     size_t (*moe_scratch_bytes)(di_backend *be, int max_tokens, int k, int D, int I, int E);
+
+    /* ---- DeepSeek-V3.2 sparse attention (DSA) ---- */
+    /* LayerNorm with bias (the indexer's k_norm): out = (x - mean) / sqrt(var + eps) ⊙ w + b,
+     * statistics in fp32 over D. x / out: device act, row strides ldx / ldo; w, b: n=1 rows=1. */
+    void (*layernorm)(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
+                      const di_weight *b, float eps, int T, int D);
+
+    /* Lightning-indexer top-k (transformers 5.17 DeepseekV32Indexer, fp32 scores) for the
+     * tokens of sequences [seq_begin, seq_end): for token t at position p, over context
+     * positions s <= p,
+     *   I[t, s] = Σ_h (w[t, h] · weight_scale) · relu(scale · q[t, h, :] · k_s)
+     * then the min(topk, p + 1) positions with the largest I (ties: lower position), written
+     * sorted ascending to sel_pos[t * d->topk ..] (device i32 [n_tokens, topk]) and their count
+     * to sel_count[t] (device i32 [n_tokens]); the model then points ab->sel_pos/sel_count at
+     * them for the attention ops. ab's own sel fields are ignored here.
+     * q: device act [n_tokens, n_heads, head_dim] (roped), w: device f32 [n_tokens, n_heads],
+     * index_cache: device act [n_slots, head_dim] (this step's keys already written).
+     * scratch: >= indexer_scratch_bytes(be, max_tokens, max_ctx) bytes. */
+    void (*indexer_topk)(di_backend *be, int32_t *sel_pos, int32_t *sel_count, const void *q,
+                         const float *w, const void *index_cache, const di_attn_batch *ab, int seq_begin,
+                         int seq_end, const di_indexer_dims *d, void *scratch, size_t scratch_bytes);
+    size_t (*indexer_scratch_bytes)(di_backend *be, int max_tokens, int max_ctx);
 };
 
 /* ---- construction ---- */

@@ -2,11 +2,14 @@
  * model and writes float32 little-endian logits, row-major [n_ids, vocab_size].
  *
  *   deepinfer logits --model DIR --ids 3,17,42 [--mode prefill|decode] [--device cpu|cuda]
- *                    [--threads N] --out FILE
+ *                    [--threads N] --out FILE [--generate N]
  *
  * prefill: all ids in one forward pass (naive MLA). decode: the ids one at a time through the
- * paged latent KV cache (weight-absorbed MLA), one step per token. This interface is stable:
- * golden-parity tests and tools drive it. Owner: model. */
+ * paged latent KV cache (weight-absorbed MLA), one step per token. --generate N then continues
+ * greedily (argmax, lowest id on ties) for up to N tokens through the cache, stopping at an EOS
+ * id, and prints the new ids comma-separated on stdout (a minimal demo until the engine's
+ * `generate` exists; the logits file still holds only the input rows). This interface is
+ * stable: golden-parity tests and tools drive it. Owner: model. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -19,12 +22,14 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: deepinfer logits --model DIR --ids ID,ID,... [--mode prefill|decode]\n"
-            "                        [--device cpu|cuda] [--threads N] --out FILE\n\n"
+            "                        [--device cpu|cuda] [--threads N] --out FILE [--generate N]\n\n"
             "Writes the logits of every position as float32 little-endian, row-major\n"
             "[n_ids, vocab_size], to FILE.\n"
             "  --mode prefill  all ids in one forward pass (default)\n"
             "  --mode decode   one id per step through the latent KV cache (absorbed attention)\n"
-            "  --threads N     CPU threads (default: DEEPINFER_THREADS or all cores)\n");
+            "  --threads N     CPU threads (default: DEEPINFER_THREADS or all cores)\n"
+            "  --generate N    then greedily generate up to N tokens (stops at EOS) and print\n"
+            "                  their ids, comma-separated, on stdout\n");
 }
 
 /* Parses "3,17,42" into a malloc'd array. */
@@ -104,9 +109,46 @@ static di_status run(di_model *m, const int32_t *ids, int n, int decode, float *
     return s;
 }
 
+static int argmax(const float *v, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return best;
+}
+
+/* Greedy continuation after the n ids already in the cache (blocks 0..): prints the new ids. */
+static di_status generate(di_model *m, const float *last_logits, int n, int n_gen) {
+    const di_model_config *c = di_model_config_of(m);
+    int V = c->vocab_size, total = n + n_gen, nb = (total + DI_KV_BLOCK_SIZE - 1) / DI_KV_BLOCK_SIZE;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    int32_t *bt = malloc((size_t)nb * sizeof *bt);
+    if (!logits || !bt) {
+        free(logits);
+        free(bt);
+        return di_error(DI_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < nb; i++) bt[i] = i;
+    memcpy(logits, last_logits, (size_t)V * sizeof *logits);
+    di_status s = DI_OK;
+    for (int i = 0; i < n_gen && s == DI_OK; i++) {
+        int32_t tok = argmax(logits, V), pos = n + i, ss[2] = {0, 1}, ctx = pos + 1, row = 0;
+        printf(i ? ",%d" : "%d", tok);
+        fflush(stdout);
+        int eos = 0;
+        for (int e = 0; e < c->n_eos; e++) eos |= tok == c->eos_token_ids[e];
+        if (eos || i == n_gen - 1) break;
+        di_batch b = {1, &tok, &pos, &pos, 1, 1, ss, &ctx, bt, nb, 1, &row};
+        s = di_model_forward(m, &b, logits);
+    }
+    printf("\n");
+    free(logits);
+    free(bt);
+    return s;
+}
+
 int di_cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *mode = "prefill", *device = "cpu", *out = NULL;
-    int threads = 0;
+    int threads = 0, n_gen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -132,6 +174,14 @@ int di_cmd_logits(int argc, char **argv) {
                 return 2;
             }
             threads = (int)t;
+        } else if (!strcmp(a, "--generate")) {
+            char *end;
+            long g = strtol(v, &end, 10);
+            if (*end || g < 0 || g > 1000000) {
+                fprintf(stderr, "deepinfer logits: --generate: expected an integer in [0, 1000000], got '%s'\n", v);
+                return 2;
+            }
+            n_gen = (int)g;
         } else {
             fprintf(stderr, "deepinfer logits: unknown option '%s'\n", a);
             usage(stderr);
@@ -165,8 +215,8 @@ int di_cmd_logits(int argc, char **argv) {
     opts.n_threads = threads;
     opts.max_batch_tokens = decode ? 1 : n;
     opts.max_seqs = 1;
-    opts.max_context = n;
-    opts.kv_blocks = (n + DI_KV_BLOCK_SIZE - 1) / DI_KV_BLOCK_SIZE;
+    opts.max_context = n + n_gen;
+    opts.kv_blocks = (n + n_gen + DI_KV_BLOCK_SIZE - 1) / DI_KV_BLOCK_SIZE;
     di_model *m = NULL;
     di_status s = di_model_load(model, &opts, &m);
     float *logits = NULL;
@@ -182,6 +232,7 @@ int di_cmd_logits(int argc, char **argv) {
         logits = malloc((size_t)n * V * sizeof(float));
         s = logits ? run(m, ids, n, decode, logits) : di_error(DI_ERR_NOMEM, "out of memory for %d x %zu logits", n, V);
     }
+    if (s == DI_OK && n_gen > 0) s = generate(m, logits + (size_t)(n - 1) * V, n, n_gen);
     if (s == DI_OK) {
         FILE *f = fopen(out, "wb");
         if (!f) s = di_error(DI_ERR_IO, "%s: cannot open for writing: %s", out, strerror(errno));

@@ -119,6 +119,8 @@ static di_status get_int(const json_t *o, const char *key, const char *where, in
     int64_t v;
     const json_t *j = json_object_get(o, key);
     if (!j || json_is_null(j)) return DI_OK;
+    if (json_is_real(j) && !(fabs(json_real_value(j)) < 2147483648.0)) /* before any float->int conversion */
+        return di_error(DI_ERR_FORMAT, "%s: field '%s': expected a 32-bit integer, got %g", where, key, json_real_value(j));
     DI_TRY(di_json_opt_int(o, key, where, &v));
     if (v < INT32_MIN || v > INT32_MAX)
         return di_error(DI_ERR_FORMAT, "%s: field '%s': value %lld does not fit a 32-bit integer", where, key, (long long)v);

@@ -19,6 +19,7 @@
 #pragma GCC optimize("fp-contract=off")
 #include "io/mkmodel.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +136,29 @@ static void generate(gen_ctx *g, const di_tensor_spec *s, float *f32, void *out,
     di_threadpool_run(g->pool, (j.n + CHUNK - 1) / CHUNK, fill_chunk, &j);
 }
 
+/* float -> float8_e4m3fn with round-to-nearest-even, saturating at +-448, NaN -> 0x7f: the
+ * same results as di_f32_to_fp8e4m3 (test_mkmodel checks this over a sweep of bit patterns),
+ * in a handful of integer operations instead of a search. */
+uint8_t di_mk_f32_to_fp8(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return 0x7f;              /* NaN */
+    if (a >= 0x43e00000u) return sign | 0x7e;      /* >= 448 (and inf): saturate */
+    int e = (int)(a >> 23) - 127;
+    if (e >= -6) {                                 /* normal in e4m3: keep 3 mantissa bits, RNE */
+        uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);
+        return sign | (uint8_t)((r >> 20) - ((127u - 7u) << 3));
+    }
+    if (e < -10) return sign;                      /* < 2^-10, half the smallest subnormal: 0 */
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;      /* value = m * 2^(e-23); code = value * 2^9 */
+    int s = 14 - e;                                /* 21..24 */
+    uint32_t q = m >> s, rem = m & ((1u << s) - 1u), half = 1u << (s - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return sign | (uint8_t)q;
+}
+
 typedef struct quant_job {
     const float *w;       /* [rows, cols] */
     int64_t rows, cols, b0, b1, scols;
@@ -160,7 +184,7 @@ static void quant_rowblock(void *ctx, size_t rb, int tid) {
         j->scale[rb * j->scols + cb] = sc;
         if (!j->q) continue;
         for (int64_t r = r0; r < r1; r++)
-            for (int64_t c = c0; c < c1; c++) j->q[r * j->cols + c] = di_f32_to_fp8e4m3(j->w[r * j->cols + c] / sc);
+            for (int64_t c = c0; c < c1; c++) j->q[r * j->cols + c] = di_mk_f32_to_fp8(j->w[r * j->cols + c] / sc);
     }
 }
 
@@ -243,20 +267,28 @@ static di_status copy_file(const char *src_dir, const char *dst_dir, const char 
     return s;
 }
 
+static int is_checkpoint_file(const char *name) {
+    size_t n = strlen(name);
+    if (!strcmp(name, "model.safetensors") || !strcmp(name, "model.safetensors.index.json")) return 1;
+    return !strncmp(name, "model-", 6) && strstr(name, "-of-") && n > 12 && !strcmp(name + n - 12, ".safetensors");
+}
+
+/* A previous checkpoint in another layout (single file vs shards, other shard count) must not
+ * linger next to the new one. */
 static di_status remove_stale(const char *dir) {
-    /* a previous checkpoint in another layout (single vs sharded) must not linger */
-    const char *names[] = {"model.safetensors", "model.safetensors.index.json"};
-    for (int i = 0; i < 2; i++) {
-        char *p = di_path_join(dir, names[i]);
-        if (!p) return di_error(DI_ERR_NOMEM, "out of memory");
-        if (di_file_exists(p) && remove(p) != 0) {
-            di_status s = di_error(DI_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
-            free(p);
-            return s;
-        }
+    DIR *d = opendir(dir);
+    if (!d) return di_error(DI_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+    di_status s = DI_OK;
+    struct dirent *e;
+    while (s == DI_OK && (e = readdir(d)) != NULL) {
+        if (!is_checkpoint_file(e->d_name)) continue;
+        char *p = di_path_join(dir, e->d_name);
+        if (!p) s = di_error(DI_ERR_NOMEM, "out of memory");
+        else if (remove(p) != 0) s = di_error(DI_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
         free(p);
     }
-    return DI_OK;
+    closedir(d);
+    return s;
 }
 
 di_status di_mkmodel_write(const di_model_config *cfg_in, const di_mkmodel_opts *o, const char *dir) {
@@ -266,6 +298,9 @@ di_status di_mkmodel_write(const di_model_config *cfg_in, const di_mkmodel_opts 
     cfg.torch_dtype = o->dtype == DI_MK_F32 ? DI_DTYPE_F32 : DI_DTYPE_BF16;
     if (cfg.fp8 && (cfg.weight_block[0] < 1 || cfg.weight_block[1] < 1)) cfg.weight_block[0] = cfg.weight_block[1] = 128;
     DI_TRY(di_config_validate(&cfg, "mkmodel config"));
+    if (!o->tokenizer_dir && cfg.vocab_size < DI_MK_MIN_TOKENIZER_VOCAB)
+        return di_error(DI_ERR_INVALID_ARG, "mkmodel: vocab_size %d is too small for the built-in byte-level tokenizer "
+                        "(needs >= %d; or pass a tokenizer directory)", cfg.vocab_size, DI_MK_MIN_TOKENIZER_VOCAB);
     DI_TRY(make_dir(dir));
 
     di_tensor_spec *specs = NULL;

@@ -37,7 +37,7 @@ typedef struct di_mkmodel_opts {
 } di_mkmodel_opts;
 
 /* Named presets: tiny-v3, tiny-v3-nolora, tiny-v3-fp8, tiny-v3-neox, tiny-v2-lite,
- * tiny-v2-grouped, demo-v3, v2lite-8l. *default_dtype is the dtype the preset implies (fp8 for
+ * tiny-v2-grouped, tiny-v32, demo-v3, v2lite-8l. *default_dtype is the dtype the preset implies (fp8 for
  * the *-fp8 and demo presets). */
 di_status di_mkmodel_preset(const char *name, di_model_config *cfg, di_mk_dtype *default_dtype);
 /* NULL-terminated list of preset names with one-line descriptions. */
@@ -48,6 +48,8 @@ const char *di_mkmodel_preset_help(const char *name);
  * opts) into dir (created if missing). */
 di_status di_mkmodel_write(const di_model_config *cfg, const di_mkmodel_opts *opts, const char *dir);
 
+/* Smallest vocabulary the built-in tokenizer fits in: 3 specials + 256 bytes + 17 added tokens. */
+#define DI_MK_MIN_TOKENIZER_VOCAB 276
 /* The tokenizer files for a vocabulary of at most vocab_size ids (byte-level BPE with merges
  * learned from a built-in text, DeepSeek-V3's pre-tokenizer and special tokens, and its chat
  * template): writes dir/tokenizer.json and dir/tokenizer_config.json. */
@@ -56,4 +58,6 @@ di_status di_mkmodel_write_tokenizer(int vocab_size, const char *dir);
 /* The RNG of the spec above (exposed for tests). */
 uint64_t di_mk_key(const char *name, uint64_t seed);
 float di_mk_uniform(uint64_t key, uint64_t i); /* u(i) in [-1, 1) */
+/* Fast float -> FP8 e4m3fn (RNE, saturating), equal to di_f32_to_fp8e4m3. */
+uint8_t di_mk_f32_to_fp8(float f);
 #endif

@@ -4,10 +4,12 @@
  * experts) but together cover every code path of the forward pass: q-LoRA and plain q_proj,
  * YaRN (with positions beyond original_max_position_embeddings, attention factor != 1) and
  * plain RoPE, interleaved and NeoX RoPE pairs, grouped noaux_tc, V2 softmax greedy and
- * group_limited_greedy routing, 0/1/2 shared experts... and dense first layers. Dimensions are
+ * group_limited_greedy routing, 0/1/2 shared experts, dense first layers, and the V3.2 indexer
+ * tensors. Dimensions are
  * deliberately not multiples of 128 (and several exceed 128), so FP8 checkpoints have partial
  * scale blocks in both directions; v_head_dim differs from qk_nope_head_dim. `v2lite-8l` is the
  * benchmark model (bench/models/v2lite-8l.config.json, embedded verbatim below). */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/json_util.h"
@@ -53,7 +55,7 @@ static const char k_v2lite_8l_json[] =
     "}\n";
 
 static const char *const k_names[] = {
-    "tiny-v3", "tiny-v3-nolora", "tiny-v3-fp8", "tiny-v3-neox", "tiny-v2-lite", "tiny-v2-grouped", "demo-v3", "v2lite-8l", NULL};
+    "tiny-v3", "tiny-v3-nolora", "tiny-v3-fp8", "tiny-v3-neox", "tiny-v2-lite", "tiny-v2-grouped", "tiny-v32", "demo-v3", "v2lite-8l", NULL};
 
 static const char *const k_help[] = {
     "V3: q-LoRA, YaRN (x8 over 64 positions, attention factor != 1), noaux_tc 16 experts in 4 groups (2 kept), top-4, 1 shared, 3 layers (1 dense)",
@@ -62,7 +64,8 @@ static const char *const k_help[] = {
     "tiny-v3 with rope_interleave = false (NeoX RoPE pairs)",
     "V2-Lite-like: no q-LoRA, softmax greedy top-3 of 12, 2 shared, YaRN mscale 0.707, 3 layers (1 dense)",
     "V2: q-LoRA, softmax group_limited_greedy (16 experts, 4 groups, 2 kept), top-3, plain RoPE, 2 MoE layers",
-    "demo model (~26M params + MTP): V3, FP8, hidden 512, 16 experts, 4 layers",
+    "V3.2: tiny-v3 + the DSA indexer tensors (4 heads x 32, index_topk 64)",
+    "demo model (26.1M params, +9.0M with --mtp): V3, FP8, hidden 512, 16 experts, 4 layers",
     "benchmark model: DeepSeek-V2-Lite shapes, 8 layers, vocab 129280 (~4.7B params, 9.4 GB bf16)",
 };
 
@@ -231,6 +234,15 @@ di_status di_mkmodel_preset(const char *name, di_model_config *c, di_mk_dtype *d
     else if (!strcmp(name, "tiny-v3-neox")) { tiny_v3(c); c->rope.interleave = 0; }
     else if (!strcmp(name, "tiny-v2-lite")) tiny_v2_lite(c);
     else if (!strcmp(name, "tiny-v2-grouped")) tiny_v2_grouped(c);
+    else if (!strcmp(name, "tiny-v32")) {
+        tiny_v3(c);
+        c->arch = DI_ARCH_DEEPSEEK_V32;
+        snprintf(c->model_type, sizeof c->model_type, "%s", "deepseek_v32");
+        c->num_nextn_predict_layers = 0;
+        c->index_n_heads = 4;
+        c->index_head_dim = 32;
+        c->index_topk = 64;
+    }
     else if (!strcmp(name, "demo-v3")) { demo_v3(c); dt = DI_MK_FP8; }
     else if (!strcmp(name, "v2lite-8l")) {
         json_t *root = NULL;

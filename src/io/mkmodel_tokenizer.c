@@ -4,8 +4,8 @@
  * <｜begin▁of▁sentence｜> / <｜end▁of▁sentence｜> / <｜▁pad▁｜>, ids 3..258 the 256 byte tokens
  * (GPT-2 byte-to-unicode alphabet, ordered by code point as in DeepSeek's vocab), then tokens
  * learned by BPE training on a built-in text (k_corpus, written for this purpose) until the
- * vocabulary is full or no pair occurs twice, then DeepSeek's added tokens (fim, <｜User｜>,
- * <｜Assistant｜>, <|EOT|>, the tool-call tokens) and <think> / </think>. Normalizer, pre-tokenizer
+ * vocabulary is full or every word of the text is one token, then DeepSeek's added tokens
+ * (fim, <｜User｜>, <｜Assistant｜>, <|EOT|>, the tool-call tokens) and <think> / </think>. Normalizer, pre-tokenizer
  * (the three Split regexes + ByteLevel), post-processor and decoder are DeepSeek-V3's.
  * tokenizer_config.json: DeepSeek-V3's file verbatim (LlamaTokenizerFast, add_bos_token, the
  * chat template). Deterministic: training ties break on the smaller (left, right) id pair. */
@@ -232,7 +232,7 @@ static di_status train(tok_vocab *v, int max_new, json_t *merges) {
                     best = key;
                 }
             }
-        if (best_count < 2) break;
+        if (best_count < 1) break; /* no pair left: every word is a single token */
         int a = (int)(best >> 32) - 1, b = (int)(best & 0xffffffffu) - 1;
         size_t la = strlen(v->str[a]), lb = strlen(v->str[b]);
         char *cat = malloc(la + lb + 2);
@@ -397,6 +397,7 @@ done:
 }
 
 di_status di_mkmodel_write_tokenizer(int vocab_size, const char *dir) {
+    _Static_assert(3 + 256 + N_TOP == DI_MK_MIN_TOKENIZER_VOCAB, "DI_MK_MIN_TOKENIZER_VOCAB is out of date");
     if (vocab_size < 3 + 256 + N_TOP)
         return di_error(DI_ERR_INVALID_ARG, "mkmodel: vocab_size %d is too small for the byte-level tokenizer (needs >= %d)",
                         vocab_size, 3 + 256 + N_TOP);

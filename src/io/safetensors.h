@@ -43,7 +43,7 @@ size_t di_weights_count(const di_weights *w);
 const di_tensor_info *di_weights_at(const di_weights *w, size_t i);
 /* NULL if absent. */
 const di_tensor_info *di_weights_find(const di_weights *w, const char *name);
-/* Number of element of a tensor (product of its shape; 1 for a scalar). */
+/* Number of elements of a tensor (product of its shape; 1 for a scalar). */
 int64_t di_tensor_numel(const di_tensor_info *t);
 /* "[129280, 7168]" into buf (for messages); returns buf. */
 const char *di_tensor_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);

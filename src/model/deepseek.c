@@ -10,6 +10,8 @@
  * kv_b_proj). Both read the context — including this step's tokens — back from the paged cache
  * after kv_write, so chunked prefill and prefix-cache hits need nothing special.
  *
+ * DeepSeek-V3.2 adds the lightning indexer (top-k sparse attention) in front of MLA.
+ *
  * Owner: model. Invariant: the batch was validated by model.c; this file allocates nothing. */
 #include <string.h>
 
@@ -41,16 +43,45 @@ static void upload_batch(di_model *m, const di_batch *b, di_attn_batch *ab) {
         max_ctx = b->seq_ctx_len[i] > max_ctx ? b->seq_ctx_len[i] : max_ctx;
     }
     be->upload(be, m->d_block_table, m->h_block_table, (size_t)S * mb * sizeof(int32_t));
-    *ab = (di_attn_batch){m->d_pos, m->d_slots, m->d_seq_start, m->d_ctx_len, m->d_block_table,
-                          T, S, mb, max_q, max_ctx};
+    *ab = (di_attn_batch){.positions = m->d_pos, .slot_mapping = m->d_slots, .seq_start = m->d_seq_start,
+                          .seq_ctx_len = m->d_ctx_len, .block_table = m->d_block_table, .n_tokens = T,
+                          .n_seqs = S, .max_blocks = mb, .max_q_len = max_q, .max_ctx_len = max_ctx};
+}
+
+/* DeepSeek-V3.2 lightning indexer (§8, transformers 5.17 semantics): writes this step's index
+ * keys k = rope(LayerNorm(W_k x)) to the layer's index cache, and when some context exceeds
+ * index_topk selects each token's top-k positions and returns the sparse attention batch.
+ * With every context <= index_topk, every position is selected: dense attention is exact. */
+static di_attn_batch indexer(di_model *m, const di_layer *ly, int l, const di_attn_batch *ab) {
+    di_backend *be = m->be;
+    const di_model_config *c = &m->cfg;
+    const di_indexer_dims *d = &m->idx;
+    int T = ab->n_tokens, nh = d->n_heads, hd = d->head_dim;
+    void *cache = act_at(m, m->kv_idx, (size_t)l * m->kv_idx_layer_stride);
+    be->matmul(be, m->kidx, hd, m->x, c->hidden_size, &ly->idx_wk, T, 0);
+    be->layernorm(be, m->kidx, hd, m->kidx, hd, &ly->idx_kn_w, &ly->idx_kn_b, 1e-6f, T, hd);
+    be->rope(be, m->kidx, hd, 1, hd, ab->positions, T, &m->rope_idx);
+    be->kv_write(be, cache, m->kidx, hd, ab->slot_mapping, T, hd);
+    di_attn_batch sparse = *ab;
+    if (ab->max_ctx_len <= d->topk) return sparse;
+    be->matmul(be, m->qidx, nh * hd, m->cq, c->q_lora_rank, &ly->idx_wq_b, T, 0);
+    be->rope(be, m->qidx, nh * hd, nh, hd, ab->positions, T, &m->rope_idx);
+    be->matmul(be, m->widx, nh, m->x, c->hidden_size, &ly->idx_wproj, T, DI_MM_OUT_F32);
+    be->indexer_topk(be, m->sel_pos, m->sel_count, m->qidx, m->widx, cache, ab, 0, ab->n_seqs, d,
+                     m->idx_scratch, m->idx_scratch_bytes);
+    sparse.sel_pos = m->sel_pos;
+    sparse.sel_count = m->sel_count;
+    sparse.sel_stride = d->topk;
+    return sparse;
 }
 
 /* h += MLA(x); x is the normed input; result added into h and normed into x by the caller. */
-static void attention(di_model *m, const di_layer *ly, void *cache, const di_attn_batch *ab,
+static void attention(di_model *m, const di_layer *ly, int l, void *cache, const di_attn_batch *dense,
                       int n_decode_seqs, int n_decode_tokens) {
     di_backend *be = m->be;
     const di_model_config *c = &m->cfg;
     const di_mla_dims *d = &m->mla;
+    const di_attn_batch *ab = dense;
     int T = ab->n_tokens, H = d->n_heads, dn = d->nope_dim, dr = d->rope_dim, r = d->kv_rank;
     int qk = dn + dr, W = r + dr;
     /* queries: q = W_qb · rmsnorm_qa(W_qa x)  or  q = W_q x        [T, H, dn + dr] */
@@ -69,6 +100,12 @@ static void attention(di_model *m, const di_layer *ly, void *cache, const di_att
     be->rope(be, act_at(m, m->q, dn), H * qk, H, qk, ab->positions, T, &m->rope);
     be->rope(be, act_at(m, m->kva, r), W, 1, W, ab->positions, T, &m->rope);
     be->kv_write(be, cache, m->kva, W, ab->slot_mapping, T, W);
+    /* V3.2: the lightning indexer picks the positions each token attends to */
+    di_attn_batch sparse;
+    if (m->v32) {
+        sparse = indexer(m, ly, l, dense);
+        ab = &sparse;
+    }
     /* decode: q̃ = W_UKᵀ q_nope; ō = attn over latents; o = W_UV ō */
     if (n_decode_tokens > 0) {
         be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
@@ -116,7 +153,7 @@ static void decoder_layer(di_model *m, int l, const di_attn_batch *ab, int n_dec
     int T = ab->n_tokens, D = m->cfg.hidden_size;
     void *cache = act_at(m, m->kv, (size_t)l * m->kv_layer_stride);
     be->rmsnorm(be, m->x, D, m->h, D, &ly->attn_norm, eps, T, D);
-    attention(m, ly, cache, ab, n_decode_seqs, n_decode_tokens);
+    attention(m, ly, l, cache, ab, n_decode_seqs, n_decode_tokens);
     be->add_rmsnorm(be, m->h, m->attn_out, m->x, &ly->ffn_norm, eps, T, D);
     ffn(m, ly, T);
     be->add(be, m->h, m->ffn_out, (size_t)T * D);

@@ -6,6 +6,7 @@
  * the whole batch on the host before any op runs, so a malformed batch is an error naming
  * the field, never an out-of-bounds access. */
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,11 @@ static void setup_params(di_model *m) {
                                  c->n_group > 0 ? c->n_group : 1, c->topk_group, c->norm_topk_prob,
                                  (float)c->routed_scaling_factor};
     m->kv_width = di_config_kv_width(c);
+    m->v32 = c->arch == DI_ARCH_DEEPSEEK_V32;
+    if (m->v32)
+        m->idx = (di_indexer_dims){c->index_n_heads, c->index_head_dim, c->index_topk,
+                                   (float)(1.0 / sqrt((double)c->index_head_dim)),
+                                   (float)(1.0 / sqrt((double)c->index_n_heads))};
 }
 
 static di_status alloc_buf(di_model *m, void **p, size_t bytes) {
@@ -50,12 +56,15 @@ static di_status setup_rope(di_model *m) {
     DI_TRY(alloc_buf(m, (void **)&m->inv_freq, (size_t)half * sizeof(float)));
     m->be->upload(m->be, m->inv_freq, f, (size_t)half * sizeof(float));
     m->rope = (di_rope_params){m->cfg.qk_rope_head_dim, m->cfg.rope.interleave, (float)mscale, m->inv_freq};
+    m->rope_idx = m->rope;
+    m->rope_idx.interleave = 0;  /* the V3.2 indexer rotates NeoX halves of its first dr dims */
     return DI_OK;
 }
 
 static di_status setup_kv(di_model *m) {
     const di_model_options *o = &m->opts;
-    size_t per_block = (size_t)(m->n_layers + m->n_mtp) * DI_KV_BLOCK_SIZE * m->kv_width *
+    size_t idx_w = m->v32 ? (size_t)m->cfg.index_head_dim : 0;
+    size_t per_block = (size_t)(m->n_layers + m->n_mtp) * DI_KV_BLOCK_SIZE * (m->kv_width + idx_w) *
                        di_backend_act_size(m->be);
     size_t blocks = (size_t)o->kv_blocks;
     if (blocks == 0) {
@@ -69,8 +78,15 @@ static di_status setup_kv(di_model *m) {
         return di_error(DI_ERR_INVALID_ARG, "kv_blocks %zu: too many (slots must fit in int32)", blocks);
     m->kv_blocks = (int)blocks;
     m->kv_layer_stride = blocks * DI_KV_BLOCK_SIZE * (size_t)m->kv_width;
-    DI_TRY(alloc_buf(m, &m->kv, blocks * per_block));
-    m->be->memset(m->be, m->kv, 0, blocks * per_block);
+    size_t layers = (size_t)(m->n_layers + m->n_mtp), a = di_backend_act_size(m->be);
+    size_t kv_bytes = layers * m->kv_layer_stride * a;
+    DI_TRY(alloc_buf(m, &m->kv, kv_bytes));
+    m->be->memset(m->be, m->kv, 0, kv_bytes);
+    if (m->v32) {
+        m->kv_idx_layer_stride = blocks * DI_KV_BLOCK_SIZE * idx_w;
+        DI_TRY(alloc_buf(m, &m->kv_idx, layers * m->kv_idx_layer_stride * a));
+        m->be->memset(m->be, m->kv_idx, 0, layers * m->kv_idx_layer_stride * a);
+    }
     return DI_OK;
 }
 
@@ -116,6 +132,16 @@ static di_status setup_workspace(di_model *m) {
     m->moe_scratch_bytes = be->moe_scratch_bytes(be, m->max_tokens, (int)k, c->hidden_size,
                                                  c->moe_intermediate_size, (int)E);
     DI_TRY(alloc_buf(m, &m->moe_scratch, m->moe_scratch_bytes));
+    if (m->v32) {
+        size_t nh = (size_t)c->index_n_heads, hd = (size_t)c->index_head_dim, K = (size_t)c->index_topk;
+        DI_TRY(alloc_buf(m, &m->qidx, T * nh * hd * a));
+        DI_TRY(alloc_buf(m, &m->kidx, T * hd * a));
+        DI_TRY(alloc_buf(m, (void **)&m->widx, T * nh * sizeof(float)));
+        DI_TRY(alloc_buf(m, (void **)&m->sel_pos, T * K * i32));
+        DI_TRY(alloc_buf(m, (void **)&m->sel_count, T * i32));
+        m->idx_scratch_bytes = be->indexer_scratch_bytes(be, m->max_tokens, m->max_blocks_per_seq * DI_KV_BLOCK_SIZE);
+        DI_TRY(alloc_buf(m, &m->idx_scratch, m->idx_scratch_bytes));
+    }
     return DI_OK;
 }
 
@@ -185,7 +211,8 @@ void di_model_free(di_model *m) {
                         m->d_ctx_len, m->d_block_table, m->h, m->x, m->attn_out, m->ffn_out, m->cq,
                         m->q, m->kva, m->qt, m->olat, m->o, m->ffn_gu, m->ffn_act, m->cat2, m->xg,
                         m->logits, m->topk_idx, m->topk_w, m->route_scratch, m->prefill_scratch,
-                        m->moe_scratch};
+                        m->moe_scratch, m->kv_idx, m->qidx, m->kidx, m->widx, m->sel_pos, m->sel_count,
+                        m->idx_scratch};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
         di_backend_free(be);
     }
@@ -284,5 +311,8 @@ di_status di_model_copy_blocks(di_model *m, const int32_t *src, const int32_t *d
             return di_error(DI_ERR_INVALID_ARG, "di_model_copy_blocks: pair %d (%d -> %d) outside [0, %d)", i,
                             src[i], dst[i], m->kv_blocks);
     m->be->kv_copy_blocks(m->be, m->kv, m->kv_layer_stride, m->n_layers + m->n_mtp, m->kv_width, src, dst, n);
+    if (m->v32)  /* the index-key cache is paged alike */
+        m->be->kv_copy_blocks(m->be, m->kv_idx, m->kv_idx_layer_stride, m->n_layers + m->n_mtp,
+                              m->cfg.index_head_dim, src, dst, n);
     return m->be->sync(m->be);
 }

@@ -7,8 +7,13 @@
  * table (backend/backend.h); the CPU backend is the reference, CUDA implements the same ops.
  *
  * KV cache: per layer, blocks of DI_KV_BLOCK_SIZE tokens, each token kv_lora_rank + rope_dim
- * values (the normed latent c then the roped k_pe). Block ids are in [0, di_model_kv_blocks).
- * Token t of the batch writes its latent to slot slot_mapping[t] = block * 64 + offset. */
+ * values (the normed latent c then the roped k_pe); DeepSeek-V3.2 adds an index-key cache of
+ * index_head_dim values per token with the same slots. Block ids are in [0, di_model_kv_blocks).
+ * Token t of the batch writes its latent to slot slot_mapping[t] = block * 64 + offset, which
+ * must agree with its sequence's block table (validated).
+ *
+ * Threading: one forward (or MTP forward / copy_blocks) at a time per model; the workspace is
+ * shared. Semantics follow transformers 5.17 (docs/model.md). */
 #ifndef DI_MODEL_MODEL_H
 #define DI_MODEL_MODEL_H
 #include <stddef.h>
@@ -70,8 +75,9 @@ di_status di_model_forward(di_model *m, const di_batch *batch, float *logits);
  * hidden may be NULL to skip that output. */
 di_status di_model_forward_ex(di_model *m, const di_batch *batch, float *logits, float *hidden);
 
-/* Copies whole KV blocks src[i] -> dst[i] (all layers, MTP layers included) for
- * copy-on-write of shared partial blocks. Block ids must be in [0, di_model_kv_blocks). */
+/* Copies whole KV blocks src[i] -> dst[i] (all layers, MTP layers included, and V3.2's
+ * index-key cache) for copy-on-write of shared partial blocks. Block ids must be in
+ * [0, di_model_kv_blocks). */
 di_status di_model_copy_blocks(di_model *m, const int32_t *src, const int32_t *dst, int n);
 
 /* Number of MTP layers loaded (0 unless options.load_mtp and the config has them). */

@@ -30,6 +30,10 @@ typedef struct di_layer {
     di_weight router, router_bias; /* [E, D], [1, E] (noaux_tc only) */
     di_weight exp_gate_up, exp_down; /* n=E [2Im, D], n=E [D, Im] */
     di_weight sh_gate_up, sh_down; /* shared experts fused: [2Is, D], [D, Is] (Is = Im*n_shared) */
+    /* V3.2 lightning indexer */
+    di_weight idx_wq_b, idx_wk;    /* [nh*hd, q_rank], [hd, D] */
+    di_weight idx_kn_w, idx_kn_b;  /* k_norm LayerNorm [1, hd] */
+    di_weight idx_wproj;           /* weights_proj [nh, D] */
     /* MTP only */
     di_weight enorm, hnorm, eh_proj, head_norm; /* [1,D], [1,D], [D, 2D], [1,D] */
     di_weight mtp_embed, mtp_head; /* own copies when they differ from the main ones (else n=0) */
@@ -48,11 +52,16 @@ struct di_model {
     di_mla_dims mla;
     di_route_params route;
     di_rope_params rope;           /* rope.inv_freq -> device buffer */
+    di_rope_params rope_idx;       /* V3.2 indexer: same table, NeoX pairs */
+    int v32;                       /* deepseek_v32: run the lightning indexer */
+    di_indexer_dims idx;
     float *inv_freq;
     /* KV pool: [n_layers + n_mtp][kv_blocks * 64][kv_width] act */
     void *kv;
     int kv_blocks, kv_width;
     size_t kv_layer_stride;        /* elements */
+    void *kv_idx;                  /* V3.2 index keys: [layers][kv_blocks * 64][index_head_dim] */
+    size_t kv_idx_layer_stride;    /* elements */
     /* limits */
     int max_tokens, max_seqs, max_blocks_per_seq, logits_chunk;
     /* device metadata (i32) */
@@ -68,6 +77,12 @@ struct di_model {
     float *topk_w, *route_scratch;
     void *prefill_scratch, *moe_scratch;
     size_t prefill_scratch_bytes, moe_scratch_bytes;
+    /* V3.2 indexer workspace */
+    void *qidx, *kidx;             /* act [T, nh*hd], [T, hd] */
+    float *widx;                   /* f32 [T, nh] */
+    int32_t *sel_pos, *sel_count;  /* i32 [T, index_topk], [T] */
+    void *idx_scratch;
+    size_t idx_scratch_bytes;
     size_t weight_bytes, workspace_bytes;
 };
 

@@ -1,7 +1,7 @@
 /* weights.c - checkpoint tensors -> backend weights for every layer of a DeepSeek model.
  *
  * Owner: model. Reads the Hub layout (one tensor per expert, FP8 `weight_scale_inv` siblings,
- * MTP layers after the main ones, V3.2 indexer tensors), checks each tensor's presence, shape
+ * MTP layers after the main ones, V3.2 lightning-indexer tensors), checks each tensor's presence, shape
  * and dtype against the config, and uploads: gate+up fused into one [2I, D] matrix (gate rows
  * first), experts stacked per layer (n = E), kv_b_proj additionally split per head into the
  * absorption matrices W_UKᵀ (n = H, [r, dn]) and W_UV (n = H, [dv, r]). Every tensor of the
@@ -178,19 +178,18 @@ static di_status load_attention(loader *L, const char *p, di_layer *ly) {
     if (s == DI_OK) s = upload(L, H, 1, heads, DI_WEIGHT_PLAIN, &ly->w_uv);
     free(heads);
     if (s != DI_OK) return s;
-    if (c->arch == DI_ARCH_DEEPSEEK_V32) {  /* indexer: validated, not used (dense attention) */
-        di_host_matrix hm;
+    if (c->arch == DI_ARCH_DEEPSEEK_V32) {  /* lightning indexer */
         int nh = c->index_n_heads, hd = c->index_head_dim;
         NAME(n, "%s.self_attn.indexer.wq_b.weight", p);
-        DI_TRY(get_tensor(L, n, nh * hd, c->q_lora_rank, 1, &hm));
+        DI_TRY(load_one(L, n, nh * hd, c->q_lora_rank, 1, &ly->idx_wq_b));
         NAME(n, "%s.self_attn.indexer.wk.weight", p);
-        DI_TRY(get_tensor(L, n, hd, D, 1, &hm));
+        DI_TRY(load_one(L, n, hd, D, 1, &ly->idx_wk));
         NAME(n, "%s.self_attn.indexer.k_norm.weight", p);
-        DI_TRY(get_tensor(L, n, 0, hd, 0, &hm));
+        DI_TRY(load_one(L, n, 0, hd, 0, &ly->idx_kn_w));
         NAME(n, "%s.self_attn.indexer.k_norm.bias", p);
-        DI_TRY(get_tensor(L, n, 0, hd, 0, &hm));
+        DI_TRY(load_one(L, n, 0, hd, 0, &ly->idx_kn_b));
         NAME(n, "%s.self_attn.indexer.weights_proj.weight", p);
-        DI_TRY(get_tensor(L, n, nh, D, 0, &hm));
+        DI_TRY(load_one(L, n, nh, D, 0, &ly->idx_wproj));
     }
     return DI_OK;
 }
@@ -313,7 +312,8 @@ static void free_layer(di_backend *be, di_layer *ly) {
                         &ly->kv_a, &ly->kv_a_norm, &ly->kv_b, &ly->w_uk_t, &ly->w_uv, &ly->o,
                         &ly->gate_up, &ly->down, &ly->router, &ly->router_bias, &ly->exp_gate_up,
                         &ly->exp_down, &ly->sh_gate_up, &ly->sh_down, &ly->enorm, &ly->hnorm,
-                        &ly->eh_proj, &ly->head_norm, &ly->mtp_embed, &ly->mtp_head};
+                        &ly->eh_proj, &ly->head_norm, &ly->mtp_embed, &ly->mtp_head, &ly->idx_wq_b,
+                        &ly->idx_wk, &ly->idx_kn_w, &ly->idx_kn_b, &ly->idx_wproj};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->weight_free(be, all[i]);
 }
 

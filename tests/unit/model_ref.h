@@ -1,7 +1,8 @@
 /* model_ref.h - a direct, double-precision DeepSeek forward pass for tests: reads the
  * checkpoint tensors by name and computes each position with the textbook formulas of
  * docs/deepseek-v3-arch.md (naive MLA over all previous positions, routing by sorting, one
- * expert at a time), sharing no code with src/model or src/backend. Slow; tiny models only. */
+ * expert at a time; DeepSeek-V3.2's indexer with a full sort), sharing no code with src/model
+ * or src/backend. Slow; tiny models only. */
 #ifndef DI_MODEL_REF_H
 #define DI_MODEL_REF_H
 #include <math.h>
@@ -172,6 +173,62 @@ static void ref_moe(const ref_model *m, int l, const double *x, double *y) {
     free(Wg); free(bias); free(lg); free(s); free(b); free(v); free(ye);
 }
 
+/* Smallest (k-th - (k+1)-th largest) / max |score| over all DSA selections made so far: near
+ * zero means the top-k is ambiguous at fp32 precision. */
+static double g_ref_min_index_gap = 1e300;
+
+/* DeepSeek-V3.2 lightning indexer (transformers 5.17): sel[t * N + s] = 1 if token t attends
+ * to position s. x: normed layer inputs [N, D]; cq: q_a_layernorm outputs [N, q_rank]. */
+static void ref_indexer(const ref_model *m, int l, const double *x, const double *cq, int N, unsigned char *sel) {
+    const di_model_config *c = &m->c;
+    int D = c->hidden_size, nh = c->index_n_heads, hd = c->index_head_dim, K = c->index_topk, dr = c->qk_rope_head_dim;
+    double *Wq = ref_getf(m, "model.layers.%d.self_attn.indexer.wq_b.weight", l);
+    double *Wk = ref_getf(m, "model.layers.%d.self_attn.indexer.wk.weight", l);
+    double *kw = ref_getf(m, "model.layers.%d.self_attn.indexer.k_norm.weight", l);
+    double *kb = ref_getf(m, "model.layers.%d.self_attn.indexer.k_norm.bias", l);
+    double *Ww = ref_getf(m, "model.layers.%d.self_attn.indexer.weights_proj.weight", l);
+    double *q = malloc((size_t)N * nh * hd * 8), *k = malloc((size_t)N * hd * 8), *w = malloc((size_t)N * nh * 8);
+    double *I = malloc((size_t)N * 8);
+    ref_model neox = *m;  /* NeoX pairs on the first dr dims */
+    neox.c.rope.interleave = 0;
+    for (int t = 0; t < N; t++) {
+        ref_linear(q + (size_t)t * nh * hd, Wq, cq + (size_t)t * c->q_lora_rank, nh * hd, c->q_lora_rank);
+        for (int h = 0; h < nh; h++) ref_rope(&neox, q + ((size_t)t * nh + h) * hd, t);
+        double *kt = k + (size_t)t * hd, mean = 0, var = 0;
+        ref_linear(kt, Wk, x + (size_t)t * D, hd, D);
+        for (int i = 0; i < hd; i++) mean += kt[i] / hd;
+        for (int i = 0; i < hd; i++) var += (kt[i] - mean) * (kt[i] - mean) / hd;
+        for (int i = 0; i < hd; i++) kt[i] = (kt[i] - mean) / sqrt(var + 1e-6) * kw[i] + kb[i];
+        ref_rope(&neox, kt, t);
+        ref_linear(w + (size_t)t * nh, Ww, x + (size_t)t * D, nh, D);
+    }
+    (void)dr;
+    ref_vi *v = malloc((size_t)N * sizeof *v);
+    for (int t = 0; t < N; t++) {
+        unsigned char *st = sel + (size_t)t * N;
+        memset(st, 0, (size_t)N);
+        if (t + 1 <= K) { memset(st, 1, (size_t)t + 1); continue; }
+        double mx = 0;
+        for (int s = 0; s <= t; s++) {
+            double acc = 0;
+            for (int h = 0; h < nh; h++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += q[((size_t)t * nh + h) * hd + i] * k[(size_t)s * hd + i];
+                d /= sqrt((double)hd);
+                acc += w[(size_t)t * nh + h] / sqrt((double)nh) * (d > 0 ? d : 0);
+            }
+            I[s] = acc;
+            v[s] = (ref_vi){acc, s};
+            mx = fmax(mx, fabs(acc));
+        }
+        qsort(v, (size_t)t + 1, sizeof *v, ref_desc);
+        for (int j = 0; j < K; j++) st[v[j].i] = 1;
+        double gap = (v[K - 1].v - v[K].v) / mx;
+        if (gap < g_ref_min_index_gap) g_ref_min_index_gap = gap;
+    }
+    free(Wq); free(Wk); free(kw); free(kb); free(Ww); free(q); free(k); free(w); free(I); free(v);
+}
+
 /* Decoder layer l on hidden states h[N, D] (positions 0..N-1), in place. */
 static void ref_layer(const ref_model *m, int l, double *h, int N) {
     const di_model_config *c = &m->c;
@@ -210,12 +267,26 @@ static void ref_layer(const ref_model *m, int l, double *h, int N) {
         ref_rope(m, kpe + (size_t)t * dr, t);
         ref_linear(kv + (size_t)t * H * (dn + dv), Wkvb, a, H * (dn + dv), r);
     }
+    unsigned char *sel = NULL;  /* V3.2: which positions each token attends to */
+    if (c->arch == DI_ARCH_DEEPSEEK_V32) {
+        double *xs = malloc((size_t)N * D * 8), *cqs = malloc((size_t)N * c->q_lora_rank * 8);
+        for (int t = 0; t < N; t++) {
+            ref_rmsnorm(xs + (size_t)t * D, h + (size_t)t * D, ln1, D, eps);
+            ref_linear(cqs + (size_t)t * c->q_lora_rank, Wqa, xs + (size_t)t * D, c->q_lora_rank, D);
+            ref_rmsnorm(cqs + (size_t)t * c->q_lora_rank, cqs + (size_t)t * c->q_lora_rank, qan, c->q_lora_rank, eps);
+        }
+        sel = malloc((size_t)N * N);
+        ref_indexer(m, l, xs, cqs, N, sel);
+        free(xs);
+        free(cqs);
+    }
     double *hn = malloc((size_t)N * D * 8);
     for (int t = 0; t < N; t++) {
         for (int hh = 0; hh < H; hh++) {
             const double *qh = q + ((size_t)t * H + hh) * qk;
             double mx = -1e300, sum = 0;
             for (int s = 0; s <= t; s++) {
+                if (sel && !sel[(size_t)t * N + s]) { sc[s] = -1e300; continue; }
                 const double *ks = kv + ((size_t)s * H + hh) * (dn + dv);
                 double d = 0;
                 for (int j = 0; j < dn; j++) d += qh[j] * ks[j];
@@ -223,7 +294,7 @@ static void ref_layer(const ref_model *m, int l, double *h, int N) {
                 sc[s] = d * di_config_softmax_scale(c);
                 mx = fmax(mx, sc[s]);
             }
-            for (int s = 0; s <= t; s++) sum += (sc[s] = exp(sc[s] - mx));
+            for (int s = 0; s <= t; s++) sum += (sc[s] = sc[s] == -1e300 ? 0.0 : exp(sc[s] - mx));
             for (int j = 0; j < dv; j++) {
                 double acc = 0;
                 for (int s = 0; s <= t; s++) acc += sc[s] / sum * kv[((size_t)s * H + hh) * (dn + dv) + dn + j];
@@ -242,7 +313,7 @@ static void ref_layer(const ref_model *m, int l, double *h, int N) {
         for (int i = 0; i < D; i++) h[(size_t)t * D + i] = ht[i] + y[i];
     }
     free(ln1); free(ln2); free(Wkva); free(kvn); free(Wkvb); free(Wo); free(Wq); free(Wqa); free(qan); free(Wqb);
-    free(x); free(q); free(kv); free(kpe); free(a); free(cq); free(o); free(sc); free(y); free(hn);
+    free(x); free(q); free(kv); free(kpe); free(a); free(cq); free(o); free(sc); free(y); free(hn); free(sel);
 }
 
 /* logits[N, V] = head(norm(h)) with the given tensor names; normed hidden into hid if not NULL. */

@@ -7,6 +7,7 @@
 #include "core/json_util.h"
 #include "core/status.h"
 #include "io/config.h"
+#include "io/mkmodel.h"
 #include "test_util.h"
 
 /* Parses `text` as config.json; returns the status. */
@@ -310,5 +311,71 @@ static void test_load_file(void) {
     remove(path);
 }
 
-TEST_MAIN(test_v3_real, test_v2lite, test_rope_variants, test_defaults_and_forms, test_to_json_roundtrip, test_errors,
+/* Every field of a real config replaced by every kind of bad value: each parse either succeeds
+ * or fails with a message naming the file and a field; never a crash (ASan/UBSan run this). */
+static void test_field_fuzz(void) {
+    const char *base =
+        "{\"model_type\": \"deepseek_v3\", \"vocab_size\": 512, \"hidden_size\": 160, \"intermediate_size\": 224,"
+        "\"moe_intermediate_size\": 72, \"num_hidden_layers\": 3, \"num_nextn_predict_layers\": 1,"
+        "\"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"n_shared_experts\": 1, \"n_routed_experts\": 16,"
+        "\"routed_scaling_factor\": 2.5, \"kv_lora_rank\": 40, \"q_lora_rank\": 72, \"qk_rope_head_dim\": 16,"
+        "\"v_head_dim\": 20, \"qk_nope_head_dim\": 24, \"topk_method\": \"noaux_tc\", \"n_group\": 4, \"topk_group\": 2,"
+        "\"num_experts_per_tok\": 4, \"moe_layer_freq\": 1, \"first_k_dense_replace\": 1, \"norm_topk_prob\": true,"
+        "\"scoring_func\": \"sigmoid\", \"hidden_act\": \"silu\", \"max_position_embeddings\": 512,"
+        "\"rms_norm_eps\": 1e-06, \"rope_theta\": 10000, \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 8,"
+        "\"original_max_position_embeddings\": 64, \"beta_fast\": 32, \"beta_slow\": 1, \"mscale\": 1.0,"
+        "\"mscale_all_dim\": 0.8}, \"rope_interleave\": true, \"bos_token_id\": 0, \"eos_token_id\": 1,"
+        "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"quantization_config\": {\"quant_method\":"
+        "\"fp8\", \"fmt\": \"e4m3\", \"activation_scheme\": \"dynamic\", \"weight_block_size\": [128, 128]}}";
+    const char *bad[] = {"-1", "0", "1", "2147483648", "-9223372036854775808", "1e300", "-1e300", "0.5", "\"x\"", "null",
+                         "[]", "[1, 2]", "{}", "{\"type\": 5}", "true", "false"};
+    json_t *root = NULL;
+    CHECK_OK(di_json_loadb(base, strlen(base), "base", &root));
+    if (!root) return;
+    di_model_config c;
+    CHECK_OK(di_config_from_json(root, "test/config.json", &c));
+    int ok = 0, refused = 0, unnamed = 0;
+    void *iter = json_object_iter(root);
+    while (iter) {
+        const char *key = json_object_iter_key(iter);
+        json_t *val = json_object_iter_value(iter);
+        json_incref(val);
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            json_t *nv = json_loads(bad[b], JSON_DECODE_ANY, NULL);
+            json_object_iter_set_new(root, iter, nv);
+            di_status s = di_config_from_json(root, "test/config.json", &c);
+            if (s == DI_OK) ok++;
+            else {
+                refused++;
+                if (!strstr(di_last_error(), "test/config.json") || !strstr(di_last_error(), "field '")) {
+                    unnamed++;
+                    fprintf(stderr, "%s = %s: %s\n", key, bad[b], di_last_error());
+                }
+            }
+        }
+        json_object_iter_set_new(root, iter, val);
+        iter = json_object_iter_next(root, iter);
+    }
+    json_decref(root);
+    CHECK_EQ_INT(unnamed, 0);
+    CHECK(refused > 300);
+    CHECK(ok > 10);
+}
+
+/* config.json files re-saved by transformers 5.17 (v5 `rope_parameters` with both `type` and
+ * `rope_type`, `dtype`, derived fields such as head_dim / qk_head_dim) from mkmodel presets
+ * (tools/golden/save_hf_configs.py) parse into exactly the preset's configuration. */
+static void test_hf_saved_configs(void) {
+    const char *presets[] = {"tiny-v3", "tiny-v3-nolora", "tiny-v2-lite", "tiny-v2-grouped", "tiny-v32"};
+    for (int i = 0; i < 5; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "tests/data/config/hf_saved_%s.json", presets[i]);
+        di_model_config want, got;
+        CHECK_OK(di_mkmodel_preset(presets[i], &want, NULL));
+        CHECK_OK(di_config_load(test_src_path(rel), &got));
+        CHECK_MSG(memcmp(&want, &got, sizeof want) == 0, "%s: parsed config differs from the preset", presets[i]);
+    }
+}
+
+TEST_MAIN(test_hf_saved_configs, test_field_fuzz, test_v3_real, test_v2lite, test_rope_variants, test_defaults_and_forms, test_to_json_roundtrip, test_errors,
           test_load_file)

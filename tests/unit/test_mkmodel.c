@@ -229,11 +229,12 @@ static void test_sharded(void) {
     snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", d2);
     CHECK(di_file_exists(idx));
     di_weights *a = NULL, *b = NULL;
+    int files = 0;
     CHECK_OK(di_weights_open(d1, &a));
     CHECK_OK(di_weights_open(d2, &b));
     if (a && b) {
         CHECK_EQ_INT(di_weights_count(a), di_weights_count(b));
-        int same = 1, files = 0;
+        int same = 1;
         const char *last = "";
         for (size_t i = 0; i < di_weights_count(a); i++) {
             const di_tensor_info *x = di_weights_at(a, i), *y = di_weights_find(b, x->name);
@@ -251,9 +252,12 @@ static void test_sharded(void) {
     }
     di_weights_free(a);
     di_weights_free(b);
-    /* rewriting a directory single-file removes the old index */
+    /* rewriting a directory single-file removes the old index and shards */
     CHECK_OK(mk("tiny-v2-grouped", DI_MK_F32, 0, 5, 2, 0, d2));
     CHECK(!di_file_exists(idx));
+    char shard1[4200];
+    snprintf(shard1, sizeof shard1, "%s/model-00001-of-%05d.safetensors", d2, files);
+    CHECK(!di_file_exists(shard1));
 }
 
 static void test_tokenizer(void) {
@@ -330,6 +334,14 @@ static void test_cli(void) {
     CHECK(run_cli(args) != 0);
     snprintf(args, sizeof args, "--config /nonexistent/config.json --out '%s'", out_dir("cli"));
     CHECK(run_cli(args) != 0);
+    /* a vocabulary too small for the built-in tokenizer is refused before anything is written */
+    di_model_config small;
+    CHECK_OK(di_mkmodel_preset("tiny-v3", &small, NULL));
+    small.vocab_size = 200;
+    di_mkmodel_opts o = {0, DI_MK_BF16, 0, 0, NULL, 1};
+    CHECK(di_mkmodel_write(&small, &o, out_dir("small_vocab")) == DI_ERR_INVALID_ARG);
+    CHECK(strstr(di_last_error(), "vocab_size 200") != NULL);
+    CHECK(!di_file_exists(out_dir("small_vocab")));
     /* --config with a file written by mkmodel itself reproduces the checkpoint */
     snprintf(args, sizeof args, "--preset tiny-v2-lite --seed 4 --out '%s'", out_dir("cli_a"));
     CHECK_EQ_INT(run_cli(args), 0);
@@ -338,4 +350,102 @@ static void test_cli(void) {
     check_dir_equal(out_dir("cli_a"), out_dir("cli_b"));
 }
 
-TEST_MAIN(test_presets, test_determinism, test_values_and_layout, test_fp8, test_sharded, test_tokenizer, test_cli)
+static void test_fp8_encoder(void) {
+    /* the fast encoder equals the reference one on a sweep of bit patterns (both signs, every
+     * exponent, subnormals, ties) and on the special values */
+    int bad = 0;
+    for (uint64_t u = 0; u <= 0xffffffffull; u += 4099) {
+        uint32_t b = (uint32_t)u;
+        float f;
+        memcpy(&f, &b, 4);
+        bad += di_mk_f32_to_fp8(f) != di_f32_to_fp8e4m3(f);
+    }
+    const float special[] = {0.0f, -0.0f, 448.0f, 449.0f, 464.0f, 1e30f, INFINITY, -INFINITY, NAN, 0.001953125f,
+                             0.0009765625f, 0.00146484375f, 0.0029296875f, 1.0625f, 1.1875f, 0.015625f, 0.0146484375f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) {
+        bad += di_mk_f32_to_fp8(special[i]) != di_f32_to_fp8e4m3(special[i]);
+        bad += di_mk_f32_to_fp8(-special[i]) != di_f32_to_fp8e4m3(-special[i]);
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* Copies the tensors of `w` into a new file, dropping `drop` and replacing `swap` (if not NULL)
+ * by a tensor of dtype `t` and shape shape[0..ndim). */
+static void rewrite(const di_weights *w, const char *path, const char *drop, const char *swap, di_dtype t, int ndim,
+                    const int64_t *shape, const char *extra) {
+    di_st_writer *wr = di_st_writer_create();
+    static unsigned char zeros[1 << 20];
+    for (size_t i = 0; i < di_weights_count(w); i++) {
+        const di_tensor_info *x = di_weights_at(w, i);
+        if (drop && !strcmp(x->name, drop)) continue;
+        if (swap && !strcmp(x->name, swap)) {
+            size_t nb = di_dtype_size(t);
+            for (int d = 0; d < ndim; d++) nb *= (size_t)shape[d];
+            CHECK_OK(di_st_writer_add(wr, x->name, t, ndim, shape, zeros, nb));
+            continue;
+        }
+        CHECK_OK(di_st_writer_add(wr, x->name, x->dtype, x->ndim, x->shape, x->data, x->nbytes));
+    }
+    if (extra) {
+        int64_t one = 1;
+        CHECK_OK(di_st_writer_add(wr, extra, DI_DTYPE_F32, 1, &one, zeros, 4));
+    }
+    CHECK_OK(di_st_writer_write(wr, path));
+    di_st_writer_free(wr);
+}
+
+static void expect_check(const di_model_config *c, const char *path, di_status code, const char *f1, const char *f2) {
+    di_weights *w = NULL;
+    CHECK_OK(di_weights_open(path, &w));
+    if (!w) return;
+    di_status s = di_model_files_check(c, w, DI_MTP_OPTIONAL, "ckpt");
+    CHECK_MSG(s == code, "expected %s, got %s: %s", di_status_name(code), di_status_name(s), di_last_error());
+    if (f1) CHECK_MSG(strstr(di_last_error(), f1) != NULL, "'%s' not in: %s", f1, di_last_error());
+    if (f2) CHECK_MSG(strstr(di_last_error(), f2) != NULL, "'%s' not in: %s", f2, di_last_error());
+    di_weights_free(w);
+}
+
+/* di_model_files_check on checkpoints broken one tensor at a time. */
+static void test_files_check(void) {
+    const char *dir = out_dir("fp8_check");
+    CHECK_OK(mk("tiny-v3-fp8", DI_MK_FP8, 0, 3, 2, 0, dir));
+    di_model_config c;
+    char path[4200], bad[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK_OK(di_config_load(path, &c));
+    di_weights *w = NULL;
+    CHECK_OK(di_weights_open(dir, &w));
+    if (!w) return;
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+    const int64_t s16[1] = {16}, s3x4[2] = {3, 4}, s2x2[2] = {2, 2}, s160[1] = {160}, s72x160[2] = {72, 160};
+    rewrite(w, bad, "model.layers.2.mlp.experts.7.up_proj.weight", NULL, DI_DTYPE_F32, 0, NULL, NULL);
+    expect_check(&c, bad, DI_ERR_NOT_FOUND, "1 tensor missing", "'model.layers.2.mlp.experts.7.up_proj.weight'");
+    rewrite(w, bad, "model.layers.1.mlp.gate.e_score_correction_bias", NULL, DI_DTYPE_F32, 0, NULL, NULL);
+    expect_check(&c, bad, DI_ERR_NOT_FOUND, "e_score_correction_bias", NULL);
+    rewrite(w, bad, "model.layers.0.self_attn.o_proj.weight_scale_inv", NULL, DI_DTYPE_F32, 0, NULL, NULL);
+    expect_check(&c, bad, DI_ERR_NOT_FOUND, "'model.layers.0.self_attn.o_proj.weight'", "weight_scale_inv");
+    rewrite(w, bad, NULL, "model.layers.0.self_attn.o_proj.weight_scale_inv", DI_DTYPE_F32, 2, s2x2, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "o_proj.weight_scale_inv", "expected F32 [2, 1]");
+    rewrite(w, bad, NULL, "model.layers.1.mlp.gate.e_score_correction_bias", DI_DTYPE_I32, 1, s16, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "e_score_correction_bias", "I32");
+    rewrite(w, bad, NULL, "model.layers.1.mlp.gate.weight", DI_DTYPE_F8_E4M3, 2, (const int64_t[]){16, 160}, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "mlp.gate.weight", "F8_E4M3");
+    rewrite(w, bad, NULL, "model.norm.weight", DI_DTYPE_BF16, 2, s3x4, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "'model.norm.weight' has shape [3, 4], expected [160]", NULL);
+    rewrite(w, bad, NULL, "model.layers.0.input_layernorm.weight", DI_DTYPE_F8_E4M3, 1, s160, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "input_layernorm", "F8_E4M3");
+    /* a bf16 projection in an FP8 checkpoint is fine; its stale scale is not */
+    rewrite(w, bad, NULL, "model.layers.1.mlp.experts.0.gate_proj.weight", DI_DTYPE_BF16, 2, s72x160, NULL);
+    expect_check(&c, bad, DI_ERR_FORMAT, "unexpected", "experts.0.gate_proj.weight_scale_inv");
+    rewrite(w, bad, "model.layers.1.mlp.experts.0.gate_proj.weight_scale_inv", "model.layers.1.mlp.experts.0.gate_proj.weight",
+            DI_DTYPE_BF16, 2, s72x160, NULL);
+    expect_check(&c, bad, DI_OK, NULL, NULL);
+    rewrite(w, bad, NULL, NULL, DI_DTYPE_F32, 0, NULL, "model.layers.0.mlp.experts.0.up_proj.weight");
+    expect_check(&c, bad, DI_ERR_FORMAT, "unexpected", "model.layers.0.mlp.experts.0.up_proj.weight");
+    rewrite(w, bad, NULL, NULL, DI_DTYPE_F32, 0, NULL, "lm_head.bias");
+    expect_check(&c, bad, DI_ERR_FORMAT, "unexpected", "'lm_head.bias'");
+    di_weights_free(w);
+    remove(bad);
+}
+
+TEST_MAIN(test_fp8_encoder, test_files_check, test_presets, test_determinism, test_values_and_layout, test_fp8, test_sharded, test_tokenizer, test_cli)

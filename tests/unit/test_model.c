@@ -18,8 +18,8 @@
 #include "test_util.h"
 
 
-/* Writes preset `name` (with `mtp` MTP layers; "tiny-v32" = tiny-v3 as deepseek_v32 with an
- * indexer) under the build dir; returns its path. */
+/* Writes preset `name` (with `mtp` MTP layers; "tiny-v32" = tiny-v3 as deepseek_v32 with a
+ * lightning indexer keeping 24 positions) under the build dir; returns its path. */
 static const char *make_model(const char *name, int mtp) {
     static char path[8][1024];
     static int n = 0;
@@ -35,9 +35,9 @@ static const char *make_model(const char *name, int mtp) {
     if (v32) {
         c.arch = DI_ARCH_DEEPSEEK_V32;
         snprintf(c.model_type, sizeof c.model_type, "deepseek_v32");
-        c.index_n_heads = 2;
-        c.index_head_dim = 16;
-        c.index_topk = 64;
+        c.index_n_heads = 8;
+        c.index_head_dim = 32;
+        c.index_topk = 24;
         CHECK_OK(di_config_validate(&c, name));
     }
     di_mkmodel_opts o = {0};
@@ -135,7 +135,11 @@ static void test_presets(void) {
     check_preset("tiny-v3-neox", 40);
     check_preset("tiny-v2-lite", 70);
     check_preset("tiny-v2-grouped", 40);
-    check_preset("tiny-v32", 40);   /* dense attention == DSA while context <= index_topk */
+    g_ref_min_index_gap = 1e300;
+    check_preset("tiny-v32", 70);   /* DSA: dense up to index_topk (24), sparse after */
+    fprintf(stderr, "   tiny-v32: smallest top-k score gap %.2e\n", g_ref_min_index_gap);
+    CHECK_MSG(g_ref_min_index_gap > 1e-4 && g_ref_min_index_gap < 1e300,
+              "V3.2 case does not exercise a well-separated sparse selection (gap %g)", g_ref_min_index_gap);
 }
 
 /* Chunked prefill, shuffled blocks, copied blocks, and a mixed decode+prefill batch. */
@@ -193,6 +197,24 @@ static void test_paging(void) {
     CHECK_MSG(e < 1e-5, "mixed batch: prefill-chunk rows differ by %g", e);
     free(idsB); free(mixed); free(refB);
     free(ids); free(one); free(chunked); free(shuf); free(tmp);
+    di_model_free(m);
+}
+
+/* V3.2: decoding past index_topk from copied blocks (latent and index-key caches) equals
+ * decoding from the originals. */
+static void test_v32_copy_blocks(void) {
+    const char *dir = make_model("tiny-v32", 0);
+    di_model *m = load(dir, 100, 4, 0);
+    if (!m) return;
+    int V = di_model_config_of(m)->vocab_size, N = 100;
+    int32_t *ids = make_ids(N + 1, V, 17), bt[2] = {0, 1}, cp[2] = {2, 3};
+    float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4), *pre = malloc((size_t)N * V * 4);
+    CHECK_OK(run_chunk(m, ids, 0, N, bt, 2, 0, pre));
+    CHECK_OK(di_model_copy_blocks(m, bt, cp, 2));
+    CHECK_OK(run_chunk(m, ids, N, 1, bt, 2, 1, a));
+    CHECK_OK(run_chunk(m, ids, N, 1, cp, 2, 1, b));
+    CHECK_MSG(memcmp(a, b, (size_t)V * 4) == 0, "decode from copied V3.2 blocks differs");
+    free(ids); free(a); free(b); free(pre);
     di_model_free(m);
 }
 
@@ -278,6 +300,22 @@ static void test_bad_batches(void) {
     int32_t wss[2] = {0, 2};
     b.seq_start = wss;
     expect_bad(m, &b, "seq_start");
+    b = ok;
+    int32_t longctx = 600;  /* the model was loaded with max_context 512 */
+    b.seq_ctx_len = &longctx;
+    expect_bad(m, &b, "max_context");
+    b = ok;
+    b.max_blocks = 0;
+    expect_bad(m, &b, "max_blocks");
+    di_model_free(m);
+    /* option checks and the default KV pool size (256 MiB, capped by max_seqs * max_context) */
+    di_model_options o = {0};
+    o.max_seqs = -1;
+    CHECK(di_model_load(dir, &o, &m) == DI_ERR_INVALID_ARG && m == NULL);
+    o.max_seqs = 2;
+    o.max_context = 300;
+    CHECK_OK(di_model_load(dir, &o, &m));
+    if (m) CHECK_EQ_INT(di_model_kv_blocks(m), 2 * 5);
     di_model_free(m);
 }
 
@@ -331,4 +369,4 @@ static void test_bad_checkpoints(void) {
     CHECK(di_model_load("/nonexistent/model", NULL, &m) != DI_OK && m == NULL);
 }
 
-TEST_MAIN(test_presets, test_paging, test_mtp, test_bad_batches, test_bad_checkpoints)
+TEST_MAIN(test_presets, test_paging, test_v32_copy_blocks, test_mtp, test_bad_batches, test_bad_checkpoints)

@@ -3,6 +3,7 @@
  * direct double-precision computations on random inputs of awkward sizes. */
 #include <stdio.h>
 
+#include "backend/cpu/cpu_internal.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "ops_test_util.h"
@@ -74,6 +75,42 @@ static void test_matmul(void) {
     CHECK_MSG(same, "a row's result depends on the other rows of the batch");
     g_be3->weight_free(g_be3, &w);
     free(x); free(W); free(y);
+}
+
+/* Both kernel instantiations (baseline and, where the CPU has it, AVX2+FMA) against the
+ * direct computation, including every edge path (M % 4, N % 2, N % 4, K % 8). */
+static void test_gemm_isas(void) {
+    fprintf(stderr, "   gemm kernels in use: %s\n", di_cpu_isa());
+    int M = 11, N = 9, K = 37, ldx = 40, ldy = 12;
+    float *x = rand_vec((size_t)M * ldx, 1), *W = rand_vec((size_t)N * K, 1), *y = malloc((size_t)M * ldy * 4);
+    double *ref = malloc((size_t)M * N * sizeof(double));
+    ref_gemm(ref, x, ldx, W, M, N, K);
+    for (int isa = 0; isa < 1 + di_cpu_have_avx2(); isa++) {
+        for (int acc = 0; acc < 2; acc++) {
+            for (int i = 0; i < M * ldy; i++) y[i] = acc ? 1.0f : -7.0f;
+            if (isa) di_cpu_gemm_serial_avx2(y, ldy, x, ldx, W, K, M, N, K, acc);
+            else di_cpu_gemm_serial_base(y, ldy, x, ldx, W, K, M, N, K, acc);
+            double err = 0;
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) err = fmax(err, fabs(y[i * ldy + j] - (ref[i * N + j] + acc)));
+            CHECK_MSG(err < 1e-5, "isa %d accumulate %d: err %g", isa, acc, err);
+            /* every output equals the dot kernel of the same instantiation, bit for bit */
+            int same = 1;
+            for (int i = 0; i < M && !acc; i++)
+                for (int j = 0; j < N; j++) {
+                    float d = isa ? di_cpu_dot_avx2(x + i * ldx, W + j * K, K) : di_cpu_dot_base(x + i * ldx, W + j * K, K);
+                    same &= memcmp(&d, &y[i * ldy + j], 4) == 0;
+                }
+            CHECK_MSG(same, "isa %d: tiled kernels and the dot kernel disagree in the last bits", isa);
+        }
+        float ya[37], yb[37];
+        for (int i = 0; i < 37; i++) ya[i] = yb[i] = x[i];
+        if (isa) di_cpu_axpy_avx2(ya, 0.37f, W, 37); else di_cpu_axpy_base(ya, 0.37f, W, 37);
+        double err = 0;
+        for (int i = 0; i < 37; i++) err = fmax(err, fabs(ya[i] - (yb[i] + 0.37 * W[i])));
+        CHECK_MSG(err < 1e-6, "isa %d: axpy err %g", isa, err);
+    }
+    free(x); free(W); free(y); free(ref);
 }
 
 static void test_bmm(void) {
@@ -307,5 +344,5 @@ static void teardown(void) {
     (void)be;
 }
 
-TEST_MAIN(setup, test_matmul, test_bmm, test_weight_upload, test_norms_and_rows, test_rope,
+TEST_MAIN(setup, test_matmul, test_gemm_isas, test_bmm, test_weight_upload, test_norms_and_rows, test_rope,
           test_kv_cache_ops, teardown)

@@ -2,7 +2,8 @@
  * weight-absorbed decode over the latent cache) and MoE ops (router in every method, experts)
  * against direct double-precision computations: several sequences with chunked contexts,
  * q_len > 1 decode (speculative verification), block tables in shuffled order, awkward sizes,
- * and bitwise equality between 1 and 3 threads. */
+ * and bitwise equality between 1 and 3 threads. Also DeepSeek-V3.2's pieces: the lightning
+ * indexer's top-k, LayerNorm, and both attention paths restricted to a selection. */
 #include <stdio.h>
 
 #include "core/status.h"
@@ -58,7 +59,9 @@ static void make_paged(paged *p, int S, const int *q_len, const int *ctx, int W)
             mq = q_len[i] > mq ? q_len[i] : mq;
             mc = ctx[i] > mc ? ctx[i] : mc;
         }
-    p->ab = (di_attn_batch){p->pos, p->slots, p->seq_start, p->ctx, p->bt, p->T, S, p->max_blocks, mq, mc};
+    p->ab = (di_attn_batch){.positions = p->pos, .slot_mapping = p->slots, .seq_start = p->seq_start,
+                            .seq_ctx_len = p->ctx, .block_table = p->bt, .n_tokens = p->T, .n_seqs = S,
+                            .max_blocks = p->max_blocks, .max_q_len = mq, .max_ctx_len = mc};
 }
 static void free_paged(paged *p) { free(p->bt); free(p->cache); free(p->pos); free(p->slots); }
 static const float *row_of(const paged *p, int seq, int s) {
@@ -68,6 +71,13 @@ static int seq_of(const paged *p, int t) {
     int i = 0;
     while (p->seq_start[i + 1] <= t) i++;
     return i;
+}
+
+typedef struct { double v; int i; } ref_vi_t;
+static int by_desc_t(const void *a, const void *b) {
+    const ref_vi_t *x = a, *y = b;
+    if (x->v != y->v) return x->v < y->v ? 1 : -1;
+    return x->i - y->i;
 }
 
 static void test_mla_decode(void) {
@@ -164,6 +174,152 @@ static void test_mla_prefill(void) {
     g_be1->weight_free(g_be1, &w1);
     g_be3->weight_free(g_be3, &w3);
     free(q); free(wkv); free(scratch); free(o1); free(o3); free(o4); free(ref); free(sc); free(kv);
+    free_paged(&p);
+}
+
+/* ---- DeepSeek-V3.2 sparse attention ---- */
+
+/* A random sorted subset (at least the last position) of [0, pos] for every token. */
+static void random_selection(const paged *p, int K, int32_t *sel, int32_t *cnt, int full) {
+    for (int t = 0; t < p->T; t++) {
+        int n = 0, pos = p->pos[t];
+        for (int s = 0; s <= pos && n < K; s++)
+            if (full || s == pos || rng_int(3) == 0) sel[t * K + n++] = s;
+        if (!full && sel[t * K + n - 1] != pos) sel[t * K + n - 1] = pos;  /* keep sorted, include pos */
+        cnt[t] = n;
+    }
+}
+
+static void test_sparse_attention(void) {
+    int q_len[2] = {2, 40}, ctx[2] = {150, 100}, K = 160;
+    di_mla_dims d = {3, 6, 4, 5, 9, 0.31f};
+    int H = d.n_heads, dn = d.nope_dim, dr = d.rope_dim, dv = d.v_dim, r = d.kv_rank, W = r + dr, qk = dn + dr, kvw = dn + dv;
+    paged p;
+    make_paged(&p, 2, q_len, ctx, W);
+    int32_t *sel = malloc((size_t)p.T * K * 4), *cnt = malloc((size_t)p.T * 4);
+    float *q = rand_vec((size_t)p.T * H * qk, 1), *qt = rand_vec((size_t)p.T * H * r, 1);
+    float *wkv = rand_vec((size_t)H * kvw * r, 0.5f);
+    di_weight w = upload_f32(g_be3, 1, H * kvw, r, wkv);
+    size_t sb = g_be3->mla_prefill_scratch_bytes(g_be3, &d, p.T);
+    void *scratch = malloc(sb);
+    float *od = malloc((size_t)p.T * H * r * 4), *os = malloc((size_t)p.T * H * r * 4);
+    float *pd = malloc((size_t)p.T * H * dv * 4), *ps = malloc((size_t)p.T * H * dv * 4);
+    /* a full selection reproduces dense attention bit for bit */
+    random_selection(&p, K, sel, cnt, 1);
+    g_be3->mla_decode(g_be3, od, qt, q + dn, H * qk, qk, p.cache, &p.ab, 0, 2, &d);
+    g_be3->mla_prefill(g_be3, pd, q, H * qk, p.cache, &w, &p.ab, 0, 2, &d, scratch, sb);
+    di_attn_batch sp = p.ab;
+    sp.sel_pos = sel;
+    sp.sel_count = cnt;
+    sp.sel_stride = K;
+    g_be3->mla_decode(g_be3, os, qt, q + dn, H * qk, qk, p.cache, &sp, 0, 2, &d);
+    g_be3->mla_prefill(g_be3, ps, q, H * qk, p.cache, &w, &sp, 0, 2, &d, scratch, sb);
+    CHECK(memcmp(od, os, (size_t)p.T * H * r * 4) == 0);
+    CHECK(memcmp(pd, ps, (size_t)p.T * H * dv * 4) == 0);
+    /* a random selection against a direct computation over the selected positions */
+    random_selection(&p, K, sel, cnt, 0);
+    g_be3->mla_decode(g_be3, os, qt, q + dn, H * qk, qk, p.cache, &sp, 0, 2, &d);
+    g_be3->mla_prefill(g_be3, ps, q, H * qk, p.cache, &w, &sp, 0, 2, &d, scratch, sb);
+    double *rd = calloc((size_t)p.T * H * r, 8), *rp = calloc((size_t)p.T * H * dv, 8), sc[200], sc2[200];
+    for (int t = 0; t < p.T; t++) {
+        int i = seq_of(&p, t);
+        for (int h = 0; h < H; h++) {
+            double mx = -1e300, mx2 = -1e300, sum = 0, sum2 = 0;
+            for (int j = 0; j < cnt[t]; j++) {
+                const float *c = row_of(&p, i, sel[t * K + j]);
+                double a = 0, b = 0;
+                for (int e = 0; e < r; e++) a += (double)qt[((size_t)t * H + h) * r + e] * c[e];
+                for (int e = 0; e < dr; e++) a += (double)q[(size_t)t * H * qk + h * qk + dn + e] * c[r + e];
+                for (int e = 0; e < dn; e++) {
+                    double k = 0;
+                    for (int f = 0; f < r; f++) k += (double)wkv[((size_t)h * kvw + e) * r + f] * c[f];
+                    b += q[(size_t)t * H * qk + h * qk + e] * k;
+                }
+                for (int e = 0; e < dr; e++) b += (double)q[(size_t)t * H * qk + h * qk + dn + e] * c[r + e];
+                sc[j] = d.softmax_scale * a;
+                sc2[j] = d.softmax_scale * b;
+                mx = fmax(mx, sc[j]);
+                mx2 = fmax(mx2, sc2[j]);
+            }
+            for (int j = 0; j < cnt[t]; j++) { sum += (sc[j] = exp(sc[j] - mx)); sum2 += (sc2[j] = exp(sc2[j] - mx2)); }
+            for (int j = 0; j < cnt[t]; j++) {
+                const float *c = row_of(&p, i, sel[t * K + j]);
+                for (int e = 0; e < r; e++) rd[((size_t)t * H + h) * r + e] += sc[j] / sum * c[e];
+                for (int e = 0; e < dv; e++) {
+                    double v = 0;
+                    for (int f = 0; f < r; f++) v += (double)wkv[((size_t)h * kvw + dn + e) * r + f] * c[f];
+                    rp[((size_t)t * H + h) * dv + e] += sc2[j] / sum2 * v;
+                }
+            }
+        }
+    }
+    double e1 = rel_err(os, rd, (size_t)p.T * H * r), e2 = rel_err(ps, rp, (size_t)p.T * H * dv);
+    CHECK_MSG(e1 < 1e-5 && e2 < 1e-5, "sparse attention rel err decode %g prefill %g", e1, e2);
+    g_be3->weight_free(g_be3, &w);
+    free(sel); free(cnt); free(q); free(qt); free(wkv); free(scratch); free(od); free(os); free(pd); free(ps);
+    free(rd); free(rp);
+    free_paged(&p);
+}
+
+static void test_indexer(void) {
+    int q_len[2] = {3, 50}, ctx[2] = {140, 60}, nh = 3, hd = 10;
+    di_indexer_dims d = {nh, hd, 32, 1.0f / sqrtf(10.0f), 1.0f / sqrtf(3.0f)};
+    paged p;
+    make_paged(&p, 2, q_len, ctx, hd);  /* the cache is the index-key cache here */
+    float *q = rand_vec((size_t)p.T * nh * hd, 1), *w = rand_vec((size_t)p.T * nh, 1);
+    int32_t *sel = malloc((size_t)p.T * d.topk * 4), *cnt = malloc((size_t)p.T * 4);
+    size_t sb = g_be3->indexer_scratch_bytes(g_be3, p.T, 140);
+    void *scratch = malloc(sb);
+    g_be3->indexer_topk(g_be3, sel, cnt, q, w, p.cache, &p.ab, 0, 2, &d, scratch, sb);
+    int ok = 1;
+    double I[200];
+    ref_vi_t v[200];
+    for (int t = 0; t < p.T; t++) {
+        int i = seq_of(&p, t), pos = p.pos[t], want = pos + 1 < d.topk ? pos + 1 : d.topk;
+        ok &= cnt[t] == want;
+        for (int s = 0; s <= pos; s++) {
+            const float *k = row_of(&p, i, s);
+            double acc = 0;
+            for (int h = 0; h < nh; h++) {
+                double dot = 0;
+                for (int e = 0; e < hd; e++) dot += (double)q[((size_t)t * nh + h) * hd + e] * k[e];
+                dot *= d.scale;
+                acc += (double)w[t * nh + h] * d.weight_scale * (dot > 0 ? dot : 0);
+            }
+            I[s] = acc;
+            v[s] = (ref_vi_t){acc, s};
+        }
+        qsort(v, (size_t)pos + 1, sizeof *v, by_desc_t);
+        unsigned char in[200] = {0};
+        for (int j = 0; j < want; j++) in[v[j].i] = 1;
+        int prev = -1;
+        for (int j = 0; j < cnt[t] && j < want; j++) {
+            int s = sel[t * d.topk + j];
+            ok &= s > prev && s <= pos && in[s];
+            prev = s;
+        }
+    }
+    (void)I;
+    CHECK_MSG(ok, "indexer_topk selection differs from sorting the direct scores");
+    /* layernorm against the formula */
+    int D = 13, T = 4;
+    float *x = rand_vec((size_t)T * D, 3), *lw = rand_vec((size_t)D, 1), *lb = rand_vec((size_t)D, 1);
+    float *y = malloc((size_t)T * D * 4);
+    di_weight W = upload_f32(g_be3, 1, 1, D, lw), B = upload_f32(g_be3, 1, 1, D, lb);
+    g_be3->layernorm(g_be3, y, D, x, D, &W, &B, 1e-6f, T, D);
+    double err = 0;
+    for (int t = 0; t < T; t++) {
+        double mean = 0, var = 0;
+        for (int e = 0; e < D; e++) mean += x[t * D + e] / D;
+        for (int e = 0; e < D; e++) var += (x[t * D + e] - mean) * (x[t * D + e] - mean) / D;
+        for (int e = 0; e < D; e++)
+            err = fmax(err, fabs(y[t * D + e] - ((x[t * D + e] - mean) / sqrt(var + 1e-6) * lw[e] + lb[e])));
+    }
+    CHECK_MSG(err < 1e-5, "layernorm err %g", err);
+    g_be3->weight_free(g_be3, &W);
+    g_be3->weight_free(g_be3, &B);
+    free(x); free(lw); free(lb); free(y);
+    free(q); free(w); free(sel); free(cnt); free(scratch);
     free_paged(&p);
 }
 
@@ -344,4 +500,5 @@ static void setup(void) {
 }
 static void teardown(void) { di_backend_free(g_be1); di_backend_free(g_be3); }
 
-TEST_MAIN(setup, test_mla_decode, test_mla_prefill, test_moe_route, test_moe_experts, teardown)
+TEST_MAIN(setup, test_mla_decode, test_mla_prefill, test_sparse_attention, test_indexer, test_moe_route,
+          test_moe_experts, teardown)

@@ -7,7 +7,8 @@ attn_implementation="eager")` (asserting no missing / unexpected / mismatched ke
 loading warnings), run the fixed id sequence in one forward pass, and write the float32
 little-endian logits [n_ids, vocab] to tests/data/golden/<case>.logits.bin. FP8 checkpoints are
 evaluated through a dequantized fp32 twin (weight x block scale), not transformers' own FP8
-path (which needs a GPU kernel and quantizes activations).
+path (which needs a GPU kernel and quantizes activations); the FP8 checkpoint itself is still
+loaded once to assert its layout loads cleanly (needs `accelerate` on a machine without GPU).
 
 tests/data/golden/golden.json records, per case: the preset, seed, dtype and ids that regenerate
 the checkpoint, the CRC32 of every checkpoint file (so the C test knows it rebuilt the very
@@ -70,6 +71,8 @@ CASES = [
     ("v2lite_len300", "tiny-v2-lite", 6, "bf16", 300, 63),
     ("v2grouped_len30", "tiny-v2-grouped", 7, "bf16", 30, 71),
     ("v2grouped_len300", "tiny-v2-grouped", 7, "bf16", 300, 72),
+    # V3.2 with a context <= index_topk (64): the indexer selects every position, attention is dense
+    ("v32_len48", "tiny-v32", 8, "bf16", 48, 81),
 ]
 
 
@@ -254,6 +257,9 @@ def main():
                 mkmodel(args.bin, preset, seed, dtype, ckpt)
                 path = ckpt
                 if dtype == "fp8":
+                    # the FP8 checkpoint itself must load cleanly (layout, scale names); on a
+                    # machine without a GPU transformers dequantizes it to bf16 (needs accelerate)
+                    load(ckpt)
                     path = ckpt + "_dequant"
                     dequantized_twin(ckpt, path)
                 models[key] = load(path)
@@ -286,7 +292,7 @@ def main():
                 modes.append("attn_plain_scale")
             if getattr(model.model.rotary_emb, "attention_scaling", 1.0) != 1.0:
                 modes.append("attn_no_cos_sin_factor")
-            if is_v3:
+            if model.config.model_type == "deepseek_v3":  # V3.2 always interleaves
                 modes.append("attn_rope_pairs")
             for m in modes:
                 alt, _ = run(model, ids, m)

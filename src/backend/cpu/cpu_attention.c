@@ -7,7 +7,9 @@
  * tile; so results do not depend on threads or on how the batch is composed, and memory is
  * linear in context length (one tile of decompressed K/V at a time). The cache row of context
  * position p of sequence i is block_table[i][p / 64] * 64 + p % 64; it holds c (kv_rank values,
- * after kv_a_layernorm) then k_pe (rope_dim values, after RoPE). */
+ * after kv_a_layernorm) then k_pe (rope_dim values, after RoPE). With a DSA selection
+ * (ab->sel_pos, DeepSeek-V3.2) each token attends only to its selected positions; the
+ * arithmetic per attended position is the same as in the dense case. */
 #include <math.h>
 #include <string.h>
 
@@ -33,10 +35,10 @@ static inline const float *cache_row(const float *cache, const di_attn_batch *ab
     return cache + ((size_t)block * TILE + (size_t)(p % TILE)) * W;
 }
 
-/* Online-softmax update of one (token, head) state with n new scores. acc has dim values;
- * v_of(s) rows start at vbase + s * vstride. */
+/* Online-softmax update of one (token, head) state with n new scores; the value row of
+ * score s is vrows[s] (dim values). acc has dim values. */
 static void softmax_update(float *m, float *l, float *acc, int dim, const float *score, int n,
-                           const float *vbase, size_t vstride) {
+                           const float *const *vrows) {
     float mx = *m;
     for (int s = 0; s < n; s++)
         if (score[s] > mx) mx = score[s];
@@ -46,10 +48,20 @@ static void softmax_update(float *m, float *l, float *acc, int dim, const float 
     for (int s = 0; s < n; s++) {
         float p = expf(score[s] - mx);
         lsum += p;
-        cpu_axpy(acc, p, vbase + (size_t)s * vstride, dim);
+        di_cpu_axpy(acc, p, vrows[s], dim);
     }
     *m = mx;
     *l = lsum;
+}
+
+/* Index of the first entry >= v in the ascending list a[0, n). */
+static int lower_bound(const int32_t *a, int n, int v) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (a[mid] < v) lo = mid + 1; else hi = mid;
+    }
+    return lo;
 }
 
 /* ---------------------------------------------------------------- decode (absorbed) ---- */
@@ -76,25 +88,26 @@ static void decode_item(void *ctx, size_t item, int tid) {
     int q_len = ab->seq_start[seq + 1] - ab->seq_start[seq];
     int pos = ab->seq_ctx_len[seq] - q_len + (t - ab->seq_start[seq]);
     int r = d->kv_rank, dr = d->rope_dim, W = r + dr, H = d->n_heads;
+    /* the positions attended: 0..pos (dense) or the token's selection (sparse) */
+    const int32_t *sel = ab->sel_pos ? ab->sel_pos + (size_t)t * ab->sel_stride : NULL;
+    int n_att = sel ? ab->sel_count[t] : pos + 1;
     float ms[64], ls[64], score[TILE];
+    const float *rows[TILE];
     DI_ASSERT(h1 - h0 <= 64);
     for (int h = h0; h < h1; h++) {
         ms[h - h0] = -INFINITY;
         ls[h - h0] = 0.0f;
         memset(j->out + ((size_t)t * H + h) * r, 0, (size_t)r * sizeof(float));
     }
-    for (int b0 = 0; b0 <= pos; b0 += TILE) {
-        int n = pos + 1 - b0 < TILE ? pos + 1 - b0 : TILE;
-        const float *rows = cache_row(j->cache, ab, seq, b0, W);  /* a block is contiguous */
+    for (int c0 = 0; c0 < n_att; c0 += TILE) {
+        int n = n_att - c0 < TILE ? n_att - c0 : TILE;
+        for (int s = 0; s < n; s++) rows[s] = cache_row(j->cache, ab, seq, sel ? sel[c0 + s] : c0 + s, W);
         for (int h = h0; h < h1; h++) {
             const float *qt = j->qt + ((size_t)t * H + h) * r;
             const float *qp = j->qpe + (size_t)t * j->ldqpe + (size_t)h * j->hsqpe;
-            for (int s = 0; s < n; s++) {
-                const float *c = rows + (size_t)s * W;
-                score[s] = d->softmax_scale * (cpu_dot(qt, c, r) + cpu_dot(qp, c + r, dr));
-            }
-            softmax_update(&ms[h - h0], &ls[h - h0], j->out + ((size_t)t * H + h) * r, r, score, n,
-                           rows, (size_t)W);
+            for (int s = 0; s < n; s++)
+                score[s] = d->softmax_scale * (di_cpu_dot(qt, rows[s], r) + di_cpu_dot(qp, rows[s] + r, dr));
+            softmax_update(&ms[h - h0], &ls[h - h0], j->out + ((size_t)t * H + h) * r, r, score, n, rows);
         }
     }
     for (int h = h0; h < h1; h++) {
@@ -104,13 +117,13 @@ static void decode_item(void *ctx, size_t item, int tid) {
     }
 }
 
-void cpu_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe,
+void di_cpu_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe,
                     int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin,
                     int seq_end, const di_mla_dims *d) {
     if (seq_end <= seq_begin) return;
     int tok0 = ab->seq_start[seq_begin], tok1 = ab->seq_start[seq_end];
     if (tok1 <= tok0) return;
-    int n_threads = ((cpu_state *)be->impl)->n_threads;
+    int n_threads = ((di_cpu_state *)be->impl)->n_threads;
     /* split heads so that small batches still use every thread; result independent of split */
     int n_groups = 1;
     while (n_groups < d->n_heads && (tok1 - tok0) * n_groups < 2 * n_threads) n_groups *= 2;
@@ -124,7 +137,7 @@ void cpu_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, 
 
 /* ---------------------------------------------------------------- prefill (naive) ---- */
 
-size_t cpu_mla_prefill_scratch_bytes(di_backend *be, const di_mla_dims *d, int max_tokens) {
+size_t di_cpu_mla_prefill_scratch_bytes(di_backend *be, const di_mla_dims *d, int max_tokens) {
     (void)be;
     size_t W = (size_t)d->kv_rank + d->rope_dim;
     size_t kvw = (size_t)d->n_heads * (d->nope_dim + d->v_dim);
@@ -135,6 +148,7 @@ size_t cpu_mla_prefill_scratch_bytes(di_backend *be, const di_mla_dims *d, int m
 typedef struct {
     float *out, *ml;
     const float *q, *lat, *kv;
+    const di_attn_batch *ab;
     int ldq, t0, first_pos, tile0, n;
     const di_mla_dims *d;
 } prefill_job;
@@ -150,28 +164,40 @@ static void prefill_item(void *ctx, size_t item, int tid) {
     int t = j->t0 + qi, pos = j->first_pos + qi;
     int nvis = pos - j->tile0 + 1 < j->n ? pos - j->tile0 + 1 : j->n;
     if (nvis <= 0) return;
+    /* tile-local indices of the positions this token attends to */
+    int idx[TILE], n = 0;
+    if (j->ab->sel_pos) {
+        const int32_t *sel = j->ab->sel_pos + (size_t)t * j->ab->sel_stride;
+        int cnt = j->ab->sel_count[t];
+        for (int k = lower_bound(sel, cnt, j->tile0); k < cnt && sel[k] < j->tile0 + nvis; k++)
+            idx[n++] = sel[k] - j->tile0;
+    } else {
+        for (int s = 0; s < nvis; s++) idx[n++] = s;
+    }
+    if (n == 0) return;
     float score[TILE];
+    const float *vrows[TILE];
     for (int h = 0; h < H; h++) {
         const float *qh = j->q + (size_t)t * j->ldq + (size_t)h * (dn + dr);
         const float *kvh = j->kv + (size_t)h * kvw;
-        for (int s = 0; s < nvis; s++) {
-            const float *k = kvh + (size_t)s * H * kvw;
-            score[s] = d->softmax_scale *
-                       (cpu_dot(qh, k, dn) + cpu_dot(qh + dn, j->lat + (size_t)s * W + r, dr));
+        for (int k = 0; k < n; k++) {
+            const float *kr = kvh + (size_t)idx[k] * H * kvw;
+            score[k] = d->softmax_scale *
+                       (di_cpu_dot(qh, kr, dn) + di_cpu_dot(qh + dn, j->lat + (size_t)idx[k] * W + r, dr));
+            vrows[k] = kr + dn;
         }
         float *st = j->ml + ((size_t)t * H + h) * 2;
-        softmax_update(&st[0], &st[1], j->out + ((size_t)t * H + h) * dv, dv, score, nvis, kvh + dn,
-                       (size_t)H * kvw);
+        softmax_update(&st[0], &st[1], j->out + ((size_t)t * H + h) * dv, dv, score, n, vrows);
     }
 }
 
-void cpu_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const void *cache,
+void di_cpu_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const void *cache,
                      const di_weight *W_kvb, const di_attn_batch *ab, int seq_begin, int seq_end,
                      const di_mla_dims *d, void *scratch, size_t scratch_bytes) {
     int H = d->n_heads, dn = d->nope_dim, dr = d->rope_dim, dv = d->v_dim, r = d->kv_rank;
     int W = r + dr, kvw = H * (dn + dv);
     DI_ASSERT(W_kvb->dtype == DI_DTYPE_F32 && W_kvb->rows == kvw && W_kvb->cols == r);
-    DI_ASSERT(scratch_bytes >= cpu_mla_prefill_scratch_bytes(be, d, ab->n_tokens));
+    DI_ASSERT(scratch_bytes >= di_cpu_mla_prefill_scratch_bytes(be, d, ab->n_tokens));
     float *lat = scratch;
     float *kv = (float *)((char *)scratch + align64(TILE * (size_t)W * sizeof(float)));
     float *ml = (float *)((char *)kv + align64(TILE * (size_t)kvw * sizeof(float)));
@@ -191,9 +217,9 @@ void cpu_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const vo
         for (int tile0 = 0; tile0 < ctx; tile0 += TILE) {
             int n = ctx - tile0 < TILE ? ctx - tile0 : TILE;
             memcpy(lat, cache_row(cache, ab, i, tile0, W), (size_t)n * W * sizeof(float));
-            cpu_gemm(cpu_pool_for(be, (double)n * kvw * r), kv, kvw, lat, W, W_kvb->data, r, n, kvw, r, 0);
+            di_cpu_gemm(cpu_pool_for(be, (double)n * kvw * r), kv, kvw, lat, W, W_kvb->data, r, n, kvw, r, 0);
             int q_first = tile0 > first_pos ? tile0 - first_pos : 0;  /* earlier queries see none */
-            prefill_job j = {o, ml, q, lat, kv, ldq, t0, first_pos, tile0, n, d};
+            prefill_job j = {o, ml, q, lat, kv, ab, ldq, t0, first_pos, tile0, n, d};
             cpu_parallel(be, (size_t)(q_len - q_first), prefill_item, &j,
                          (double)(q_len - q_first) * H * n * (dn + dr + dv));
         }

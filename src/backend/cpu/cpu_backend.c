@@ -3,9 +3,10 @@
  *
  * Owner: model. "Device" memory is 64-byte-aligned host memory; upload/download are memcpy and
  * sync is a no-op. The op implementations live in cpu_ops.c, cpu_matmul.c, cpu_attention.c
- * and cpu_moe.c; they run on a thread pool created here (n_threads, DEEPINFER_THREADS, or
+ * cpu_moe.c and cpu_indexer.c; they run on a thread pool created here (n_threads, DEEPINFER_THREADS, or
  * all cores). */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,17 +42,28 @@ static void cpu_memset(di_backend *be, void *dst, int byte, size_t bytes) {
 
 static di_status cpu_sync(di_backend *be) { (void)be; return DI_OK; }
 
-/* Converts rows [row0, row0 + rows) of a host matrix to fp32, dequantizing FP8 blocks. */
+/* float8_e4m3fn -> float for all 256 codes (exact; filled once from di_fp8e4m3_to_f32). */
+static float g_fp8_lut[256];
+static pthread_once_t g_fp8_once = PTHREAD_ONCE_INIT;
+static void fill_fp8_lut(void) {
+    for (int i = 0; i < 256; i++) g_fp8_lut[i] = di_fp8e4m3_to_f32((uint8_t)i);
+}
+
+/* Converts rows [row0, row0 + rows) of a host matrix to fp32, dequantizing FP8 blocks
+ * (W = Wq * weight_scale_inv of the 128x128 block). */
 static void convert_part(float *dst, const di_host_matrix *p) {
     size_t es = di_dtype_size(p->dtype);
     for (int r = 0; r < p->rows; r++) {
         size_t src_row = (size_t)p->row0 + r;
         float *d = dst + (size_t)r * p->cols;
-        di_convert_to_f32(d, (const char *)p->data + src_row * p->cols * es, p->dtype, (size_t)p->cols);
+        const void *src = (const char *)p->data + src_row * p->cols * es;
         if (p->dtype == DI_DTYPE_F8_E4M3) {
+            const uint8_t *q = src;
             size_t sc_cols = ((size_t)p->cols + p->block_cols - 1) / p->block_cols;
             const float *srow = p->scale + src_row / p->block_rows * sc_cols;
-            for (int c = 0; c < p->cols; c++) d[c] *= srow[c / p->block_cols];
+            for (int c = 0; c < p->cols; c++) d[c] = g_fp8_lut[q[c]] * srow[c / p->block_cols];
+        } else {
+            di_convert_to_f32(d, src, p->dtype, (size_t)p->cols);
         }
     }
 }
@@ -127,7 +139,7 @@ static void cpu_weight_free(di_backend *be, di_weight *w) {
 }
 
 static void cpu_destroy(di_backend *be) {
-    cpu_state *st = be->impl;
+    di_cpu_state *st = be->impl;
     if (st) di_threadpool_free(st->pool);
     free(st);
     free(be);
@@ -136,7 +148,7 @@ static void cpu_destroy(di_backend *be) {
 di_status di_backend_cpu_create(int n_threads, di_backend **out) {
     *out = NULL;
     di_backend *be = calloc(1, sizeof *be);
-    cpu_state *st = calloc(1, sizeof *st);
+    di_cpu_state *st = calloc(1, sizeof *st);
     if (!be || !st) {
         free(be);
         free(st);
@@ -149,6 +161,8 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out) {
         return di_error(DI_ERR_NOMEM, "cpu backend: cannot create the thread pool");
     }
     st->n_threads = di_threadpool_size(st->pool);
+    di_cpu_isa_init();
+    pthread_once(&g_fp8_once, fill_fp8_lut);
     st->par_min_work = CPU_PAR_MIN_WORK;
     const char *pm = getenv("DEEPINFER_CPU_PAR_MIN_WORK");
     if (pm && *pm) st->par_min_work = atof(pm);
@@ -168,23 +182,26 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out) {
     be->sync = cpu_sync;
     be->weight_upload = cpu_weight_upload;
     be->weight_free = cpu_weight_free;
-    be->embed = cpu_embed;
-    be->rmsnorm = cpu_rmsnorm;
-    be->add_rmsnorm = cpu_add_rmsnorm;
-    be->silu_mul = cpu_silu_mul;
-    be->add = cpu_add;
-    be->gather_rows = cpu_gather_rows;
-    be->matmul = cpu_matmul;
-    be->bmm = cpu_bmm;
-    be->rope = cpu_rope;
-    be->kv_write = cpu_kv_write;
-    be->kv_copy_blocks = cpu_kv_copy_blocks;
-    be->mla_prefill = cpu_mla_prefill;
-    be->mla_prefill_scratch_bytes = cpu_mla_prefill_scratch_bytes;
-    be->mla_decode = cpu_mla_decode;
-    be->moe_route = cpu_moe_route;
-    be->moe_experts = cpu_moe_experts;
-    be->moe_scratch_bytes = cpu_moe_scratch_bytes;
+    be->embed = di_cpu_embed;
+    be->rmsnorm = di_cpu_rmsnorm;
+    be->add_rmsnorm = di_cpu_add_rmsnorm;
+    be->silu_mul = di_cpu_silu_mul;
+    be->add = di_cpu_add;
+    be->gather_rows = di_cpu_gather_rows;
+    be->matmul = di_cpu_matmul;
+    be->bmm = di_cpu_bmm;
+    be->rope = di_cpu_rope;
+    be->kv_write = di_cpu_kv_write;
+    be->kv_copy_blocks = di_cpu_kv_copy_blocks;
+    be->mla_prefill = di_cpu_mla_prefill;
+    be->mla_prefill_scratch_bytes = di_cpu_mla_prefill_scratch_bytes;
+    be->mla_decode = di_cpu_mla_decode;
+    be->moe_route = di_cpu_moe_route;
+    be->moe_experts = di_cpu_moe_experts;
+    be->moe_scratch_bytes = di_cpu_moe_scratch_bytes;
+    be->layernorm = di_cpu_layernorm;
+    be->indexer_topk = di_cpu_indexer_topk;
+    be->indexer_scratch_bytes = di_cpu_indexer_scratch_bytes;
     *out = be;
     return DI_OK;
 }

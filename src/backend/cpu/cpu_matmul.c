@@ -1,134 +1,65 @@
-/* cpu_matmul.c - fp32 GEMM kernels of the CPU backend and the matmul / bmm ops.
+/* cpu_matmul.c - the CPU backend's GEMM entry points (instruction-set dispatch, threading over
+ * tiles) and the matmul / bmm ops.
  *
- * Owner: model. y[M, N] = x[M, K] · W[N, K]ᵀ with both operands K-contiguous, so every output
- * is a dot product. Register-blocked micro-kernels (4 rows of x by 2 rows of W) written with
- * GCC vector extensions (SSE2 by default, AVX with -march=native; no intrinsics). Invariant:
- * every output element is computed by the same fp32 sequence in every kernel variant — LANES
- * partial sums over k ≡ l (mod LANES), reduced in a fixed tree, then the scalar tail — so the
- * result does not depend on tiling, thread count or batch composition. */
+ * Owner: model. The micro-kernels live in cpu_gemm_kernels.h, instantiated for baseline x86-64
+ * (cpu_gemm_base.c) and AVX2+FMA (cpu_gemm_avx2.c); the AVX2 one is used when the CPU has it
+ * unless DEEPINFER_CPU_ISA=baseline. The choice is made once per process, so every op of a
+ * run uses the same arithmetic (results stay bit-reproducible and batch-invariant on a given
+ * machine; they may differ in the last bits between machines). */
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
 #include "core/status.h"
 
-#if defined(__AVX__)
-#define LANES 8
+#include <pthread.h>
+#include <stdlib.h>
+
+/* ---- instruction-set dispatch (chosen once per process) ---- */
+
+typedef void (*gemm_serial_fn)(float *, int, const float *, int, const float *, int, int, int, int, int);
+typedef float (*dot_fn)(const float *, const float *, int);
+typedef void (*axpy_fn)(float *, float, const float *, int);
+static gemm_serial_fn g_gemm_serial = di_cpu_gemm_serial_base;
+static dot_fn g_dot = di_cpu_dot_base;
+static axpy_fn g_axpy = di_cpu_axpy_base;
+static const char *g_isa = "baseline";
+static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
+
+int di_cpu_have_avx2(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
-#define LANES 4
+    return 0;
 #endif
-typedef float vf __attribute__((vector_size(LANES * sizeof(float))));
-
-static inline vf vload(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
 }
 
-static inline float hsum(vf v) {
-    float a[LANES];
-    memcpy(a, &v, sizeof a);
-#if LANES == 8
-    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+static void pick_isa(void) {
+    const char *want = getenv("DEEPINFER_CPU_ISA");
+    int baseline = want && !strcmp(want, "baseline");
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!baseline && di_cpu_have_avx2()) {
+        g_gemm_serial = di_cpu_gemm_serial_avx2;
+        g_dot = di_cpu_dot_avx2;
+        g_axpy = di_cpu_axpy_avx2;
+        g_isa = "avx2+fma";
+    }
 #else
-    return (a[0] + a[2]) + (a[1] + a[3]);
+    (void)baseline;
 #endif
 }
 
-float cpu_dot(const float *a, const float *b, int n) {
-    vf acc = {0};
-    int kv = n - n % LANES, k;
-    for (k = 0; k < kv; k += LANES) acc += vload(a + k) * vload(b + k);
-    float s = hsum(acc);
-    for (; k < n; k++) s += a[k] * b[k];
-    return s;
+void di_cpu_isa_init(void) { pthread_once(&g_isa_once, pick_isa); }
+const char *di_cpu_isa(void) { di_cpu_isa_init(); return g_isa; }
+
+void di_cpu_gemm_serial(float *y, int ldy, const float *x, int ldx, const float *W, int ldw, int M,
+                        int N, int K, int accumulate) {
+    g_gemm_serial(y, ldy, x, ldx, W, ldw, M, N, K, accumulate);
 }
 
-void cpu_axpy(float *y, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
+float di_cpu_dot(const float *a, const float *b, int n) { return g_dot(a, b, n); }
 
-static inline void store(float *y, float v, int accumulate) {
-    if (accumulate) *y += v; else *y = v;
-}
-
-/* 4 rows of x times 2 rows of W. */
-static void kernel_4x2(float *y, int ldy, const float *x, int ldx, const float *w, int ldw, int K,
-                       int accumulate) {
-    vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
-    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * (size_t)ldx, *x3 = x + 3 * (size_t)ldx;
-    const float *w0 = w, *w1 = w + ldw;
-    int kv = K - K % LANES, k;
-    for (k = 0; k < kv; k += LANES) {
-        vf b0 = vload(w0 + k), b1 = vload(w1 + k);
-        vf a = vload(x0 + k);
-        c00 += a * b0; c01 += a * b1;
-        a = vload(x1 + k);
-        c10 += a * b0; c11 += a * b1;
-        a = vload(x2 + k);
-        c20 += a * b0; c21 += a * b1;
-        a = vload(x3 + k);
-        c30 += a * b0; c31 += a * b1;
-    }
-    float s[4][2] = {{hsum(c00), hsum(c01)}, {hsum(c10), hsum(c11)},
-                     {hsum(c20), hsum(c21)}, {hsum(c30), hsum(c31)}};
-    for (; k < K; k++)
-        for (int i = 0; i < 4; i++) {
-            float xv = x[i * (size_t)ldx + k];
-            s[i][0] += xv * w0[k];
-            s[i][1] += xv * w1[k];
-        }
-    for (int i = 0; i < 4; i++) {
-        store(y + i * (size_t)ldy, s[i][0], accumulate);
-        store(y + i * (size_t)ldy + 1, s[i][1], accumulate);
-    }
-}
-
-/* 1 row of x times 4 rows of W (GEMV-shaped remainder). */
-static void kernel_1x4(float *y, const float *x, const float *w, int ldw, int K, int accumulate) {
-    vf c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
-    const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * (size_t)ldw, *w3 = w + 3 * (size_t)ldw;
-    int kv = K - K % LANES, k;
-    for (k = 0; k < kv; k += LANES) {
-        vf a = vload(x + k);
-        c0 += a * vload(w0 + k);
-        c1 += a * vload(w1 + k);
-        c2 += a * vload(w2 + k);
-        c3 += a * vload(w3 + k);
-    }
-    float s0 = hsum(c0), s1 = hsum(c1), s2 = hsum(c2), s3 = hsum(c3);
-    for (; k < K; k++) {
-        s0 += x[k] * w0[k];
-        s1 += x[k] * w1[k];
-        s2 += x[k] * w2[k];
-        s3 += x[k] * w3[k];
-    }
-    store(y, s0, accumulate);
-    store(y + 1, s1, accumulate);
-    store(y + 2, s2, accumulate);
-    store(y + 3, s3, accumulate);
-}
-
-void cpu_gemm_serial(float *y, int ldy, const float *x, int ldx, const float *W, int ldw, int M,
-                     int N, int K, int accumulate) {
-    int m4 = M - M % 4, n2 = N - N % 2;
-    for (int j = 0; j < n2; j += 2)
-        for (int i = 0; i < m4; i += 4)
-            kernel_4x2(y + (size_t)i * ldy + j, ldy, x + (size_t)i * ldx, ldx, W + (size_t)j * ldw,
-                       ldw, K, accumulate);
-    /* remaining rows of x: all columns */
-    for (int i = m4; i < M; i++) {
-        const float *xi = x + (size_t)i * ldx;
-        float *yi = y + (size_t)i * ldy;
-        int j = 0;
-        for (; j + 4 <= N; j += 4) kernel_1x4(yi + j, xi, W + (size_t)j * ldw, ldw, K, accumulate);
-        for (; j < N; j++) store(yi + j, cpu_dot(xi, W + (size_t)j * ldw, K), accumulate);
-    }
-    /* last odd column for the blocked rows */
-    if (n2 < N)
-        for (int i = 0; i < m4; i++)
-            store(y + (size_t)i * ldy + n2, cpu_dot(x + (size_t)i * ldx, W + (size_t)n2 * ldw, K),
-                  accumulate);
-}
+void di_cpu_axpy(float *y, float a, const float *x, int n) { g_axpy(y, a, x, n); }
 
 typedef struct {
     float *y;
@@ -146,15 +77,15 @@ static void gemm_item(void *ctx, size_t item, int tid) {
     int m0 = mi * g->mb, n0 = ni * g->nb;
     int m = g->M - m0 < g->mb ? g->M - m0 : g->mb;
     int n = g->N - n0 < g->nb ? g->N - n0 : g->nb;
-    cpu_gemm_serial(g->y + (size_t)m0 * g->ldy + n0, g->ldy, g->x + (size_t)m0 * g->ldx, g->ldx,
+    di_cpu_gemm_serial(g->y + (size_t)m0 * g->ldy + n0, g->ldy, g->x + (size_t)m0 * g->ldx, g->ldx,
                     g->W + (size_t)n0 * g->ldw, g->ldw, m, n, g->K, g->accumulate);
 }
 
-void cpu_gemm(di_threadpool *pool, float *y, int ldy, const float *x, int ldx, const float *W,
+void di_cpu_gemm(di_threadpool *pool, float *y, int ldy, const float *x, int ldx, const float *W,
               int ldw, int M, int N, int K, int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (di_threadpool_size(pool) == 1) {
-        cpu_gemm_serial(y, ldy, x, ldx, W, ldw, M, N, K, accumulate);
+        di_cpu_gemm_serial(y, ldy, x, ldx, W, ldw, M, N, K, accumulate);
         return;
     }
     gemm_job g = {y, x, W, ldy, ldx, ldw, M, N, K, accumulate, GEMM_MB, GEMM_NB, 0};
@@ -163,11 +94,11 @@ void cpu_gemm(di_threadpool *pool, float *y, int ldy, const float *x, int ldx, c
     di_threadpool_run(pool, n_items, gemm_item, &g);
 }
 
-void cpu_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx, const di_weight *W,
+void di_cpu_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx, const di_weight *W,
                 int T, unsigned flags) {
     DI_ASSERT(W && W->n == 1 && W->dtype == DI_DTYPE_F32);
     DI_ASSERT(ldx >= W->cols && ldy >= W->rows);
-    cpu_gemm(cpu_pool_for(be, (double)T * W->rows * W->cols), y, ldy, x, ldx, W->data, W->cols, T, W->rows, W->cols,
+    di_cpu_gemm(cpu_pool_for(be, (double)T * W->rows * W->cols), y, ldy, x, ldx, W->data, W->cols, T, W->rows, W->cols,
              (flags & DI_MM_ACCUMULATE) != 0);
 }
 
@@ -182,11 +113,11 @@ static void bmm_item(void *ctx, size_t h, int tid) {
     (void)tid;
     const bmm_job *b = ctx;
     const float *Wh = (const float *)b->W->data + h * (size_t)b->W->rows * b->W->cols;
-    cpu_gemm_serial(b->y + h * (size_t)b->hsy, b->ldy, b->x + h * (size_t)b->hsx, b->ldx, Wh,
+    di_cpu_gemm_serial(b->y + h * (size_t)b->hsy, b->ldy, b->x + h * (size_t)b->hsx, b->ldx, Wh,
                     b->W->cols, b->T, b->W->rows, b->W->cols, 0);
 }
 
-void cpu_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx,
+void di_cpu_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx,
              const di_weight *W, int T) {
     DI_ASSERT(W && W->dtype == DI_DTYPE_F32);
     if (T <= 0) return;

@@ -91,14 +91,14 @@ static void route_token(const float *logits, float *s, const float *bias,
     for (int i = 0; i < k; i++) w[i] *= rp->routed_scaling_factor;
 }
 
-void cpu_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const void *x,
+void di_cpu_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const void *x,
                    const di_weight *W_g, const di_weight *bias, const di_route_params *rp, int T,
                    float *scratch) {
     int E = rp->n_experts, k = rp->top_k;
     DI_ASSERT(W_g->rows == E && E <= ROUTE_MAX_E && k >= 1 && k <= E);
     DI_ASSERT(!bias || bias->cols == E);
     float *logits = scratch, *s = scratch + (size_t)T * E;
-    cpu_gemm(cpu_pool_for(be, (double)T * E * W_g->cols), logits, E, x, W_g->cols, W_g->data, W_g->cols, T, E,
+    di_cpu_gemm(cpu_pool_for(be, (double)T * E * W_g->cols), logits, E, x, W_g->cols, W_g->data, W_g->cols, T, E,
              W_g->cols, 0);
     for (int t = 0; t < T; t++)
         route_token(logits + (size_t)t * E, s + (size_t)t * E, bias ? bias->data : NULL, rp,
@@ -132,7 +132,7 @@ static size_t carve(moe_scratch *ms, void *base, int Tk, int D, int I, int E) {
     return off;
 }
 
-size_t cpu_moe_scratch_bytes(di_backend *be, int max_tokens, int k, int D, int I, int E) {
+size_t di_cpu_moe_scratch_bytes(di_backend *be, int max_tokens, int k, int D, int I, int E) {
     (void)be;
     return carve(NULL, NULL, max_tokens * k, D, I, E);
 }
@@ -161,7 +161,7 @@ static void expert_gemm_item(void *ctx, size_t item, int tid) {
     int m = r1 - r0 < MOE_MB ? r1 - r0 : MOE_MB;
     int n0 = nt * MOE_NB, n = j->N - n0 < MOE_NB ? j->N - n0 : MOE_NB;
     const float *We = (const float *)j->W->data + (size_t)e * j->W->rows * j->W->cols;
-    cpu_gemm_serial(j->Yout + (size_t)r0 * j->N + n0, j->N, j->X + (size_t)r0 * j->K, j->K,
+    di_cpu_gemm_serial(j->Yout + (size_t)r0 * j->N + n0, j->N, j->X + (size_t)r0 * j->K, j->K,
                     We + (size_t)n0 * j->K, j->K, m, n, j->K, 0);
 }
 
@@ -177,12 +177,12 @@ static void run_expert_gemm(di_backend *be, const moe_scratch *ms, const di_weig
                  (double)ms->offsets[E] * W->rows * W->cols);
 }
 
-void cpu_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx,
+void di_cpu_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx,
                      const float *topk_w, int k, const di_weight *gate_up, const di_weight *down,
                      int T, void *scratch, size_t scratch_bytes) {
     int E = gate_up->n, D = gate_up->cols, I = down->cols;
     DI_ASSERT(gate_up->rows == 2 * I && down->n == E && down->rows == D);
-    DI_ASSERT(scratch_bytes >= cpu_moe_scratch_bytes(be, T, k, D, I, E));
+    DI_ASSERT(scratch_bytes >= di_cpu_moe_scratch_bytes(be, T, k, D, I, E));
     if (T <= 0) return;
     moe_scratch ms;
     carve(&ms, scratch, T * k, D, I, E);
@@ -204,13 +204,13 @@ void cpu_moe_experts(di_backend *be, void *out, const void *x, const int32_t *to
     for (int p = 0; p < T * k; p++)
         memcpy(ms.Xp + (size_t)p * D, xf + (size_t)ms.perm_tok[p] * D, (size_t)D * sizeof(float));
     run_expert_gemm(be, &ms, gate_up, ms.Xp, ms.Hgu, E);
-    cpu_silu_mul(be, ms.A, ms.Hgu, T * k, I);
+    di_cpu_silu_mul(be, ms.A, ms.Hgu, T * k, I);
     run_expert_gemm(be, &ms, down, ms.A, ms.Y, E);
     float *o = out;
     for (int t = 0; t < T; t++) {
         float *ot = o + (size_t)t * D;
         memset(ot, 0, (size_t)D * sizeof(float));
         for (int j = 0; j < k; j++)
-            cpu_axpy(ot, topk_w[(size_t)t * k + j], ms.Y + (size_t)ms.slot_of[t * k + j] * D, D);
+            di_cpu_axpy(ot, topk_w[(size_t)t * k + j], ms.Y + (size_t)ms.slot_of[t * k + j] * D, D);
     }
 }

@@ -1,5 +1,5 @@
 /* cpu_ops.c - the CPU backend's row-wise ops: embedding, RMSNorm (plain and fused with the
- * residual add), SiLU-mul, add, row gather, RoPE, and the paged latent-cache write / block copy.
+ * residual add), LayerNorm (V3.2 indexer), SiLU-mul, add, row gather, RoPE, and the paged latent-cache write / block copy.
  *
  * Owner: model. All fp32. These ops are memory-bound and cheap next to the GEMMs, so they run
  * on the calling thread; each output depends only on its own row (batch-invariant). */
@@ -9,7 +9,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "core/status.h"
 
-void cpu_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T) {
+void di_cpu_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T) {
     (void)be;
     int D = table->cols;
     const float *tab = table->data;
@@ -28,7 +28,7 @@ static void norm_row(float *y, const float *x, const float *w, float eps, int D)
     for (int i = 0; i < D; i++) y[i] = w[i] * (x[i] * inv);
 }
 
-void cpu_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
+void di_cpu_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
                  float eps, int T, int D) {
     (void)be;
     DI_ASSERT(w->cols == D && w->n == 1);
@@ -36,7 +36,24 @@ void cpu_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, con
         norm_row((float *)out + (size_t)t * ldo, (const float *)x + (size_t)t * ldx, w->data, eps, D);
 }
 
-void cpu_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w,
+void di_cpu_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
+                   const di_weight *b, float eps, int T, int D) {
+    (void)be;
+    DI_ASSERT(w->cols == D && b->cols == D);
+    const float *wf = w->data, *bf = b->data;
+    for (int t = 0; t < T; t++) {
+        const float *xr = (const float *)x + (size_t)t * ldx;
+        float *yr = (float *)out + (size_t)t * ldo;
+        double mean = 0.0, var = 0.0;
+        for (int i = 0; i < D; i++) mean += xr[i];
+        mean /= D;
+        for (int i = 0; i < D; i++) var += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+        float inv = (float)(1.0 / sqrt(var / D + (double)eps)), mf = (float)mean;
+        for (int i = 0; i < D; i++) yr[i] = (xr[i] - mf) * inv * wf[i] + bf[i];
+    }
+}
+
+void di_cpu_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w,
                      float eps, int T, int D) {
     (void)be;
     DI_ASSERT(w->cols == D && w->n == 1 && out != h);
@@ -50,7 +67,7 @@ void cpu_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, cons
     }
 }
 
-void cpu_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
+void di_cpu_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
     (void)be;
     float *o = out;
     const float *g = gu;
@@ -61,14 +78,14 @@ void cpu_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
     }
 }
 
-void cpu_add(di_backend *be, void *y, const void *x, size_t n) {
+void di_cpu_add(di_backend *be, void *y, const void *x, size_t n) {
     (void)be;
     float *yf = y;
     const float *xf = x;
     for (size_t i = 0; i < n; i++) yf[i] += xf[i];
 }
 
-void cpu_gather_rows(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D) {
+void di_cpu_gather_rows(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D) {
     (void)be;
     for (int i = 0; i < n; i++)
         memmove((float *)out + (size_t)i * D, (const float *)x + (size_t)rows[i] * D,
@@ -77,7 +94,7 @@ void cpu_gather_rows(di_backend *be, void *out, const void *x, const int32_t *ro
 
 enum { ROPE_MAX_HALF = 512 };
 
-void cpu_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions,
+void di_cpu_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions,
               int T, const di_rope_params *rp) {
     (void)be;
     int half = rp->dim / 2;
@@ -103,7 +120,7 @@ void cpu_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32
     }
 }
 
-void cpu_kv_write(di_backend *be, void *cache, const void *kv, int ldkv,
+void di_cpu_kv_write(di_backend *be, void *cache, const void *kv, int ldkv,
                   const int32_t *slot_mapping, int T, int W) {
     (void)be;
     for (int t = 0; t < T; t++) {
@@ -113,7 +130,7 @@ void cpu_kv_write(di_backend *be, void *cache, const void *kv, int ldkv,
     }
 }
 
-void cpu_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,
+void di_cpu_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,
                         const int32_t *src, const int32_t *dst, int n) {
     (void)be;
     size_t block = (size_t)DI_KV_BLOCK_SIZE * W;
