@@ -399,8 +399,8 @@ static void finish(di_outparse *p, di_finish_reason reason, const char *detail) 
     if (p->st == ST_DONE) return;
     char buf[128];
     if (in_call(p)) {
-        size_t idx = p->res.n_calls;
         end_call(p, 0);
+        size_t idx = p->res.n_calls ? p->res.n_calls - 1 : 0;
         if (reason != DI_FINISH_LENGTH && reason != DI_FINISH_ABORT) {
             snprintf(buf, sizeof buf, "unterminated tool call %zu: the output ended before <call_end>", idx);
             reason = DI_FINISH_ERROR;
