@@ -210,7 +210,7 @@ static di_status tools(di_conv *c, const json_t *arr, di_jpath *p, di_api_error 
 
 static di_status tool_choice(di_conv *c, const json_t *req, di_jpath *p, di_api_error *e) {
     const json_t *v = json_object_get(req, "tool_choice");
-    c->opt.tool_choice = c->n_tools ? DI_TOOL_CHOICE_AUTO : DI_TOOL_CHOICE_NONE;
+    c->opt.tool_choice = DI_TOOL_CHOICE_AUTO;  /* the API's default, echoed even without tools */
     if (!v || json_is_null(v)) return DI_OK;
     size_t o = jp_key(p, "tool_choice");
     if (json_is_string(v)) {
