@@ -135,3 +135,18 @@ int di_chat_format_starts_in_reasoning(di_chat_format f, di_thinking thinking) {
     if (f == DI_CHAT_FORMAT_V31) return thinking == DI_THINKING_ON;
     return 0;
 }
+
+static int seg_is(const di_prompt *p, const di_seg *s, const char *tok) {
+    return s->len == strlen(tok) && !memcmp(p->text + s->off, tok, s->len);
+}
+
+int di_prompt_ends_in_reasoning(const di_prompt *p) {
+    for (size_t i = p->n_segs; i-- > 0;) {
+        const di_seg *s = &p->segs[i];
+        if (s->kind != DI_SEG_SPECIAL) continue;
+        if (seg_is(p, s, DI_TOK_STR_THINK)) return 1;
+        if (seg_is(p, s, DI_TOK_STR_THINK_END) || seg_is(p, s, DI_TOK_STR_USER) || seg_is(p, s, DI_TOK_STR_ASSISTANT))
+            return 0;
+    }
+    return 0;
+}

@@ -97,6 +97,9 @@ di_status di_encode_fenced_call(di_prompt *out, const di_tool_call *tc);
 /* Where the model's generated text starts for this conversation under these options: 1 if the
  * prompt ends inside a reasoning block (R1 always; V3.1 with thinking on), else 0. */
 int di_chat_format_starts_in_reasoning(di_chat_format f, di_thinking thinking);
+/* The same decided from a rendered prompt: 1 if its last <think> control segment comes after
+ * the last </think>, <User> and <Assistant> ones (covers continue_final_message prompts). */
+int di_prompt_ends_in_reasoning(const di_prompt *p);
 
 /* ---- token ids (prompt_ids.c; needs the tokenizer) ---- */
 struct di_tokenizer;

@@ -272,6 +272,7 @@ static void start_call(di_outparse *p) {
 
 /* Emits the held argument bytes except the last `keep`. */
 static void release_hold(di_outparse *p, size_t keep) {
+    if (p->hold.len == 0) return;
     size_t n = p->hold.len - keep;
     if (n) emit(p, CH_ARGS, p->hold.s, n);
     memmove(p->hold.s, p->hold.s + n, keep);

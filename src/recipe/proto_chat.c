@@ -18,7 +18,22 @@
 
 #define TRY(x) do { di_status s_ = (x); if (s_ != DI_OK) return s_; } while (0)
 
-/* Content: string, array of parts, or null (*out stays NULL). */
+/* Text of one content part (borrowed from the JSON). */
+static di_status part_text(const json_t *part, di_role role, di_jpath *p, di_api_error *e, const char **text) {
+    if (!json_is_object(part)) return perr_type(e, p, "an object", part);
+    const char *type = NULL;
+    TRY(jreq_string(part, "type", p, e, &type));
+    if (!strcmp(type, "text")) return jreq_string(part, "text", p, e, text);
+    if (!strcmp(type, "refusal") && role == DI_ROLE_ASSISTANT) return jreq_string(part, "refusal", p, e, text);
+    jp_key(p, "type");
+    if (!strcmp(type, "image_url") || !strcmp(type, "input_audio") || !strcmp(type, "file") || !strcmp(type, "video_url"))
+        return perr_value(e, p, "unsupported_value", "content parts of type '%s' are not supported: this model takes "
+                          "text only.", type);
+    return perr_value(e, p, "invalid_value", "'%s' is not a supported content part type for a %s message.", type,
+                      di_role_name(role));
+}
+
+/* Content: string, array of parts, or null (*out stays NULL). On error *out is NULL. */
 static di_status content(const json_t *v, di_role role, di_jpath *p, di_api_error *e, char **out) {
     *out = NULL;
     if (!v || json_is_null(v)) return DI_OK;
@@ -27,32 +42,20 @@ static di_status content(const json_t *v, di_role role, di_jpath *p, di_api_erro
         return DI_OK;
     }
     if (!json_is_array(v)) return perr_type(e, p, "one of a string or array of objects", v);
-    if (di_conv_append_str(out, NULL, "", 0) != DI_OK) return perr_nomem(e);
-    int first = 1;
+    char *acc = NULL;
+    if (di_conv_append_str(&acc, NULL, "", 0) != DI_OK) return perr_nomem(e);
     for (size_t i = 0; i < json_array_size(v); i++) {
-        const json_t *part = json_array_get(v, i);
         size_t o = jp_idx(p, i);
-        if (!json_is_object(part)) return perr_type(e, p, "an object", part);
-        const char *type = NULL, *text = NULL;
-        TRY(jreq_string(part, "type", p, e, &type));
-        if (!strcmp(type, "text")) {
-            TRY(jreq_string(part, "text", p, e, &text));
-        } else if (!strcmp(type, "refusal") && role == DI_ROLE_ASSISTANT) {
-            TRY(jreq_string(part, "refusal", p, e, &text));
-        } else if (!strcmp(type, "image_url") || !strcmp(type, "input_audio") || !strcmp(type, "file") ||
-                   !strcmp(type, "video_url")) {
-            jp_key(p, "type");
-            return perr_value(e, p, "unsupported_value", "content parts of type '%s' are not supported: this model "
-                              "takes text only.", type);
-        } else {
-            jp_key(p, "type");
-            return perr_value(e, p, "invalid_value", "'%s' is not a supported content part type for a %s message.",
-                              type, di_role_name(role));
+        const char *text = NULL;
+        di_status s = part_text(json_array_get(v, i), role, p, e, &text);
+        if (s == DI_OK && di_conv_append_str(&acc, i ? "\n" : NULL, text, strlen(text)) != DI_OK) s = perr_nomem(e);
+        if (s != DI_OK) {
+            free(acc);
+            return s;
         }
-        if (di_conv_append_str(out, first ? NULL : "\n", text, strlen(text)) != DI_OK) return perr_nomem(e);
-        first = 0;
         jp_pop(p, o);
     }
+    *out = acc;
     return DI_OK;
 }
 

@@ -20,7 +20,20 @@
 
 #define TRY(x) do { di_status s_ = (x); if (s_ != DI_OK) return s_; } while (0)
 
-/* Text of text blocks (or a string); other block types are rejected. */
+/* Text of one text block (borrowed from the JSON). */
+static di_status block_text(const json_t *b, di_jpath *p, di_api_error *e, const char **text) {
+    if (!json_is_object(b)) return perr_type(e, p, "a valid dictionary", b);
+    const char *type = NULL;
+    TRY(jreq_string(b, "type", p, e, &type));
+    if (strcmp(type, "text")) {
+        jp_key(p, "type");
+        return perr_value(e, p, "unsupported_value", "blocks of type '%s' are not supported here (text only).", type);
+    }
+    return jreq_string(b, "text", p, e, text);
+}
+
+/* Text of text blocks (or a string), joined with "\n"; other block types are rejected.
+ * On error *out is NULL. */
 static di_status text_blocks(const json_t *v, di_jpath *p, di_api_error *e, char **out) {
     *out = NULL;
     if (json_is_string(v)) {
@@ -28,22 +41,20 @@ static di_status text_blocks(const json_t *v, di_jpath *p, di_api_error *e, char
         return DI_OK;
     }
     if (!json_is_array(v)) return perr_type(e, p, "a valid string or a list of text blocks", v);
-    if (di_conv_append_str(out, NULL, "", 0) != DI_OK) return perr_nomem(e);
+    char *acc = NULL;
+    if (di_conv_append_str(&acc, NULL, "", 0) != DI_OK) return perr_nomem(e);
     for (size_t i = 0; i < json_array_size(v); i++) {
-        const json_t *b = json_array_get(v, i);
         size_t o = jp_idx(p, i);
-        if (!json_is_object(b)) return perr_type(e, p, "a valid dictionary", b);
-        const char *type = NULL, *text = NULL;
-        TRY(jreq_string(b, "type", p, e, &type));
-        if (strcmp(type, "text")) {
-            jp_key(p, "type");
-            return perr_value(e, p, "unsupported_value", "blocks of type '%s' are not supported here (text only).",
-                              type);
+        const char *text = NULL;
+        di_status s = block_text(json_array_get(v, i), p, e, &text);
+        if (s == DI_OK && di_conv_append_str(&acc, i ? "\n" : NULL, text, strlen(text)) != DI_OK) s = perr_nomem(e);
+        if (s != DI_OK) {
+            free(acc);
+            return s;
         }
-        TRY(jreq_string(b, "text", p, e, &text));
-        if (di_conv_append_str(out, i ? "\n" : NULL, text, strlen(text)) != DI_OK) return perr_nomem(e);
         jp_pop(p, o);
     }
+    *out = acc;
     return DI_OK;
 }
 

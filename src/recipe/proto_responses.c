@@ -20,7 +20,24 @@
 
 #define TRY(x) do { di_status s_ = (x); if (s_ != DI_OK) return s_; } while (0)
 
-/* Text of a content field: a string or an array of text-bearing parts joined with "\n". */
+/* Text of one content part (borrowed from the JSON). */
+static di_status part_text(const json_t *part, di_jpath *p, di_api_error *e, const char **text) {
+    if (!json_is_object(part)) return perr_type(e, p, "an object", part);
+    const char *type = NULL;
+    TRY(jreq_string(part, "type", p, e, &type));
+    if (!strcmp(type, "input_text") || !strcmp(type, "output_text") || !strcmp(type, "text") ||
+        !strcmp(type, "summary_text") || !strcmp(type, "reasoning_text"))
+        return jreq_string(part, "text", p, e, text);
+    if (!strcmp(type, "refusal")) return jreq_string(part, "refusal", p, e, text);
+    jp_key(p, "type");
+    if (!strcmp(type, "input_image") || !strcmp(type, "input_file") || !strcmp(type, "input_audio"))
+        return perr_value(e, p, "unsupported_value", "content of type '%s' is not supported: this model takes text "
+                          "only.", type);
+    return perr_value(e, p, "invalid_value", "'%s' is not a supported content type.", type);
+}
+
+/* Text of a content field: a string or an array of text-bearing parts joined with "\n".
+ * On error *out is NULL. */
 static di_status content_text(const json_t *v, di_jpath *p, di_api_error *e, char **out) {
     *out = NULL;
     if (json_is_string(v)) {
@@ -28,28 +45,20 @@ static di_status content_text(const json_t *v, di_jpath *p, di_api_error *e, cha
         return DI_OK;
     }
     if (!json_is_array(v)) return perr_type(e, p, "a string or an array of content parts", v);
-    if (di_conv_append_str(out, NULL, "", 0) != DI_OK) return perr_nomem(e);
+    char *acc = NULL;
+    if (di_conv_append_str(&acc, NULL, "", 0) != DI_OK) return perr_nomem(e);
     for (size_t i = 0; i < json_array_size(v); i++) {
-        const json_t *part = json_array_get(v, i);
         size_t o = jp_idx(p, i);
-        if (!json_is_object(part)) return perr_type(e, p, "an object", part);
-        const char *type = NULL, *text = NULL;
-        TRY(jreq_string(part, "type", p, e, &type));
-        if (!strcmp(type, "input_text") || !strcmp(type, "output_text") || !strcmp(type, "text") ||
-            !strcmp(type, "summary_text") || !strcmp(type, "reasoning_text")) {
-            TRY(jreq_string(part, "text", p, e, &text));
-        } else if (!strcmp(type, "refusal")) {
-            TRY(jreq_string(part, "refusal", p, e, &text));
-        } else {
-            jp_key(p, "type");
-            if (!strcmp(type, "input_image") || !strcmp(type, "input_file") || !strcmp(type, "input_audio"))
-                return perr_value(e, p, "unsupported_value", "content of type '%s' is not supported: this model "
-                                  "takes text only.", type);
-            return perr_value(e, p, "invalid_value", "'%s' is not a supported content type.", type);
+        const char *text = NULL;
+        di_status s = part_text(json_array_get(v, i), p, e, &text);
+        if (s == DI_OK && di_conv_append_str(&acc, i ? "\n" : NULL, text, strlen(text)) != DI_OK) s = perr_nomem(e);
+        if (s != DI_OK) {
+            free(acc);
+            return s;
         }
-        if (di_conv_append_str(out, i ? "\n" : NULL, text, strlen(text)) != DI_OK) return perr_nomem(e);
         jp_pop(p, o);
     }
+    *out = acc;
     return DI_OK;
 }
 

@@ -68,7 +68,7 @@ static void check_format(const char *fmt_name, const char *expected_file) {
     CHECK_EQ_INT(n_conv, n_exp);
     CHECK(n_conv >= 200);
     di_chat_format fmt = (di_chat_format)di_chat_format_parse(fmt_name);
-    size_t same = 0, segs_ok = 0;
+    size_t same = 0, segs_ok = 0, n_reasoning_checked = 0;
     di_prompt pr;
     di_prompt_init(&pr);
     for (size_t i = 0; i < n_conv && i < n_exp; i++) {
@@ -93,6 +93,10 @@ static void check_format(const char *fmt_name, const char *expected_file) {
                       json_string_value(want));
             same += eq;
             segs_ok += segments_ok(&pr);
+            if (c->opt.add_generation_prompt && c->msgs[c->n_msgs - 1].role == DI_ROLE_USER) {
+                CHECK_EQ_INT(di_prompt_ends_in_reasoning(&pr), di_chat_format_starts_in_reasoning(fmt, c->opt.thinking));
+                n_reasoning_checked++;
+            }
         }
         di_conv_free(c);
         json_decref(req);
@@ -100,6 +104,7 @@ static void check_format(const char *fmt_name, const char *expected_file) {
     }
     CHECK_EQ_INT(same, n_conv);
     CHECK_EQ_INT(segs_ok, n_conv);
+    CHECK(n_reasoning_checked > 50);
     fprintf(stderr, "  %s: %zu/%zu conversations identical to jinja2\n", fmt_name, same, n_conv);
     di_prompt_free(&pr);
     free(conv);
