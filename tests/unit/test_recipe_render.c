@@ -1,6 +1,6 @@
 /* test_recipe_render.c - the chat encoders against jinja2: 300 generated conversations
- * (tools/recipe/make_render_fixtures.py, committed xz-compressed under tests/data/recipe/render/, unpacked
- * into the build tree) rendered by transformers' apply_chat_template with the real DeepSeek-V3
+ * (tools/recipe/make_render_fixtures.py, committed xz-compressed under tests/data/recipe/render/ and
+ * read through `xz -dc`) rendered by transformers' apply_chat_template with the real DeepSeek-V3
  * template and the R1 / V3.1 templates must equal our V3 / R1 / V3.1 encoders byte for byte;
  * the `deepinfer render` CLI must print the reference lines byte for byte. Also: prompt
  * segmentation invariants, template-error cases, continue_final_message. */
@@ -8,29 +8,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/mmap_file.h"
 #include "core/status.h"
 #include "recipe/encode.h"
 #include "recipe/proto.h"
 #include "test_util.h"
 
-static const char *build_path(const char *rel) {
-    static char buf[4][4096];
-    static int k = 0;
-    const char *root = getenv("DI_BUILD_DIR");
-    char *b = buf[k++ & 3];
-    snprintf(b, sizeof buf[0], "%s/%s", root ? root : "build", rel);
-    return b;
-}
-
-/* Reads a whole file into lines (pointers into *data; caller frees both). */
-static char **read_lines(const char *path, size_t *n, char **data) {
-    size_t len;
-    *n = 0;
-    if (di_read_file(path, data, &len, 0) != DI_OK) {
-        fprintf(stderr, "cannot read %s: %s\n", path, di_last_error());
+/* Output of a shell command, whole (malloc'd, NUL-terminated), or NULL. */
+static char *command_output(const char *cmd, size_t *len) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, k;
+    char *buf = malloc(cap);
+    while (buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += k;
+        if (cap - n < 2) buf = realloc(buf, cap *= 2);
+    }
+    int rc = pclose(f);
+    if (!buf || rc != 0) {
+        free(buf);
         return NULL;
     }
+    buf[n] = '\0';
+    if (len) *len = n;
+    return buf;
+}
+
+/* A committed xz fixture, decompressed (caller frees). */
+static char *fixture(const char *name, size_t *len) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "xz -dc '%s/%s.xz'", test_src_path("tests/data/recipe/render"), name);
+    char *s = command_output(cmd, len);
+    if (!s) fprintf(stderr, "cannot read fixture %s (%s)\n", name, cmd);
+    return s;
+}
+
+/* Reads a fixture into lines (pointers into *data; caller frees both). */
+static char **read_lines(const char *name, size_t *n, char **data) {
+    *n = 0;
+    if (!(*data = fixture(name, NULL))) return NULL;
     size_t cap = 64;
     char **lines = malloc(cap * sizeof *lines);
     char *p = *data;
@@ -61,8 +76,8 @@ static int segments_ok(const di_prompt *p) {
 static void check_format(const char *fmt_name, const char *expected_file) {
     size_t n_conv, n_exp;
     char *d1, *d2;
-    char **conv = read_lines(build_path("test-data/recipe/render/conversations.jsonl"), &n_conv, &d1);
-    char **exp = read_lines(build_path(expected_file), &n_exp, &d2);
+    char **conv = read_lines("conversations.jsonl", &n_conv, &d1);
+    char **exp = read_lines(expected_file, &n_exp, &d2);
     CHECK(conv && exp);
     if (!conv || !exp) return;
     CHECK_EQ_INT(n_conv, n_exp);
@@ -113,33 +128,28 @@ static void check_format(const char *fmt_name, const char *expected_file) {
     free(d2);
 }
 
-static void test_v3(void) { check_format("v3", "test-data/recipe/render/expected_v3.jsonl"); }
-static void test_r1(void) { check_format("r1", "test-data/recipe/render/expected_r1.jsonl"); }
-static void test_v31(void) { check_format("v3.1", "test-data/recipe/render/expected_v31.jsonl"); }
+static void test_v3(void) { check_format("v3", "expected_v3.jsonl"); }
+static void test_r1(void) { check_format("r1", "expected_r1.jsonl"); }
+static void test_v31(void) { check_format("v3.1", "expected_v31.jsonl"); }
 
 /* The CLI prints the reference lines byte for byte. */
 static void check_cli(const char *fmt, const char *expected_file) {
     const char *bin = getenv("DI_BIN");
     if (!bin) bin = "build/bin/deepinfer";
-    char cmd[8192], out_path[512];
-    snprintf(out_path, sizeof out_path, "%s", build_path("test-data/recipe/render/cli_out.jsonl"));
-    snprintf(cmd, sizeof cmd, "'%s' render --tokenizer '%s' --jsonl --format %s --input '%s' > '%s'", bin,
-             test_src_path("tests/data/recipe/deepseek-v3-config"), fmt,
-             build_path("test-data/recipe/render/conversations.jsonl"), out_path);
-    CHECK_EQ_INT(system(cmd), 0);
-    char *got = NULL, *want = NULL;
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "xz -dc '%s/conversations.jsonl.xz' | '%s' render --tokenizer '%s' --jsonl --format %s",
+             test_src_path("tests/data/recipe/render"), bin, test_src_path("tests/data/recipe/deepseek-v3-config"), fmt);
     size_t gl = 0, wl = 0;
-    CHECK_OK(di_read_file(out_path, &got, &gl, 0));
-    CHECK_OK(di_read_file(build_path(expected_file), &want, &wl, 0));
+    char *got = command_output(cmd, &gl), *want = fixture(expected_file, &wl);
     CHECK_MSG(got && want && gl == wl && !memcmp(got, want, gl), "CLI output for --format %s differs", fmt);
     free(got);
     free(want);
 }
 
 static void test_cli(void) {
-    check_cli("v3", "test-data/recipe/render/expected_v3.jsonl");
-    check_cli("r1", "test-data/recipe/render/expected_r1.jsonl");
-    check_cli("v3.1", "test-data/recipe/render/expected_v31.jsonl");
+    check_cli("v3", "expected_v3.jsonl");
+    check_cli("r1", "expected_r1.jsonl");
+    check_cli("v3.1", "expected_v31.jsonl");
     /* bad lines: an error line in place, exit code 1 */
     const char *bin = getenv("DI_BIN");
     if (!bin) bin = "build/bin/deepinfer";

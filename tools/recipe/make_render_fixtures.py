@@ -3,8 +3,7 @@
 reference renderings by jinja2 through Hugging Face transformers' apply_chat_template, for the
 DeepSeek V3, R1 and V3.1 chat templates; plus reference token ids from the `tokenizers` library.
 
-Outputs (committed xz-compressed, unpacked into the build tree at configure time by
-tests/data/CMakeLists.txt; read by tests/unit/test_recipe_render.c):
+Outputs (committed xz-compressed; tests/unit/test_recipe_render.c reads them through `xz -dc`):
   tests/data/recipe/render/conversations.jsonl   one request line per conversation, in the
       `deepinfer render --jsonl` input shape: {"messages", "tools", "add_generation_prompt",
       "thinking"} (the last two sometimes absent, to exercise the template defaults)
