@@ -1,12 +1,13 @@
 /* cmd_render.c - `deepinfer render`: render chat conversations with a DeepSeek chat format.
  *
- *   deepinfer render --tokenizer DIR --jsonl [--format v3|r1|v3.1] [--input FILE]
+ *   deepinfer render --tokenizer DIR --jsonl [--format v3|r1|v3.1] [--input FILE] [--ids]
  *
  * Reads JSON lines {"messages": [...], "tools": [...], "add_generation_prompt": true,
  * "thinking": false} (Chat Completions message shape; every Chat Completions request field is
  * accepted) from stdin or FILE and prints one line {"prompt": "..."} per input line, the prompt
  * rendered as text with special tokens spelled as strings. bos/eos strings come from
- * DIR/tokenizer_config.json when present. A bad line prints {"error": {...}} in its place (so
+ * DIR/tokenizer_config.json when present. --ids loads DIR's tokenizer and adds "ids": the prompt's
+ * token ids (control tokens by id, all other text in the tokenizer's safe mode). A bad line prints {"error": {...}} in its place (so
  * output lines stay aligned with input lines), its message on stderr, and the exit code is 1. */
 #include <errno.h>
 #include <stdio.h>
@@ -18,10 +19,11 @@
 #include "core/status.h"
 #include "recipe/encode.h"
 #include "recipe/proto.h"
+#include "tokenizer/tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: deepinfer render --tokenizer DIR --jsonl [--format v3|r1|v3.1] [--input FILE]\n"
+            "usage: deepinfer render --tokenizer DIR --jsonl [--format v3|r1|v3.1] [--input FILE] [--ids]\n"
             "\n"
             "Renders each input line {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": bool,\n"
             "\"thinking\": bool} (OpenAI Chat Completions message shape) with a DeepSeek chat format and\n"
@@ -30,7 +32,9 @@ static void usage(FILE *f) {
             "  --tokenizer DIR  tokenizer directory (bos/eos strings from its tokenizer_config.json)\n"
             "  --jsonl          input is JSON lines (the only input mode)\n"
             "  --format F       v3 (default: DeepSeek-V3 template), r1 (DeepSeek-R1), v3.1 (DeepSeek-V3.1)\n"
-            "  --input FILE     read FILE instead of stdin\n");
+            "  --input FILE     read FILE instead of stdin\n"
+            "  --ids            also print \"ids\": the prompt's token ids (loads DIR's tokenizer.json;\n"
+            "                   user/tool text is encoded so that it can never become a control token)\n");
 }
 
 /* bos_token / eos_token of tokenizer_config.json: a string or {"content": "..."}. */
@@ -78,7 +82,7 @@ static void print_error(size_t line_no, const char *msg, const di_api_error *api
 
 /* Renders one input line; returns 0 on success. */
 static int render_line(const char *line, size_t len, size_t line_no, di_chat_format fmt, const char *bos,
-                       const char *eos, di_prompt *prompt) {
+                       const char *eos, const di_tokenizer *tok, di_prompt *prompt) {
     json_error_t je;
     json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
     if (!req) {
@@ -99,7 +103,8 @@ static int render_line(const char *line, size_t len, size_t line_no, di_chat_for
                             .thinking = conv->opt.thinking,
                             .bos_token = bos,
                             .eos_token = eos};
-        if (di_chat_encode(conv, &o, prompt) != DI_OK) {
+        di_ids ids = {0};
+        if (di_chat_encode(conv, &o, prompt) != DI_OK || (tok && di_prompt_to_ids(prompt, tok, &ids, NULL) != DI_OK)) {
             print_error(line_no, di_last_error(), NULL);
             rc = 1;
         } else {
@@ -108,12 +113,17 @@ static int render_line(const char *line, size_t len, size_t line_no, di_chat_for
             if (!enc) {
                 print_error(line_no, "out of memory", NULL);
                 rc = 1;
-            } else {
+            } else if (!tok) {
                 printf("{\"prompt\": %s}\n", enc);
+            } else {
+                printf("{\"prompt\": %s, \"ids\": [", enc);
+                for (size_t i = 0; i < ids.n; i++) printf(i ? ", %d" : "%d", (int)ids.data[i]);
+                printf("]}\n");
             }
             free(enc);
             json_decref(s);
         }
+        di_ids_free(&ids);
     }
     di_conv_free(conv);
     json_decref(req);
@@ -122,7 +132,7 @@ static int render_line(const char *line, size_t len, size_t line_no, di_chat_for
 
 int di_cmd_render(int argc, char **argv) {
     const char *tok_dir = NULL, *input = NULL, *format = "v3";
-    int jsonl = 0;
+    int jsonl = 0, want_ids = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -130,6 +140,8 @@ int di_cmd_render(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--jsonl")) {
             jsonl = 1;
+        } else if (!strcmp(a, "--ids")) {
+            want_ids = 1;
         } else if ((!strcmp(a, "--tokenizer") || !strcmp(a, "--format") || !strcmp(a, "--input")) && i + 1 < argc) {
             const char *v = argv[++i];
             if (!strcmp(a, "--tokenizer")) tok_dir = v;
@@ -153,9 +165,17 @@ int di_cmd_render(int argc, char **argv) {
     }
     char *bos = NULL, *eos = NULL;
     if (load_specials(tok_dir, &bos, &eos)) return 1;
+    di_tokenizer *tok = NULL;
+    if (want_ids && di_tokenizer_load(tok_dir, &tok) != DI_OK) {
+        fprintf(stderr, "deepinfer render: %s\n", di_last_error());
+        free(bos);
+        free(eos);
+        return 1;
+    }
     FILE *in = stdin;
     if (input && !(in = fopen(input, "rb"))) {
         fprintf(stderr, "deepinfer render: %s: %s\n", input, strerror(errno));
+        di_tokenizer_free(tok);
         free(bos);
         free(eos);
         return 1;
@@ -173,7 +193,7 @@ int di_cmd_render(int argc, char **argv) {
         size_t k = 0;
         while (k < len && (line[k] == ' ' || line[k] == '\t')) k++;
         if (k == len) continue;  /* blank line */
-        failed |= render_line(line, len, line_no, (di_chat_format)fmt, bos, eos, &prompt);
+        failed |= render_line(line, len, line_no, (di_chat_format)fmt, bos, eos, tok, &prompt);
     }
     if (ferror(in)) {
         fprintf(stderr, "deepinfer render: read error: %s\n", strerror(errno));
@@ -182,6 +202,7 @@ int di_cmd_render(int argc, char **argv) {
     if (in != stdin) fclose(in);
     free(line);
     di_prompt_free(&prompt);
+    di_tokenizer_free(tok);
     free(bos);
     free(eos);
     fflush(stdout);

@@ -8,9 +8,10 @@ Outputs (committed xz-compressed; tests/unit/test_recipe_render.c reads them thr
       `deepinfer render --jsonl` input shape: {"messages", "tools", "add_generation_prompt",
       "thinking"} (the last two sometimes absent, to exercise the template defaults)
   tests/data/recipe/render/expected_<fmt>.jsonl  {"prompt": "..."} or {"error": "..."} per line
-  tests/data/recipe/render/ids_v3.jsonl          {"ids": [...]} = tokenizers' encoding of the V3
-      prompt (add_special_tokens=False), or {"ids": null} when user-controlled text spells a
-      special token (our safe mode deliberately differs there)
+  tests/data/recipe/render/ids_<fmt>.jsonl       {"ids": [...]} = tokenizers' encoding of the
+      prompt with the DeepSeek-V3 tokenizer (add_special_tokens=False; V3 has no <think> tokens, so
+      R1/V3.1 prompts exercise the text fallback), or {"ids": null} when user-controlled text
+      spells a special token (our safe mode deliberately differs there)
 
 transformers 5's LlamaTokenizer (what DeepSeek's tokenizer_config.json selects) rebuilds the
 pre-tokenizer and drops newlines, so ids come from tokenizers.Tokenizer on tokenizer.json, which
@@ -226,10 +227,10 @@ def main():
         counts[fmt] = ok
     n_ids = 0
     added = [t.content for t in raw.get_added_tokens_decoder().values()]
-    g = outputs["ids_v3.jsonl"] = io.StringIO()
-    if True:
-        expected_v3 = outputs["expected_v3.jsonl"].getvalue().splitlines()
-        for line, exp in zip(lines, (json.loads(x) for x in expected_v3)):
+    for fmt in templates:
+        g = outputs["ids_%s.jsonl" % fmt] = io.StringIO()
+        expected = outputs["expected_%s.jsonl" % fmt].getvalue().splitlines()
+        for line, exp in zip(lines, (json.loads(x) for x in expected)):
             ids = None
             if "prompt" in exp and not user_text_has_special(line, added):
                 ids = raw.encode(exp["prompt"], add_special_tokens=False).ids
