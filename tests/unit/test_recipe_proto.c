@@ -20,6 +20,7 @@
 #include "recipe/encode.h"
 #include "recipe/outparse.h"
 #include "recipe/proto.h"
+#include "recipe/proto_util.h"
 #include "test_util.h"
 
 static const char *FIXTURES[] = {"chat_basic", "chat_tools", "chat_tool_results", "chat_reasoning", "resp_basic",
@@ -450,4 +451,28 @@ static void test_params(void) {
     json_decref(req);
 }
 
-TEST_MAIN(test_fixtures, test_errors, test_params)
+/* di_json_dumps_py against Python's json.dumps(v, ensure_ascii=False) (expected strings printed by
+ * Python 3.11). */
+static void test_json_py(void) {
+    struct { const char *in, *want; } cases[] = {
+        {"[0.1, 1e-05, 0.0001, 1e16, 1e15, 123456789.123, -0.0, 3.0, 1e300, 5e-324, 2.5e-7, 0.3333333333333333, "
+         "100.0, -1.5e22, 12345678901234567.0]",
+         "[0.1, 1e-05, 0.0001, 1e+16, 1000000000000000.0, 123456789.123, -0.0, 3.0, 1e+300, 5e-324, 2.5e-07, "
+         "0.3333333333333333, 100.0, -1.5e+22, 1.2345678901234568e+16]"},
+        {"{\"s\": \"a\\\"b\\\\c\\nd\\te\\u0001\\u001f\\u007f \\u00e9 \\u6771 \\ud83d\\ude42\", \"n\": [1, -2, true, false, null], "
+         "\"o\": {}, \"l\": []}",
+         "{\"s\": \"a\\\"b\\\\c\\nd\\te\\u0001\\u001f\x7f \xc3\xa9 \xe6\x9d\xb1 \xf0\x9f\x99\x82\", \"n\": [1, -2, true, "
+         "false, null], \"o\": {}, \"l\": []}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_error_t je;
+        json_t *v = json_loads(cases[i].in, 0, &je);
+        CHECK_MSG(v != NULL, "case %zu: %s", i, je.text);
+        char *s = v ? di_json_dumps_py(v) : NULL;
+        CHECK_EQ_STR(s, cases[i].want);
+        free(s);
+        json_decref(v);
+    }
+}
+
+TEST_MAIN(test_fixtures, test_errors, test_params, test_json_py)
