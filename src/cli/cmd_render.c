@@ -1,6 +1,6 @@
 /* cmd_render.c - `deepinfer render`: render chat conversations with a DeepSeek chat format.
  *
- *   deepinfer render --tokenizer DIR --jsonl [--format v3|r1|v3.1] [--input FILE] [--ids]
+ *   deepinfer render --tokenizer DIR --jsonl [--format v3|r1|v3.1] [--input FILE] [--ids] [--tools-prompt]
  *
  * Reads JSON lines {"messages": [...], "tools": [...], "add_generation_prompt": true,
  * "thinking": false} (Chat Completions message shape; every Chat Completions request field is
@@ -24,6 +24,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: deepinfer render --tokenizer DIR --jsonl [--format v3|r1|v3.1] [--input FILE] [--ids]\n"
+            "                        [--tools-prompt]\n"
             "\n"
             "Renders each input line {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": bool,\n"
             "\"thinking\": bool} (OpenAI Chat Completions message shape) with a DeepSeek chat format and\n"
@@ -34,7 +35,9 @@ static void usage(FILE *f) {
             "  --format F       v3 (default: DeepSeek-V3 template), r1 (DeepSeek-R1), v3.1 (DeepSeek-V3.1)\n"
             "  --input FILE     read FILE instead of stdin\n"
             "  --ids            also print \"ids\": the prompt's token ids (loads DIR's tokenizer.json;\n"
-            "                   user/tool text is encoded so that it can never become a control token)\n");
+            "                   user/tool text is encoded so that it can never become a control token)\n"
+            "  --tools-prompt   v3.1: describe the line's tools in the system prompt as the DeepSeek-V3.1\n"
+            "                   model card lays out (the template itself renders no tools)\n");
 }
 
 /* bos_token / eos_token of tokenizer_config.json: a string or {"content": "..."}. */
@@ -82,7 +85,7 @@ static void print_error(size_t line_no, const char *msg, const di_api_error *api
 
 /* Renders one input line; returns 0 on success. */
 static int render_line(const char *line, size_t len, size_t line_no, di_chat_format fmt, const char *bos,
-                       const char *eos, const di_tokenizer *tok, di_prompt *prompt) {
+                       const char *eos, const di_tokenizer *tok, int tools_prompt, di_prompt *prompt) {
     json_error_t je;
     json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
     if (!req) {
@@ -102,7 +105,8 @@ static int render_line(const char *line, size_t len, size_t line_no, di_chat_for
                             .add_generation_prompt = conv->opt.add_generation_prompt,
                             .thinking = conv->opt.thinking,
                             .bos_token = bos,
-                            .eos_token = eos};
+                            .eos_token = eos,
+                            .tools_prompt = tools_prompt && conv->opt.tool_choice != DI_TOOL_CHOICE_NONE};
         di_ids ids = {0};
         if (di_chat_encode(conv, &o, prompt) != DI_OK || (tok && di_prompt_to_ids(prompt, tok, &ids, NULL) != DI_OK)) {
             print_error(line_no, di_last_error(), NULL);
@@ -132,7 +136,7 @@ static int render_line(const char *line, size_t len, size_t line_no, di_chat_for
 
 int di_cmd_render(int argc, char **argv) {
     const char *tok_dir = NULL, *input = NULL, *format = "v3";
-    int jsonl = 0, want_ids = 0;
+    int jsonl = 0, want_ids = 0, tools_prompt = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -142,6 +146,8 @@ int di_cmd_render(int argc, char **argv) {
             jsonl = 1;
         } else if (!strcmp(a, "--ids")) {
             want_ids = 1;
+        } else if (!strcmp(a, "--tools-prompt")) {
+            tools_prompt = 1;
         } else if ((!strcmp(a, "--tokenizer") || !strcmp(a, "--format") || !strcmp(a, "--input")) && i + 1 < argc) {
             const char *v = argv[++i];
             if (!strcmp(a, "--tokenizer")) tok_dir = v;
@@ -193,7 +199,7 @@ int di_cmd_render(int argc, char **argv) {
         size_t k = 0;
         while (k < len && (line[k] == ' ' || line[k] == '\t')) k++;
         if (k == len) continue;  /* blank line */
-        failed |= render_line(line, len, line_no, (di_chat_format)fmt, bos, eos, tok, &prompt);
+        failed |= render_line(line, len, line_no, (di_chat_format)fmt, bos, eos, tok, tools_prompt, &prompt);
     }
     if (ferror(in)) {
         fprintf(stderr, "deepinfer render: read error: %s\n", strerror(errno));

@@ -73,6 +73,9 @@ typedef struct di_encode_opts {
     di_chat_format format;
     int add_generation_prompt;
     di_thinking thinking;        /* V3.1: ON -> "<think>" generation prompt; R1 ignores it */
+    int tools_prompt;            /* V3.1: describe conv's tools in the system prompt the way the
+                                    DeepSeek-V3.1 model card lays it out (the Jinja template renders
+                                    no tools); ignored by V3 and R1, which document no such text */
     int continue_final_message;  /* the conversation ends with an assistant message to be
                                     continued: its trailing end-of-sentence is not emitted (what
                                     transformers' continue_final_message does to these templates);

@@ -8,12 +8,20 @@
  *     content, unless it follows tool outputs (then the content as is);
  *   - tool outputs are <tool_output_begin>...<tool_output_end> with no outputs begin/end;
  *   - the generation prompt <Assistant> + "</think>" / "<think>" (thinking) is added only when
- *     the last turn was a user turn (after tool outputs the model continues directly). */
+ *     the last turn was a user turn (after tool outputs the model continues directly).
+ * With tools_prompt, the tool description of the V3.1 model card follows the system prompt:
+ * "{system}\n\n## Tools\nYou have access to the following tools:\n\n### NAME\nDescription: ...
+ * \n\nParameters: {json.dumps(parameters)}\n\n" per tool, then the IMPORTANT format block whose
+ * control tokens are emitted as control tokens. Layout transcribed from two third-party
+ * reproductions of the card that agree (ms-swift's deepseek_v3_1 agent-template test and a
+ * write-up quoting the card); not checked against the card itself. */
 #include "recipe/encode.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/status.h"
+#include "recipe/json_py.h"
 
 #define TEXT(s) DI_TRY(di_prompt_text(p, (s), strlen(s)))
 #define SPECIAL(t) DI_TRY(di_prompt_special(p, (t)))
@@ -39,10 +47,44 @@ static di_status call(di_prompt *p, const di_tool_call *tc) {
     return DI_OK;
 }
 
+static di_status tools_prompt(const di_conv *c, di_prompt *p) {
+    TEXT("\n\n## Tools\nYou have access to the following tools:\n\n");
+    for (size_t i = 0; i < c->n_tools; i++) {
+        const di_tool *t = &c->tools[i];
+        TEXT("### ");
+        TEXT(t->name);
+        TEXT("\nDescription: ");
+        TEXT(t->description ? t->description : "");
+        TEXT("\n\nParameters: ");
+        json_t *empty = t->parameters ? NULL : json_object();
+        char *params = di_json_dumps_py(t->parameters ? t->parameters : empty);
+        json_decref(empty);
+        if (!params) return di_error(DI_ERR_NOMEM, "out of memory rendering tool '%s'", t->name);
+        di_status s = di_prompt_text(p, params, strlen(params));
+        free(params);
+        DI_TRY(s);
+        TEXT("\n\n");
+    }
+    TEXT("IMPORTANT: ALWAYS adhere to this exact format for tool use:\n");
+    SPECIAL(DI_TOK_STR_CALLS_BEGIN);
+    SPECIAL(DI_TOK_STR_CALL_BEGIN);
+    TEXT("tool_call_name");
+    SPECIAL(DI_TOK_STR_SEP);
+    TEXT("tool_call_arguments");
+    SPECIAL(DI_TOK_STR_CALL_END);
+    TEXT("{additional_tool_calls}");
+    SPECIAL(DI_TOK_STR_CALLS_END);
+    TEXT("\n\nWhere:\n- `tool_call_name` must be an exact match to one of the available tools\n"
+         "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+         "- For multiple tool calls, chain them directly without separators or spaces");
+    return DI_OK;
+}
+
 di_status di_encode_v31(const di_conv *c, const di_encode_opts *o, di_prompt *p) {
     const char *eos = o->eos_token ? o->eos_token : DI_TOK_STR_EOS;
     int thinking = o->thinking == DI_THINKING_ON;
     DI_TRY(di_encode_system_prefix(c, o, p));
+    if (o->tools_prompt && c->n_tools) DI_TRY(tools_prompt(c, p));
     int is_tool = 0, is_last_user = 0;
     for (size_t i = 0; i < c->n_msgs; i++) {
         const di_message *m = &c->msgs[i];

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "recipe/json_py.h"
 #include "recipe/proto_util.h"
 
 static void put_string(di_strbuf *b, const char *s, size_t n) {

@@ -86,7 +86,9 @@ di_status di_recipe_request_prepare(di_proto proto, const json_t *body, unsigned
     di_encode_opts o = {.format = format,
                         .add_generation_prompt = c->opt.add_generation_prompt,
                         .thinking = c->opt.thinking,
-                        .continue_final_message = c->opt.continue_final_message};
+                        .continue_final_message = c->opt.continue_final_message,
+                        .tools_prompt = format == DI_CHAT_FORMAT_V31 && c->n_tools > 0 &&
+                                        c->opt.tool_choice != DI_TOOL_CHOICE_NONE};
     di_status s = di_chat_encode(c, &o, &out->prompt);
     if (s == DI_OK) s = di_prompt_to_ids(&out->prompt, tok, &out->ids, &out->n_text_fallbacks);
     if (s != DI_OK) {

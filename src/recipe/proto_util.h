@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "recipe/json_py.h"
 #include "recipe/proto.h"
 
 /* A field path: OpenAI style "messages[2].content", Anthropic style "messages.2.content". */
@@ -50,9 +51,6 @@ di_status jopt_stop(const json_t *obj, const char *key, di_jpath *p, di_api_erro
  * parsed back from the model's output). */
 int di_tool_name_ok(const char *name);
 
-/* Serialises v like Python's json.dumps(v, ensure_ascii=False): ", " and ": " separators,
- * keys in order, shortest round-trip floats. Returns malloc'd text or NULL (out of memory). */
-char *di_json_dumps_py(const json_t *v);
 
 /* Growable text buffer used by the renderers. */
 typedef struct di_strbuf { char *s; size_t len, cap; int oom; } di_strbuf;

@@ -32,7 +32,9 @@ typedef struct di_recipe_request {
     di_outparse_config parser;   /* output parser settings for this request */
 } di_recipe_request;
 
-/* Converts, encodes and tokenizes one request. The parser config gets the tokenizer's control
+/* Converts, encodes and tokenizes one request. For V3.1, tools (unless tool_choice is "none")
+ * are described in the system prompt (di_encode_opts.tools_prompt); V3 and R1 prompts carry no
+ * tool descriptions, as their templates. The parser config gets the tokenizer's control
  * ids, starts in reasoning when the prompt ends inside <think> (di_prompt_ends_in_reasoning), and seeds its tool-call ids
  * with the request seed (or a hash of the prompt when the request has none), so a request's
  * ids are reproducible. Anthropic requests get "toolu_" call ids, OpenAI ones "call_".

@@ -236,4 +236,69 @@ static void test_errors_and_options(void) {
     di_prompt_free(&p);
 }
 
-TEST_MAIN(test_v3, test_r1, test_v31, test_cli, test_errors_and_options)
+/* V3.1 tool description (model-card layout). Expected text transcribed from ms-swift's
+ * deepseek_v3_1 agent-template test (tests/test_align/test_template/test_agent.py), which
+ * encodes the same conversation independently of us. */
+static void test_v31_tools_prompt(void) {
+    di_conv *c = conv_of(
+        "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"convert_temperature\", \"description\": "
+        "\"Convert temperature from one unit to another\", \"parameters\": {\"type\": \"object\", \"properties\": "
+        "{\"temperature\": {\"type\": \"number\", \"description\": \"The temperature value\"}, \"from_unit\": "
+        "{\"type\": \"string\", \"description\": \"The unit to convert from\"}, \"to_unit\": {\"type\": \"string\", "
+        "\"description\": \"The unit to convert to\"}}, \"required\": [\"temperature\", \"from_unit\", \"to_unit\"]}}}, "
+        "{\"type\": \"function\", \"function\": {\"name\": \"get_current_date\", \"description\": \"Get the current "
+        "date\", \"parameters\": {}}}], \"messages\": [{\"role\": \"user\", \"content\": \"Hi, I need to convert a "
+        "temperature from Celsius to Fahrenheit. The temperature is 30 degrees Celsius.\"}, {\"role\": \"assistant\", "
+        "\"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"convert_temperature\", "
+        "\"arguments\": \"{\\\"temperature\\\": 30, \\\"from_unit\\\": \\\"Celsius\\\", \\\"to_unit\\\": "
+        "\\\"Fahrenheit\\\"}\"}}, {\"type\": \"function\", \"function\": {\"name\": \"convert_temperature\", "
+        "\"arguments\": \"{\\\"temperature\\\": 30, \\\"from_unit\\\": \\\"Celsius\\\", \\\"to_unit\\\": "
+        "\\\"Fahrenheit\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"a\", \"content\": "
+        "\"{\\\"converted_temperature\\\": 86}\"}, {\"role\": \"tool\", \"tool_call_id\": \"b\", \"content\": "
+        "\"{\\\"converted_temperature\\\": 86}\"}, {\"role\": \"assistant\", \"content\": \"The converted temperature "
+        "from 30 degrees Celsius to Fahrenheit is 86 degrees Fahrenheit.\"}]}");
+    CHECK(c != NULL);
+    if (!c) return;
+    const char *want =
+        DI_TOK_STR_BOS "\n\n## Tools\nYou have access to the following tools:\n\n### convert_temperature\n"
+        "Description: Convert temperature from one unit to another\n\nParameters: {\"type\": \"object\", "
+        "\"properties\": {\"temperature\": {\"type\": \"number\", \"description\": \"The temperature value\"}, "
+        "\"from_unit\": {\"type\": \"string\", \"description\": \"The unit to convert from\"}, \"to_unit\": {\"type\": "
+        "\"string\", \"description\": \"The unit to convert to\"}}, \"required\": [\"temperature\", \"from_unit\", "
+        "\"to_unit\"]}\n\n### get_current_date\nDescription: Get the current date\n\nParameters: {}\n\n"
+        "IMPORTANT: ALWAYS adhere to this exact format for tool use:\n" DI_TOK_STR_CALLS_BEGIN DI_TOK_STR_CALL_BEGIN
+        "tool_call_name" DI_TOK_STR_SEP "tool_call_arguments" DI_TOK_STR_CALL_END "{additional_tool_calls}"
+        DI_TOK_STR_CALLS_END "\n\nWhere:\n- `tool_call_name` must be an exact match to one of the available tools\n"
+        "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+        "- For multiple tool calls, chain them directly without separators or spaces" DI_TOK_STR_USER
+        "Hi, I need to convert a temperature from Celsius to Fahrenheit. The temperature is 30 degrees Celsius."
+        DI_TOK_STR_ASSISTANT "</think>" DI_TOK_STR_CALLS_BEGIN DI_TOK_STR_CALL_BEGIN "convert_temperature" DI_TOK_STR_SEP
+        "{\"temperature\": 30, \"from_unit\": \"Celsius\", \"to_unit\": \"Fahrenheit\"}" DI_TOK_STR_CALL_END
+        DI_TOK_STR_CALL_BEGIN "convert_temperature" DI_TOK_STR_SEP
+        "{\"temperature\": 30, \"from_unit\": \"Celsius\", \"to_unit\": \"Fahrenheit\"}" DI_TOK_STR_CALL_END
+        DI_TOK_STR_CALLS_END DI_TOK_STR_EOS DI_TOK_STR_OUTPUT_BEGIN "{\"converted_temperature\": 86}" DI_TOK_STR_OUTPUT_END
+        DI_TOK_STR_OUTPUT_BEGIN "{\"converted_temperature\": 86}" DI_TOK_STR_OUTPUT_END
+        "The converted temperature from 30 degrees Celsius to Fahrenheit is 86 degrees Fahrenheit." DI_TOK_STR_EOS;
+    di_prompt p;
+    di_prompt_init(&p);
+    di_encode_opts o = {.format = DI_CHAT_FORMAT_V31, .tools_prompt = 1};
+    CHECK_OK(di_chat_encode(c, &o, &p));
+    CHECK_EQ_STR(p.text, want);
+    CHECK(segments_ok(&p));
+    /* the format block's control tokens are control segments; tool text is plain text */
+    size_t n_special = 0;
+    for (size_t i = 0; i < p.n_segs; i++) n_special += p.segs[i].kind == DI_SEG_SPECIAL;
+    CHECK_EQ_INT(n_special, 5 + 1 + 2 + 2 * 4 + 2 + 4 + 1);
+    /* without the option, or with V3/R1, no tool text */
+    o.tools_prompt = 0;
+    CHECK_OK(di_chat_encode(c, &o, &p));
+    CHECK(strstr(p.text, "## Tools") == NULL);
+    o.tools_prompt = 1;
+    o.format = DI_CHAT_FORMAT_V3;
+    CHECK_OK(di_chat_encode(c, &o, &p));
+    CHECK(strstr(p.text, "## Tools") == NULL);
+    di_prompt_free(&p);
+    di_conv_free(c);
+}
+
+TEST_MAIN(test_v3, test_r1, test_v31, test_cli, test_errors_and_options, test_v31_tools_prompt)
