@@ -26,7 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             di_encode_opts o = {.format = (di_chat_format)f,
                                 .add_generation_prompt = c->opt.add_generation_prompt,
                                 .thinking = c->opt.thinking,
-                                .continue_final_message = c->opt.continue_final_message};
+                                .continue_final_message = c->opt.continue_final_message,
+                                .tools_prompt = 1};
             if (di_chat_encode(c, &o, &p) == DI_OK && strlen(p.text) != p.len) __builtin_trap();
         }
         di_prompt_free(&p);
