@@ -177,8 +177,16 @@ di_status di_tokenizer_encode(const di_tokenizer *t, const char *text, size_t le
 
 /* ================= segment-parallel ================= */
 
-#define PAR_MIN_BYTES (64u << 10)   /* below this, encode serially */
-#define PAR_TASK_BYTES (32u << 10)  /* work per task */
+/* below PAR_MIN_BYTES encode serially; PAR_TASK_BYTES of work per task (tests lower both) */
+static atomic_size_t g_min_bytes = 64u << 10, g_task_bytes = 32u << 10;
+#define PAR_MIN_BYTES atomic_load_explicit(&g_min_bytes, memory_order_relaxed)
+#define PAR_TASK_BYTES atomic_load_explicit(&g_task_bytes, memory_order_relaxed)
+
+void tok_parallel_set_sizes(size_t min_bytes, size_t task_bytes, size_t batch_bytes, size_t big_piece) {
+    atomic_store(&g_min_bytes, min_bytes ? min_bytes : 64u << 10);
+    atomic_store(&g_task_bytes, task_bytes ? task_bytes : 32u << 10);
+    tok_pretok_set_sizes(batch_bytes, big_piece);
+}
 
 typedef struct {
     size_t lo, hi;  /* segments [lo, hi) or pieces [lo, hi) */

@@ -272,6 +272,10 @@ di_status tok_pretokenize_parallel(const di_tokenizer *t, tok_ws **wss, int n_ws
 di_status tok_stage_apply(const tok_stage *st, tok_ws *ws, const char *seg, const tok_piece *in, size_t n_in,
                           tok_pieces *out);
 
+/* Test hooks: work sizes of the segment-parallel encoder (0 = default). */
+void tok_pretok_set_sizes(size_t batch_bytes, size_t big_piece);
+void tok_parallel_set_sizes(size_t min_bytes, size_t task_bytes, size_t batch_bytes, size_t big_piece);
+
 /* tok_bpe.c */
 di_status tok_bpe_piece(const di_tokenizer *t, tok_ws *ws, const char *seg, tok_piece p, di_ids *out);
 

@@ -202,8 +202,16 @@ di_status tok_pretokenize(const di_tokenizer *t, tok_ws *ws, const char *seg, si
 
 /* ================= segment-parallel pre-tokenization ================= */
 
-#define BATCH_BYTES (32u << 10)  /* work per task for lists of small pieces */
-#define BIG_PIECE (128u << 10)   /* pieces at least this long are chunked */
+/* work per task for lists of small pieces; pieces at least BIG_PIECE long are chunked
+ * (tests lower both to put chunk boundaries everywhere) */
+static atomic_size_t g_batch_bytes = 32u << 10, g_big_piece = 128u << 10;
+#define BATCH_BYTES atomic_load_explicit(&g_batch_bytes, memory_order_relaxed)
+#define BIG_PIECE atomic_load_explicit(&g_big_piece, memory_order_relaxed)
+
+void tok_pretok_set_sizes(size_t batch_bytes, size_t big_piece) {
+    atomic_store(&g_batch_bytes, batch_bytes ? batch_bytes : 32u << 10);
+    atomic_store(&g_big_piece, big_piece >= 8 ? big_piece : 128u << 10);
+}
 
 typedef struct {
     int big;                 /* 0: pieces [lo, hi) of the input; 1: chunk [lo, hi) of a big piece */
