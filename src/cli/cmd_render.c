@@ -104,6 +104,7 @@ static int render_line(const char *line, size_t len, size_t line_no, di_chat_for
         di_encode_opts o = {.format = fmt,
                             .add_generation_prompt = conv->opt.add_generation_prompt,
                             .thinking = conv->opt.thinking,
+                            .continue_final_message = conv->opt.continue_final_message,
                             .bos_token = bos,
                             .eos_token = eos,
                             .tools_prompt = tools_prompt && conv->opt.tool_choice != DI_TOOL_CHOICE_NONE};

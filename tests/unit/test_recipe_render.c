@@ -156,20 +156,22 @@ static void test_cli(void) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "printf '%%s\\n' '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}' '{\"messages\": 5}' "
-             "'{not json' | '%s' render --tokenizer '%s' --jsonl 2>/dev/null", bin,
+             "'{not json' '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+             "\"content\": \"Hel\"}], \"continue_final_message\": true}' | '%s' render --tokenizer '%s' --jsonl 2>/dev/null", bin,
              test_src_path("tests/data/recipe/deepseek-v3-config"));
     FILE *f = popen(cmd, "r");
     CHECK(f != NULL);
     if (!f) return;
     char line[1024];
     int n = 0;
-    const char *want[] = {"{\"prompt\": \"<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c><\xef\xbd\x9cUser\xef\xbd\x9c>hi\"}\n",
-                          "{\"error\":{\"line\":2", "{\"error\":{\"line\":3"};
+    const char *want[4] = {"{\"prompt\": \"<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c><\xef\xbd\x9cUser\xef\xbd\x9c>hi\"}\n",
+                          "{\"error\":{\"line\":2", "{\"error\":{\"line\":3",
+                          "{\"prompt\": \"" DI_TOK_STR_BOS DI_TOK_STR_USER "hi" DI_TOK_STR_ASSISTANT "Hel\"}\n"};
     while (fgets(line, sizeof line, f)) {
-        if (n < 3) CHECK_MSG(!strncmp(line, want[n], strlen(want[n])), "line %d: %s", n + 1, line);
+        if (n < 4) CHECK_MSG(!strncmp(line, want[n], strlen(want[n])), "line %d: %s", n + 1, line);
         n++;
     }
-    CHECK_EQ_INT(n, 3);
+    CHECK_EQ_INT(n, 4);
     int rc = pclose(f);
     CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
     snprintf(cmd, sizeof cmd, "'%s' render --help > /dev/null", bin);
