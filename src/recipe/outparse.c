@@ -240,7 +240,7 @@ static void start_call(di_outparse *p) {
         p->args = a;
         p->cap_calls = nc;
     }
-    size_t i = p->res.n_calls;
+    size_t i = p->res.n_calls++;  /* counted now, so di_outparse_free releases whatever follows */
     di_out_tool_call *c = &p->res.calls[i];
     memset(c, 0, sizeof *c);
     memset(&p->args[i], 0, sizeof p->args[i]);
@@ -264,7 +264,6 @@ static void start_call(di_outparse *p) {
                       p->cfg.tool_id_seed, i);
     c->id = strdup(p->id_buf);
     if (!c->id) { p->oom = 1; return; }
-    p->res.n_calls++;
     di_out_event *ev = new_event(p, DI_OUT_TOOL_START);
     if (ev) ev->tool_index = (int)i;
     p->st = ST_CALL_ARGS;
