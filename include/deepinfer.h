@@ -120,14 +120,21 @@ typedef struct di_request_input {
 
 void di_request_input_init(di_request_input *r);
 
+/* Why a completion ended; shared by the engine and the recipe layer's output parser. The
+ * engine reports NONE, STOP (EOS, a stop token id or a stop string; see stop_reason), LENGTH
+ * and ABORT; TOOL_CALLS, STOP_SEQUENCE and ERROR are protocol-level outcomes of the output
+ * parser (recipe/outparse.h). */
 typedef enum di_finish_reason {
     DI_FINISH_NONE = 0,          /* still running */
-    DI_FINISH_STOP = 1,          /* EOS, a stop token id or a stop string */
-    DI_FINISH_LENGTH = 2,        /* max_tokens or the context limit */
-    DI_FINISH_ABORT = 3          /* di_engine_abort */
+    DI_FINISH_STOP,              /* EOS, a stop token id or a stop string */
+    DI_FINISH_LENGTH,            /* max_tokens or the context limit */
+    DI_FINISH_TOOL_CALLS,        /* (output parser) stopped after complete, valid tool calls */
+    DI_FINISH_STOP_SEQUENCE,     /* (output parser) a stop string matched */
+    DI_FINISH_ABORT,             /* di_engine_abort / cancelled */
+    DI_FINISH_ERROR              /* (output parser) malformed model output */
 } di_finish_reason;
 
-/* "stop", "length", "abort" (NULL for NONE). */
+/* "none", "stop", "length", "tool_calls", "stop_sequence", "abort", "error". */
 const char *di_finish_reason_name(di_finish_reason r);
 
 #define DI_MAX_TOP_LOGPROBS 20

@@ -9,17 +9,6 @@
 #include "engine/codec.h"
 #include "tokenizer/tokenizer.h"
 
-/* The tokenizer module is built on another branch; until it is merged these resolve to NULL
- * and di_codec_tokenizer_create reports that the tokenizer is not built. */
-#pragma weak di_tokenizer_load
-#pragma weak di_tokenizer_free
-#pragma weak di_tokenizer_encode
-#pragma weak di_ids_free
-#pragma weak di_detok_create
-#pragma weak di_detok_free
-#pragma weak di_detok_push
-#pragma weak di_detok_flush
-
 static di_status encode(void *ctx, const char *text, size_t len, int32_t **ids, size_t *n) {
     di_ids v = {0};
     di_status s = di_tokenizer_encode(ctx, text, len, DI_TOK_HF | DI_TOK_ADD_SPECIAL, &v);
@@ -48,8 +37,6 @@ static void destroy(void *ctx) { di_tokenizer_free(ctx); }
 
 di_status di_codec_tokenizer_create(const char *path, di_codec *out) {
     memset(out, 0, sizeof *out);
-    if (!di_tokenizer_load || !di_tokenizer_encode || !di_detok_create)
-        return di_error(DI_ERR_UNSUPPORTED, "%s: the tokenizer module is not built into this binary", path);
     di_tokenizer *t = NULL;
     DI_TRY(di_tokenizer_load(path, &t));
     out->ctx = t;

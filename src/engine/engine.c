@@ -31,15 +31,6 @@ void di_request_input_init(di_request_input *r) {
     di_sampling_params_init(&r->sampling);
 }
 
-const char *di_finish_reason_name(di_finish_reason r) {
-    switch (r) {
-    case DI_FINISH_STOP: return "stop";
-    case DI_FINISH_LENGTH: return "length";
-    case DI_FINISH_ABORT: return "abort";
-    default: return NULL;
-    }
-}
-
 /* ---- life cycle ---- */
 
 di_status di_engine_create_with(const di_engine_params *p, di_executor *ex, di_codec *codec, di_engine **out) {
@@ -106,9 +97,7 @@ di_status di_engine_create(const di_engine_params *p, di_engine **out) {
     free(tjson);
     if (present) {
         s = di_codec_tokenizer_create(tdir, &codec);
-        if (s == DI_ERR_UNSUPPORTED && !p->tokenizer_dir) {
-            DI_LOG_W("engine: %s; text prompts, text output and stop strings are unavailable", di_last_error());
-        } else if (s != DI_OK) {
+        if (s != DI_OK) {
             di_executor_destroy(&ex);
             return di_error_context(s, "engine: loading the tokenizer from %s", tdir);
         }

@@ -248,8 +248,9 @@ static int fill_choice(json_t *obj, const di_completion_output *c) {
     int err = 0;
     err |= json_object_set_new(obj, "text", text_json(c->text, c->text_len));
     err |= json_object_set_new(obj, "token_ids", ids_json(c->token_ids, c->n_tokens));
-    const char *fr = di_finish_reason_name(c->finish_reason);
-    err |= json_object_set_new(obj, "finish_reason", fr ? json_string(fr) : json_null());
+    err |= json_object_set_new(obj, "finish_reason", c->finish_reason == DI_FINISH_NONE
+                                                         ? json_null()
+                                                         : json_string(di_finish_reason_name(c->finish_reason)));
     if (c->stop_reason) err |= json_object_set_new(obj, "stop_reason", json_string(c->stop_reason));
     else if (c->stop_token >= 0) err |= json_object_set_new(obj, "stop_reason", json_integer(c->stop_token));
     if (c->logprobs) err |= json_object_set_new(obj, "logprobs", logprobs_json(c));

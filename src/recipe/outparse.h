@@ -29,17 +29,8 @@
 #include "deepinfer.h"
 #include "recipe/encode.h"
 
-typedef enum di_finish_reason {
-    DI_FINISH_NONE = 0,        /* not finished */
-    DI_FINISH_STOP,            /* end-of-sentence / stop token */
-    DI_FINISH_LENGTH,          /* token limit */
-    DI_FINISH_TOOL_CALLS,      /* stopped after complete, valid tool calls */
-    DI_FINISH_STOP_SEQUENCE,   /* a stop string matched (detail = the string) */
-    DI_FINISH_ABORT,           /* cancelled by the client / server */
-    DI_FINISH_ERROR            /* malformed model output (detail says what) */
-} di_finish_reason;
-
-const char *di_finish_reason_name(di_finish_reason r);
+/* di_finish_reason and di_finish_reason_name are declared in deepinfer.h (shared with the
+ * engine). */
 
 typedef enum di_out_kind {
     DI_OUT_REASONING = 0,      /* text delta of the reasoning */
