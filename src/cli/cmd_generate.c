@@ -22,7 +22,9 @@
 #include "core/timer.h"
 #include "core/utf8.h"
 #include "deepinfer.h"
+#include "engine/engine_internal.h"
 #include "engine/request_json.h"
+#include "recipe/encode.h"
 
 #define CMD "deepinfer generate"
 
@@ -36,13 +38,16 @@ static void usage(FILE *f) {
             "  --tokenizer DIR          tokenizer directory (default: the model directory)\n"
             "  --prompt TEXT            a text prompt (repeatable)\n"
             "  --prompt-ids ID,ID,...   a prompt as token ids (repeatable)\n"
-            "  --input FILE.jsonl       one request per line: {\"prompt\": ...} or {\"prompt_token_ids\": [...]}\n"
-            "                           with OpenAI sampling fields (max_tokens, temperature, top_p, top_k,\n"
+            "  --input FILE.jsonl       one request per line: {\"prompt\": ...}, {\"prompt_token_ids\": [...]}\n"
+            "                           or {\"messages\": [...]} (Chat Completions shape, rendered with the\n"
+            "                           DeepSeek chat format), each with OpenAI sampling fields\n"
+            "                           (max_tokens, temperature, top_p, top_k,\n"
             "                           min_p, seed, stop, n, logprobs, presence_penalty, frequency_penalty,\n"
             "                           repetition_penalty, ignore_eos, min_tokens, stop_token_ids, logit_bias)\n"
             "  --output FILE.jsonl      one result per input, in input order: text, token_ids,\n"
             "                           finish_reason, usage (choices[] when n > 1)\n"
             "                           (default: stdout; JSONL for --input, plain text for --prompt)\n"
+            "  --chat-format F          v3 (default), r1 or v3.1: the format of \"messages\" requests\n"
             "  --quiet                  no progress bar and no summary\n\n"
             "sampling defaults (for prompts / lines that do not set them):\n"
             "  --max-tokens N (16)  --min-tokens N (0)  --temperature F (1.0; 0 = greedy)\n"
@@ -74,6 +79,7 @@ typedef struct options {
     const char **stops;
     int n_stops;
     int quiet;
+    int chat_format;
 } options;
 
 static int fail_usage(const char *fmt, const char *a, const char *b) {
@@ -134,6 +140,10 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--prompt")) o->prompts[o->n_prompts++].text = v;
         else if (!strcmp(a, "--prompt-ids")) o->prompts[o->n_prompts++].ids = v;
         else if (!strcmp(a, "--stop")) o->stops[o->n_stops++] = v;
+        else if (!strcmp(a, "--chat-format")) {
+            if ((o->chat_format = di_chat_format_parse(v)) < 0)
+                return fail_usage("--chat-format: expected v3, r1 or v3.1, got '%s'%s", v, "");
+        }
         else if (!strcmp(a, "--max-tokens")) { bad = parse_long(a, v, 1, INT_MAX, &n); sp->max_tokens = (int)n; }
         else if (!strcmp(a, "--min-tokens")) { bad = parse_long(a, v, 0, INT_MAX, &n); sp->min_tokens = (int)n; }
         else if (!strcmp(a, "--top-k")) { bad = parse_long(a, v, -1, INT_MAX, &n); sp->top_k = (int)n; }
@@ -229,7 +239,7 @@ static di_status load_prompts(const options *o, job **jobs, int *n_jobs) {
     return DI_OK;
 }
 
-static di_status load_jsonl(const options *o, job **jobs, int *n_jobs) {
+static di_status load_jsonl(const options *o, const struct di_tokenizer *tok, job **jobs, int *n_jobs) {
     FILE *f = fopen(o->input, "r");
     if (!f) return di_error(DI_ERR_IO, "%s: cannot open: %s", o->input, strerror(errno));
     char *line = NULL;
@@ -255,7 +265,7 @@ static di_status load_jsonl(const options *o, job **jobs, int *n_jobs) {
         snprintf(j[n].where, sizeof j[n].where, "%.490s:%d", o->input, lineno);
         json_t *obj = NULL;
         s = di_json_loadb(line + b, k - b, j[n].where, &obj);
-        if (s == DI_OK) s = di_request_json_parse(obj, &o->def, j[n].where, &j[n].req);
+        if (s == DI_OK) s = di_request_json_parse(obj, &o->def, j[n].where, tok, o->chat_format, &j[n].req);
         json_decref(obj);
         if (s == DI_OK) n++;
     }
@@ -350,20 +360,14 @@ static int write_results(const options *o, job *jobs, int n) {
     return 0;
 }
 
-static int run(const options *o, job *jobs, int n) {
-    di_engine *e = NULL;
-    di_status s = di_engine_create(&o->ep, &e);
-    if (s != DI_OK) {
-        fprintf(stderr, CMD ": %s\n", di_last_error());
-        return 1;
-    }
+static int run(const options *o, di_engine *e, job *jobs, int n) {
+    di_status s;
     int64_t first = -1;
     for (int i = 0; i < n; i++) {
         int64_t id;
         s = di_engine_add_request(e, &jobs[i].req.in, &id);
         if (s != DI_OK) {
             fprintf(stderr, CMD ": %s: %s\n", jobs[i].where, di_last_error());
-            di_engine_free(e);
             return 1;
         }
         if (first < 0) first = id;
@@ -412,7 +416,6 @@ static int run(const options *o, job *jobs, int n) {
     }
     free(t.ttft);
     free(t.tpot);
-    di_engine_free(e);
     return rc;
 }
 
@@ -428,13 +431,16 @@ int di_cmd_generate(int argc, char **argv) {
     if (rc) goto out;
     job *jobs = NULL;
     int n = 0;
-    di_status s = o.input ? load_jsonl(&o, &jobs, &n) : load_prompts(&o, &jobs, &n);
+    di_engine *e = NULL;
+    di_status s = di_engine_create(&o.ep, &e);
+    if (s == DI_OK) s = o.input ? load_jsonl(&o, di_engine_tokenizer(e), &jobs, &n) : load_prompts(&o, &jobs, &n);
     if (s != DI_OK) {
         fprintf(stderr, CMD ": %s\n", di_last_error());
         rc = 1;
     } else {
-        rc = run(&o, jobs, n);
+        rc = run(&o, e, jobs, n);
     }
+    di_engine_free(e);
     for (int i = 0; i < n; i++) {
         di_request_json_free(&jobs[i].req);
         json_decref(jobs[i].result);

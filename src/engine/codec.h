@@ -12,8 +12,11 @@
 #include <stdint.h>
 #include "deepinfer.h"
 
+struct di_tokenizer;
+
 typedef struct di_codec {
     void *ctx;
+    const struct di_tokenizer *tokenizer; /* the tokenizer behind it, or NULL (test codecs) */
     di_status (*encode)(void *ctx, const char *text, size_t len, int32_t **ids, size_t *n);
     void *(*detok_create)(void *ctx, int skip_special);
     di_status (*detok_push)(void *detok, int32_t id, char **buf, size_t *len, size_t *cap);

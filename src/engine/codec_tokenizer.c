@@ -40,6 +40,7 @@ di_status di_codec_tokenizer_create(const char *path, di_codec *out) {
     di_tokenizer *t = NULL;
     DI_TRY(di_tokenizer_load(path, &t));
     out->ctx = t;
+    out->tokenizer = t;
     out->encode = encode;
     out->detok_create = detok_create;
     out->detok_push = detok_push;

@@ -306,6 +306,8 @@ di_status di_engine_abort(di_engine *e, int64_t id) {
 
 int di_engine_has_unfinished(const di_engine *e) { return e->n_active > 0; }
 
+const struct di_tokenizer *di_engine_tokenizer(const di_engine *e) { return e->has_codec ? e->codec.tokenizer : NULL; }
+
 void di_engine_get_stats(const di_engine *e, di_engine_stats *s) {
     *s = e->stats;
     s->preemptions = di_scheduler_preemptions(e->sched);

@@ -77,6 +77,9 @@ struct di_engine {
     di_engine_stats stats;
 };
 
+/* The engine's tokenizer (NULL without one). */
+const struct di_tokenizer *di_engine_tokenizer(const di_engine *e);
+
 /* Creates an engine over an executor and an optional codec (both taken over, even on error). */
 di_status di_engine_create_with(const di_engine_params *p, di_executor *ex, di_codec *codec, di_engine **out);
 

@@ -9,12 +9,56 @@
 #include "core/json_util.h"
 #include "core/status.h"
 #include "core/utf8.h"
+#include "recipe/recipe.h"
 
 static const char *const known[] = {
     "prompt", "prompt_token_ids", "messages", "max_tokens", "max_completion_tokens", "min_tokens", "temperature",
     "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "n", "logprobs", "top_logprobs", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "ignore_eos", "skip_special_tokens", "logit_bias", "priority", "id",
     "custom_id", NULL};
+
+/* Chat Completions fields the recipe layer reads; allowed with "messages" only. */
+static const char *const chat_keys[] = {
+    "model", "user", "tools", "tool_choice", "parallel_tool_calls", "response_format", "reasoning_effort", "thinking",
+    "chat_template_kwargs", "stream", "stream_options", "add_generation_prompt", "continue_final_message", NULL};
+
+static int in_list(const char *const *list, const char *key) {
+    for (int i = 0; list[i]; i++)
+        if (!strcmp(list[i], key)) return 1;
+    return 0;
+}
+
+/* Renders and tokenizes a Chat Completions "messages" request into r->ids. */
+static di_status chat_prompt(const json_t *o, const char *where, const struct di_tokenizer *tok, int format,
+                             di_request_json *r) {
+    if (!tok)
+        return di_error(DI_ERR_UNSUPPORTED, "%s: field 'messages': chat requests need the model's tokenizer (none loaded)",
+                        where);
+    json_t *body = json_deep_copy(o);
+    if (!body) return di_error(DI_ERR_NOMEM, "out of memory");
+    if (!json_object_get(body, "model")) json_object_set_new(body, "model", json_string("deepinfer"));
+    di_recipe_request rq;
+    di_api_error err;
+    memset(&err, 0, sizeof err);
+    di_status s = di_recipe_request_prepare(DI_PROTO_CHAT, body, 0, (di_chat_format)format, tok, &rq, &err);
+    json_decref(body);
+    if (s != DI_OK) {
+        if (err.message[0] && err.param[0]) return di_error(s, "%s: field '%s': %s", where, err.param, err.message);
+        if (err.message[0]) return di_error(s, "%s: %s", where, err.message);
+        return di_error_context(s, "%s: field 'messages'", where);
+    }
+    r->ids = malloc((rq.ids.n ? rq.ids.n : 1) * sizeof *r->ids);
+    if (!r->ids) {
+        di_recipe_request_clear(&rq);
+        return di_error(DI_ERR_NOMEM, "out of memory");
+    }
+    memcpy(r->ids, rq.ids.data, rq.ids.n * sizeof *r->ids);
+    r->in.prompt = NULL;
+    r->in.prompt_ids = r->ids;
+    r->in.n_prompt_ids = rq.ids.n;
+    di_recipe_request_clear(&rq);
+    return DI_OK;
+}
 
 static di_status type_error(const char *where, const char *key, const char *expected, const json_t *v) {
     return di_error(DI_ERR_FORMAT, "%s: field '%s': expected %s, got %s", where, key, expected, di_json_type_name(v));
@@ -117,27 +161,27 @@ static di_status parse_logprobs(const json_t *o, const char *where, di_sampling_
     return DI_OK;
 }
 
-static di_status parse(const json_t *o, const char *where, di_request_json *r) {
+static di_status parse(const json_t *o, const char *where, const struct di_tokenizer *tok, int format,
+                       di_request_json *r) {
     if (!json_is_object(o)) return di_error(DI_ERR_FORMAT, "%s: expected a JSON object, got %s", where, di_json_type_name(o));
+    const json_t *msgs = json_object_get(o, "messages");
+    if (msgs && json_is_null(msgs)) msgs = NULL;
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)o, key, v) {
-        int ok = 0;
-        for (int i = 0; known[i] && !ok; i++) ok = !strcmp(known[i], key);
-        if (!ok) return di_error(DI_ERR_FORMAT, "%s: unknown field '%s'", where, key);
+        if (!in_list(known, key) && !(msgs && in_list(chat_keys, key)))
+            return di_error(DI_ERR_FORMAT, "%s: unknown field '%s'%s", where, key,
+                            in_list(chat_keys, key) ? " (a Chat Completions field: only with 'messages')" : "");
     }
     di_sampling_params *p = &r->in.sampling;
-    const json_t *msgs = json_object_get(o, "messages");
-    if (msgs && !json_is_null(msgs))
-        return di_error(DI_ERR_UNSUPPORTED,
-                        "%s: field 'messages': chat messages need the recipe layer, which this build does not have yet; "
-                        "give 'prompt' or 'prompt_token_ids'", where);
     const json_t *pr = json_object_get(o, "prompt"), *pi = json_object_get(o, "prompt_token_ids");
     if (pr && json_is_null(pr)) pr = NULL;
     if (pi && json_is_null(pi)) pi = NULL;
-    if ((pr != NULL) == (pi != NULL))
+    if ((pr != NULL) + (pi != NULL) + (msgs != NULL) != 1)
         return di_error(DI_ERR_INVALID_ARG, "%s: give exactly one of 'prompt', 'prompt_token_ids' or 'messages'", where);
-    if (pr) {
+    if (msgs) {
+        DI_TRY(chat_prompt(o, where, tok, format, r));
+    } else if (pr) {
         if (!json_is_string(pr)) return type_error(where, "prompt", "a string", pr);
         size_t len = json_string_length(pr);
         if (strlen(json_string_value(pr)) != len) return di_error(DI_ERR_INVALID_ARG, "%s: field 'prompt': contains a NUL character", where);
@@ -192,10 +236,10 @@ static di_status parse(const json_t *o, const char *where, di_request_json *r) {
 }
 
 di_status di_request_json_parse(const json_t *obj, const di_request_input *defaults, const char *where,
-                                di_request_json *out) {
+                                const struct di_tokenizer *tok, int chat_format, di_request_json *out) {
     memset(out, 0, sizeof *out);
     out->in = *defaults;
-    di_status s = parse(obj, where, out);
+    di_status s = parse(obj, where, tok, chat_format, out);
     if (s != DI_OK) di_request_json_free(out);
     return s;
 }

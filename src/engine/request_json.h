@@ -11,6 +11,10 @@
  * logit_bias ({"id": bias}), priority; and "id" / "custom_id", echoed in the output. Absent or
  * null fields take the defaults given by the caller; unknown fields are errors (typos must not
  * pass silently). Errors name `where` and the field.
+ * A "messages" request is rendered with the DeepSeek chat format through the recipe layer
+ * (recipe/recipe.h: di_recipe_request_prepare, Chat Completions rules: tools, tool_choice,
+ * response_format, reasoning_effort / thinking, add_generation_prompt, ... are accepted;
+ * "model" is optional here) and tokenized with the engine's tokenizer.
  * An output object (one line per request, input order):
  *   n == 1: {"text", "token_ids", "finish_reason", "usage", ...}
  *   n > 1:  {"choices": [{"index", "text", "token_ids", "finish_reason", ...}], "usage", ...}
@@ -36,8 +40,12 @@ typedef struct di_request_json {
     const char *echo_key;
 } di_request_json;
 
+struct di_tokenizer;
+
+/* `tok` (may be NULL: then "messages" requests are rejected) and `chat_format` (0 = V3, see
+ * recipe/encode.h di_chat_format) serve "messages" requests. */
 di_status di_request_json_parse(const json_t *obj, const di_request_input *defaults, const char *where,
-                                di_request_json *out);
+                                const struct di_tokenizer *tok, int chat_format, di_request_json *out);
 void di_request_json_free(di_request_json *r);
 
 /* The output object of a finished (or running) request; NULL on out-of-memory. */

@@ -79,7 +79,7 @@ static di_status toy_flush(void *d, char **buf, size_t *len, size_t *cap) { retu
 static void toy_detok_free(void *d) { free(d); }
 
 static inline di_codec toy_codec(void) {
-    di_codec c = {(void *)1, toy_encode, toy_detok_create, toy_push, toy_flush, toy_detok_free, NULL};
+    di_codec c = {(void *)1, NULL, toy_encode, toy_detok_create, toy_push, toy_flush, toy_detok_free, NULL};
     return c;
 }
 

@@ -5,7 +5,9 @@
  * preemption happens, and with small token budgets (chunked prefill); the first requests
  * also match an independent greedy reference (argmax of di_model_forward over the whole
  * context, no cache, one sequence). Seeded sampling is batch-independent and n > 1
- * completions (copy-on-write through di_model_copy_blocks) match single runs. */
+ * completions (copy-on-write through di_model_copy_blocks) match single runs. Text: a text
+ * prompt is encoded by the model's tokenizer (BOS added), the output text is the tokenizer's
+ * decode of the output ids, and a stop string taken from that text cuts it exactly there. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -16,6 +18,7 @@
 #include "model/model.h"
 #include "sampling/rng.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 enum { NREQ = 64, MAXP = 160, MAXNEW = 12 };
 
@@ -253,4 +256,63 @@ static void test_sampling_and_n(void) {
     for (int k = 0; k < 3; k++) CHECK(g3.n[k] == g1.n[0] && !memcmp(g3.toks[k], g1.toks[0], (size_t)g1.n[0] * 4));
 }
 
-TEST_MAIN(test_greedy_invariance, test_sampling_and_n)
+static void test_text_and_stops(void) {
+    di_tokenizer *tok = NULL;
+    CHECK_OK(di_tokenizer_load(g_dir, &tok));
+    if (!tok) return;
+    di_engine *e = engine(16, 512, 8, 1);
+    if (!e) return;
+    di_request_input r;
+    di_request_input_init(&r);
+    r.prompt = "Once upon a time, there was a tiny model.";
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = 24;
+    r.sampling.ignore_eos = 1;
+    di_request_output *full = NULL;
+    CHECK_OK(di_generate(e, &r, 1, &full));
+    di_ids ids = {0};
+    CHECK_OK(di_tokenizer_encode(tok, r.prompt, strlen(r.prompt), DI_TOK_HF | DI_TOK_ADD_SPECIAL, &ids));
+    if (!full) return;
+    CHECK_EQ_INT(full[0].prompt_tokens, ids.n);
+    char *dec = NULL;
+    size_t dlen = 0;
+    CHECK_OK(di_tokenizer_decode(tok, full[0].choices[0].token_ids, full[0].choices[0].n_tokens, DI_TOK_SKIP_SPECIAL, &dec,
+                                 &dlen));
+    CHECK_EQ_STR(full[0].choices[0].text, dec);
+    /* a two-letter stop string from the middle of the text */
+    const char *T = full[0].choices[0].text;
+    size_t tl = full[0].choices[0].text_len, at = tl;
+    for (size_t i = tl / 3; i + 1 < tl; i++)
+        if (T[i] >= 'a' && T[i] <= 'z' && T[i + 1] >= 'a' && T[i + 1] <= 'z') {
+            at = i;
+            break;
+        }
+    CHECK(at < tl);
+    if (at < tl) {
+        char stop[3] = {T[at], T[at + 1], 0};
+        size_t first = (size_t)(strstr(T, stop) - T);
+        const char *stops[1] = {stop};
+        di_request_input rs = r;
+        rs.sampling.stop = stops;
+        rs.sampling.n_stop = 1;
+        di_request_output *cut = NULL;
+        CHECK_OK(di_generate(e, &rs, 1, &cut));
+        if (cut) {
+            const di_completion_output *c = &cut[0].choices[0];
+            CHECK_EQ_INT(c->finish_reason, DI_FINISH_STOP);
+            CHECK_EQ_STR(c->stop_reason, stop);
+            CHECK_EQ_INT(c->text_len, first);
+            CHECK(strncmp(c->text, T, first) == 0);
+            CHECK(c->n_tokens <= full[0].choices[0].n_tokens &&
+                  memcmp(c->token_ids, full[0].choices[0].token_ids, c->n_tokens * 4) == 0);
+        }
+        di_generate_results_free(cut, 1);
+    }
+    free(dec);
+    di_ids_free(&ids);
+    di_generate_results_free(full, 1);
+    di_engine_free(e);
+    di_tokenizer_free(tok);
+}
+
+TEST_MAIN(test_greedy_invariance, test_sampling_and_n, test_text_and_stops)
