@@ -149,9 +149,11 @@ typedef struct di_token_logprob {
 
 typedef struct di_completion_output {
     int index;                   /* 0 .. n-1 */
-    const char *text;            /* decoded output so far, NUL-terminated ("" without a tokenizer).
-                                    Excludes a matched stop string, EOS / stop tokens, and while
-                                    running, a tail that could still begin a stop string */
+    const char *text;            /* decoded output: its first text_len bytes ("" without a
+                                    tokenizer). Excludes a matched stop string and EOS / stop
+                                    tokens; while running, also a tail that could still begin a
+                                    stop string (those bytes may follow text_len in the buffer).
+                                    text[text_len] == 0 once finished */
     size_t text_len;
     const int32_t *token_ids;    /* [n_tokens] generated ids (including a final EOS / stop id) */
     size_t n_tokens;
@@ -200,8 +202,9 @@ int di_engine_has_unfinished(const di_engine *e);
 di_status di_engine_step(di_engine *e, const di_request_output *const **outs, size_t *n_outs);
 
 /* Runs n requests to completion. *results: malloc'd [n] in input order, deep copies (free
- * with di_generate_results_free). Fails without running anything if a request is invalid
- * (the message names its index and field). Requests already queued in the engine also run. */
+ * with di_generate_results_free; their texts are NUL-terminated). Fails without running
+ * anything if a request is invalid (the message names its index and field). Requests already
+ * queued in the engine also run, but their outputs are not returned. */
 di_status di_generate(di_engine *e, const di_request_input *reqs, size_t n, di_request_output **results);
 void di_generate_results_free(di_request_output *results, size_t n);
 
