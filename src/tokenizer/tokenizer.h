@@ -34,8 +34,16 @@ enum {
 di_status di_tokenizer_load(const char *path, di_tokenizer **out);
 void di_tokenizer_free(di_tokenizer *t);
 
-/* Appends the ids of text[0..len) to *out. */
+/* Appends the ids of text[0..len) to *out (on error nothing is appended). Thread-safe: any
+ * number of threads may encode with one tokenizer at the same time. */
 di_status di_tokenizer_encode(const di_tokenizer *t, const char *text, size_t len, unsigned flags, di_ids *out);
+/* The same ids, computed on `pool` (see core/threadpool.h; one caller per pool at a time) for
+ * long inputs: the text is cut at added tokens and inside long segments at pre-tokenizer
+ * boundaries, and the pieces are encoded in parallel. Identical output to di_tokenizer_encode.
+ * Inputs under 64 KB, or a NULL / 1-thread pool, are encoded serially. */
+struct di_threadpool;
+di_status di_tokenizer_encode_parallel(const di_tokenizer *t, const char *text, size_t len, unsigned flags,
+                                       struct di_threadpool *pool, di_ids *out);
 /* Decodes ids into a malloc'd NUL-terminated string (caller frees). */
 di_status di_tokenizer_decode(const di_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
                               char **text, size_t *len);

@@ -1,0 +1,288 @@
+/* tok_internal.h - internal data structures of the tokenizer module (not a public header).
+ *
+ * The pipeline follows Hugging Face `tokenizers` exactly:
+ *   text -> added-token split on raw text (non-normalized added tokens)
+ *        -> normalizers on each remaining piece -> added-token split on normalized text
+ *        -> pre-tokenizer stages (Split / Digits / ByteLevel) -> BPE model -> ids
+ *        -> post-processor (BOS/EOS) when asked.
+ * Pieces of text are (offset, length) pairs into one segment buffer; bit 31 of the length marks
+ * a virtual leading space (ByteLevel add_prefix_space), so no stage ever copies text.
+ *
+ * Ownership: di_tokenizer owns everything below and is immutable after load, so any number of
+ * threads may encode/decode concurrently. Mutable scratch (PCRE2 match data, piece lists, the
+ * BPE word cache) lives in tok_ws workspaces, claimed per call from a lock-free slot array. */
+#ifndef DI_TOKENIZER_TOK_INTERNAL_H
+#define DI_TOKENIZER_TOK_INTERNAL_H
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "core/threadpool.h"
+#include "tokenizer/tokenizer.h"
+
+/* ---- growable byte buffer ---- */
+typedef struct tok_buf { char *p; size_t n, cap; } tok_buf;
+di_status tok_buf_reserve(tok_buf *b, size_t extra);
+di_status tok_buf_put(tok_buf *b, const void *s, size_t n);
+void tok_buf_free(tok_buf *b);
+
+/* ---- regex (Oniguruma/Ruby syntax and Unicode semantics as used by HF, run on PCRE2 JIT) ---- */
+typedef struct tok_regex {
+    pcre2_code *code;
+    int jit;          /* JIT-compiled */
+    int can_be_empty; /* the pattern can match the empty string */
+    int anchored_g;   /* uses \G: matches depend on the search start, no chunked scanning */
+} tok_regex;
+
+typedef struct tok_match {
+    pcre2_match_data *md;
+    pcre2_jit_stack *jstack;
+    pcre2_match_context *mctx;
+} tok_match;
+
+/* pattern: Oniguruma syntax (HF "Regex") or, with literal=1, a plain string (HF "String"). */
+di_status tok_regex_compile(const char *pattern, size_t len, int literal, const char *where, tok_regex **out);
+void tok_regex_free(tok_regex *re);
+di_status tok_match_init(tok_match *m);
+void tok_match_free(tok_match *m);
+/* Leftmost match starting at or after `start` in subj[0..len) (the whole subject is visible to
+ * look-behind/look-ahead). Returns 1 and sets [*ms,*me), 0 if none, or an error status < 0
+ * is reported as -1 with the message set. */
+int tok_regex_search(const tok_regex *re, tok_match *m, const char *subj, size_t len, size_t start,
+                     size_t *ms, size_t *me);
+/* Iteration over all matches with HF's (onig crate) rules for empty matches. */
+typedef struct tok_find_iter { size_t last_end, last_match_end; int has_last; } tok_find_iter;
+int tok_regex_next(const tok_regex *re, tok_match *m, const char *s, size_t n, tok_find_iter *it, size_t *ms,
+                   size_t *me);
+/* Translates an Oniguruma pattern to PCRE2 syntax (exposed for tests). Caller frees. */
+di_status tok_regex_translate(const char *pattern, size_t len, const char *where, char **out, size_t *out_len);
+
+/* ---- Unicode helpers matching the Rust/Oniguruma tables HF was built with ---- */
+int tok_uc_is_numeric(uint32_t cp);     /* Rust char::is_numeric (Nd | Nl | No) */
+int tok_uc_is_whitespace(uint32_t cp);  /* Rust char::is_whitespace / White_Space */
+int tok_uc_is_word(uint32_t cp);        /* Rust regex \w (for added tokens' single_word) */
+/* Rust char::to_lowercase where it differs from utf8proc_tolower: writes up to 3 code points
+ * and returns the count, or -1 when utf8proc_tolower gives the answer. */
+int tok_uc_lower_exception(uint32_t cp, uint32_t out[3]);
+/* Code points whose normalization data HF's (older) Unicode tables do not have; they pass
+ * through normalization unchanged and block composition across them. */
+int tok_uc_norm_opaque(uint32_t cp);
+/* Property ranges for regex translation. */
+typedef struct tok_uc_prop {
+    const char *name;            /* canonical PCRE2 name ("L", "Lu", "Han", ...) or "s"/"d"/"w" */
+    const char *pcre_base;       /* PCRE2 class items approximating the set ("\\p{L}") */
+    const uint32_t *ranges;      /* HF (Oniguruma) set: [lo, hi] pairs, sorted */
+    uint32_t n_ranges;
+    const uint32_t *extra;       /* HF set minus PCRE2's own set, valid for PCRE2 with `pcre_unicode` */
+    uint32_t n_extra;
+    int superset;                /* PCRE2's own set is a subset of HF's (extras suffice) */
+} tok_uc_prop;
+const tok_uc_prop *tok_uc_prop_find(const char *name, size_t len);
+extern const char *const tok_uc_pcre_unicode_version; /* PCRE2 Unicode version the extras were made for */
+
+/* ---- pieces ---- */
+#define TOK_PIECE_SPACE 0x80000000u
+typedef struct tok_piece { uint32_t off, len; } tok_piece; /* len bit 31: virtual leading ' ' */
+typedef struct tok_pieces { tok_piece *v; size_t n, cap; } tok_pieces;
+di_status tok_pieces_push(tok_pieces *l, uint32_t off, uint32_t len);
+
+typedef struct tok_mlist { uint32_t *v; size_t n, cap; } tok_mlist;  /* [start, end) match pairs */
+typedef struct tok_entry { uint32_t s, e; uint8_t match; } tok_entry;
+typedef struct tok_elist { tok_entry *v; size_t n, cap; } tok_elist;   /* splits with match flags */
+
+/* ---- normalizers ---- */
+typedef enum {
+    TOK_NORM_NFC, TOK_NORM_NFD, TOK_NORM_NFKC, TOK_NORM_NFKD,
+    TOK_NORM_LOWERCASE, TOK_NORM_REPLACE, TOK_NORM_PREPEND, TOK_NORM_STRIP
+} tok_norm_kind;
+typedef struct tok_norm {
+    tok_norm_kind kind;
+    char *str; size_t str_len;  /* Replace content / Prepend string */
+    tok_regex *re;              /* Replace pattern */
+    int left, right;            /* Strip */
+} tok_norm;
+
+/* ---- pre-tokenizer stages ---- */
+typedef enum { TOK_ST_SPLIT, TOK_ST_DIGITS, TOK_ST_PREFIX_SPACE } tok_stage_kind;
+typedef enum {
+    TOK_SPLIT_REMOVED, TOK_SPLIT_ISOLATED, TOK_SPLIT_MERGED_PREV, TOK_SPLIT_MERGED_NEXT, TOK_SPLIT_CONTIGUOUS
+} tok_split_behavior;
+typedef struct tok_stage {
+    tok_stage_kind kind;
+    tok_split_behavior behavior;
+    int invert;
+    tok_regex *re; /* TOK_ST_SPLIT */
+} tok_stage;
+
+/* ---- added tokens ---- */
+typedef struct tok_added {
+    char *content; uint32_t len;   /* as written in tokenizer.json */
+    int32_t id;
+    uint8_t special, lstrip, rstrip, single_word, normalized;
+} tok_added;
+
+/* A byte trie for leftmost-longest matching of added tokens. */
+typedef struct tok_trie_node { int32_t child, sibling, token; uint8_t byte; } tok_trie_node;
+typedef struct tok_trie {
+    tok_trie_node *nodes; size_t n, cap;
+    int32_t root[256];            /* first-level children by byte (-1 none) */
+    size_t count;                 /* patterns added */
+} tok_trie;
+void tok_trie_init(tok_trie *tr);
+
+typedef struct tok_split { uint32_t off, len; int32_t token; } tok_split; /* token -1 = text */
+typedef struct tok_splits { tok_split *v; size_t n, cap; } tok_splits;
+
+/* ---- post-processing / decoding ---- */
+typedef enum { TOK_DEC_NONE, TOK_DEC_BYTELEVEL } tok_decoder_kind;
+
+/* ---- per-call workspace ---- */
+typedef struct tok_cache_slot { uint64_t hash; uint32_t key_off, key_len, ids_off, ids_len; } tok_cache_slot;
+typedef struct tok_ws {
+    tok_match match;
+    tok_buf norm, norm2, tmp;       /* normalized text and scratch */
+    tok_buf vspace;                 /* " " + piece for pieces with a virtual space */
+    tok_buf word;                   /* vocab-form string of a piece (BPE) */
+    tok_pieces pa, pb;              /* piece lists */
+    tok_mlist ml;                   /* matches of one piece */
+    tok_elist el;                   /* splits of one piece */
+    tok_splits raw_splits, norm_splits; /* added-token splits */
+    /* BPE scratch: symbols of one word as a linked list, pair ranks, merge heap (2 * sym_cap) */
+    int32_t *sym_id, *sym_prev, *sym_next; uint32_t *sym_rank; size_t sym_cap;
+    uint64_t *heap;
+    /* word cache: open addressing, cleared when full */
+    tok_cache_slot *cache; size_t cache_cap, cache_n;
+    char *cache_keys; size_t cache_keys_n, cache_keys_cap;
+    int32_t *cache_ids; size_t cache_ids_n, cache_ids_cap;
+    int slot; /* index in di_tokenizer.ws, or -1 for a temporary workspace */
+} tok_ws;
+
+#define TOK_MAX_WS 64
+
+struct di_tokenizer {
+    char *path;
+    /* vocabulary over all ids (model vocab + added tokens) */
+    uint32_t n_ids;               /* highest id + 1 */
+    char *str_blob;               /* token strings by id (added content wins, as in HF) */
+    uint32_t *str_off, *str_len;  /* [n_ids]; str_len UINT32_MAX = no token */
+    char *dec_blob;               /* ByteLevel-decoded bytes by id */
+    uint32_t *dec_off, *dec_len;
+    uint8_t *id_flags;            /* [n_ids] TOK_ID_* */
+    /* model vocab map: string -> id, open addressing on ids (slot = id + 1, 0 empty) */
+    uint32_t *vmap; size_t vmap_mask;
+    uint32_t n_model_vocab;       /* entries in model.vocab (HF's get_vocab_size) */
+    uint32_t n_model_ids;         /* highest model vocab id + 1 */
+    char *mstr_blob; uint32_t *mstr_off, *mstr_len; /* model vocab strings by id */
+    /* merges: (left id, right id) -> (rank, merged id) */
+    uint64_t *mkeys; uint64_t *mvals; size_t mmask; size_t n_merges;
+    /* BPE options */
+    int byte_level;               /* a ByteLevel pre-tokenizer maps bytes to the byte alphabet */
+    int ignore_merges, fuse_unk, byte_fallback;
+    int32_t unk_id;               /* -1 none */
+    char *unk_token;              /* NULL none */
+    char *cont_prefix, *end_suffix; /* NULL or "" = none */
+    int32_t byte_id[256];         /* byte-level: id of the single-byte symbol, -1 if absent */
+    int32_t fallback_id[256];     /* byte_fallback: id of "<0xNN>", -1 if absent */
+    int simple_bpe;               /* byte_level with no prefix/suffix: units are bytes */
+    char bl_str[256][4];          /* UTF-8 of each byte's alphabet character */
+    uint8_t bl_len[256];
+    /* added tokens */
+    tok_added *added; size_t n_added;
+    struct di_strmap *added_map;  /* content -> index in added */
+    tok_trie raw_trie, norm_trie, empty_trie;
+    /* pipeline */
+    tok_norm *norms; size_t n_norms;
+    tok_stage *stages; size_t n_stages;
+    /* post-processor */
+    int32_t *pre_ids; size_t n_pre; int32_t *post_ids; size_t n_post;
+    int post_adds;                /* the post-processor adds special tokens itself */
+    tok_decoder_kind decoder;
+    /* tokenizer_config.json */
+    int32_t bos_id, eos_id;
+    char *chat_template;
+    /* workspaces */
+    _Atomic(tok_ws *) ws[TOK_MAX_WS];
+    atomic_int ws_busy[TOK_MAX_WS];
+};
+
+#define TOK_ID_ADDED 1
+#define TOK_ID_SPECIAL 2
+#define TOK_ID_MODEL 4
+
+/* tok_vocab.c */
+di_status tok_vocab_build_map(di_tokenizer *t);
+int32_t tok_vocab_lookup(const di_tokenizer *t, const char *s, size_t n);
+di_status tok_merges_init(di_tokenizer *t, size_t n_merges);
+di_status tok_merges_add(di_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t merged);
+static inline int tok_merges_get(const di_tokenizer *t, int32_t a, int32_t b, uint32_t *rank, int32_t *merged) {
+    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    uint64_t h = key * 0x9e3779b97f4a7c15ull;
+    size_t j = (size_t)(h >> 20) & t->mmask;
+    for (;;) {
+        uint64_t k = t->mkeys[j];
+        if (k == key) { *rank = (uint32_t)(t->mvals[j] >> 32); *merged = (int32_t)(uint32_t)t->mvals[j]; return 1; }
+        if (k == UINT64_MAX) return 0;
+        j = (j + 1) & t->mmask;
+    }
+}
+/* byte <-> byte-level alphabet code point */
+uint32_t tok_bytelevel_char(uint8_t b);
+int tok_bytelevel_byte(uint32_t cp); /* -1 if cp is not in the alphabet */
+
+/* tok_json.c: fast paths for the two large fields of tokenizer.json */
+typedef struct tok_json_cursor { const char *p, *end, *base; const char *where; } tok_json_cursor;
+di_status tok_json_skip_ws(tok_json_cursor *c);
+di_status tok_json_skip_value(tok_json_cursor *c);
+/* Parses a JSON string at c->p into buf (decoded UTF-8, NUL-terminated); *out points into buf. */
+di_status tok_json_string(tok_json_cursor *c, tok_buf *buf, const char **out, size_t *len);
+/* Appends the decoded string to buf (buf->n grows by its length; a NUL follows, uncounted). */
+di_status tok_json_string_append(tok_json_cursor *c, tok_buf *buf);
+di_status tok_json_expect(tok_json_cursor *c, char ch);
+di_status tok_json_fail(const tok_json_cursor *c, const char *what);
+
+/* tok_load_model.c */
+di_status tok_load_model(di_tokenizer *t, const char *json, size_t len, const char *where);
+/* tok_load_pipeline.c: normalizer / pre_tokenizer / post_processor / decoder (jansson values) */
+typedef struct json_t json_t;
+di_status tok_load_normalizer(di_tokenizer *t, json_t *v, const char *where);
+di_status tok_load_pre_tokenizer(di_tokenizer *t, json_t *v, const char *where);
+di_status tok_load_post_processor(di_tokenizer *t, json_t *v, const char *where);
+di_status tok_load_decoder(di_tokenizer *t, json_t *v, const char *where);
+di_status tok_ids_set(int32_t **v, size_t *n, int32_t id);
+
+/* tok_added.c */
+di_status tok_trie_add(tok_trie *tr, const char *s, size_t n, int32_t token_index);
+void tok_trie_free(tok_trie *tr);
+/* Splits text[0..n) around added tokens of `trie` with HF's rules (leftmost-longest, single_word,
+ * lstrip, rstrip), appending splits to `out` (token = index into di_tokenizer.added, or -1). */
+di_status tok_added_split(const di_tokenizer *t, const tok_trie *trie, const char *text, size_t n,
+                          tok_splits *out);
+
+/* tok_normalize.c: applies all normalizers to s[0..n) into out (replaced). */
+di_status tok_normalize(const di_tokenizer *t, const char *s, size_t n, tok_ws *ws, tok_buf *out);
+
+/* tok_pretok.c: pre-tokenizes seg[0..n) into final pieces (ws->pa). */
+di_status tok_pretokenize(const di_tokenizer *t, tok_ws *ws, const char *seg, size_t n, tok_pieces **out);
+di_status tok_pretokenize_parallel(const di_tokenizer *t, tok_ws **wss, int n_ws, di_threadpool *pool,
+                                   const char *seg, size_t n, tok_pieces **out);
+/* Applies one stage to pieces[lo..hi) of seg, appending to out (used by both paths). */
+di_status tok_stage_apply(const tok_stage *st, tok_ws *ws, const char *seg, const tok_piece *in, size_t n_in,
+                          tok_pieces *out);
+
+/* Test hooks: work sizes of the segment-parallel encoder (0 = default). */
+void tok_pretok_set_sizes(size_t batch_bytes, size_t big_piece);
+void tok_parallel_set_sizes(size_t min_bytes, size_t task_bytes, size_t batch_bytes, size_t big_piece);
+
+/* tok_bpe.c */
+di_status tok_bpe_piece(const di_tokenizer *t, tok_ws *ws, const char *seg, tok_piece p, di_ids *out);
+
+/* tok_ws.c */
+tok_ws *tok_ws_acquire(const di_tokenizer *t);
+void tok_ws_release(const di_tokenizer *t, tok_ws *ws);
+void tok_ws_free(tok_ws *ws);
+void tok_ws_free_all(di_tokenizer *t);
+di_status tok_ws_sym_reserve(tok_ws *ws, size_t n);
+#endif

@@ -1,0 +1,288 @@
+/* tok_load_model.c - loads the "model" object of tokenizer.json: a BPE model with its vocab,
+ * merges (as "a b" strings or ["a", "b"] pairs) and options (unk_token, fuse_unk,
+ * byte_fallback, continuing_subword_prefix, end_of_word_suffix, ignore_merges, dropout).
+ *
+ * vocab and merges are scanned straight from the file text (tok_json.c) into the tokenizer's
+ * tables; the small option fields go through jansson. Errors name the field and what was
+ * expected. Semantics follow HF `tokenizers`: merge ranks are positions in the list (legacy
+ * "#version" lines skipped), a later duplicate merge replaces an earlier one, and a merge whose
+ * parts or result are not in the vocab is an error. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/json_util.h"
+#include "tokenizer/tok_internal.h"
+
+typedef struct {
+    tok_buf blob;                   /* vocab strings */
+    uint32_t *off, *len, *id;       /* per entry */
+    size_t n, cap;
+} vocab_tmp;
+
+static void vocab_tmp_free(vocab_tmp *v) {
+    tok_buf_free(&v->blob);
+    free(v->off);
+    free(v->len);
+    free(v->id);
+}
+
+static di_status parse_id(tok_json_cursor *c, uint32_t *out) {
+    tok_json_skip_ws(c);
+    const char *p = c->p;
+    uint64_t v = 0;
+    if (p >= c->end || *p < '0' || *p > '9') return tok_json_fail(c, "expected a non-negative integer token id");
+    if (*p == '0' && p + 1 < c->end && p[1] >= '0' && p[1] <= '9') return tok_json_fail(c, "expected a token id without leading zeros");
+    while (p < c->end && *p >= '0' && *p <= '9') {
+        v = v * 10 + (uint64_t)(*p - '0');
+        if (v > 0x7ffffffe) return tok_json_fail(c, "expected a token id below 2^31 - 1");
+        p++;
+    }
+    if (p < c->end && (*p == '.' || *p == 'e' || *p == 'E')) { c->p = p; return tok_json_fail(c, "expected an integer token id"); }
+    c->p = p;
+    *out = (uint32_t)v;
+    return DI_OK;
+}
+
+static di_status parse_vocab(tok_json_cursor *c, vocab_tmp *v) {
+    DI_TRY(tok_json_expect(c, '{'));
+    tok_json_skip_ws(c);
+    if (c->p < c->end && *c->p == '}') { c->p++; return DI_OK; }
+    for (;;) {
+        if (v->n == v->cap) {
+            size_t cap = v->cap ? v->cap * 2 : 1024;
+            uint32_t *o = realloc(v->off, cap * 4), *l = o ? realloc(v->len, cap * 4) : NULL;
+            if (o) v->off = o;
+            if (l) v->len = l;
+            uint32_t *i = (o && l) ? realloc(v->id, cap * 4) : NULL;
+            if (!i) return di_error(DI_ERR_NOMEM, "%s: out of memory reading model.vocab", c->where);
+            v->id = i;
+            v->cap = cap;
+        }
+        size_t start = v->blob.n;
+        DI_TRY(tok_json_string_append(c, &v->blob));
+        if (v->blob.n - start > 0xffffff) return tok_json_fail(c, "model.vocab: token longer than 16 MB");
+        DI_TRY(tok_json_expect(c, ':'));
+        uint32_t id = 0;
+        DI_TRY(parse_id(c, &id));
+        v->off[v->n] = (uint32_t)start;
+        v->len[v->n] = (uint32_t)(v->blob.n - start);
+        v->id[v->n] = id;
+        v->n++;
+        if (v->blob.n > 0x7fffffff) return di_error(DI_ERR_UNSUPPORTED, "%s: model.vocab larger than 2 GB", c->where);
+        tok_json_skip_ws(c);
+        if (c->p < c->end && *c->p == ',') { c->p++; continue; }
+        if (c->p < c->end && *c->p == '}') { c->p++; return DI_OK; }
+        return tok_json_fail(c, "model.vocab: expected ',' or '}'");
+    }
+}
+
+/* Installs the model vocab as the tokenizer's id -> string tables and builds the map. */
+static di_status install_vocab(di_tokenizer *t, vocab_tmp *v) {
+    uint32_t n_ids = 0;
+    for (size_t i = 0; i < v->n; i++)
+        if (v->id[i] + 1 > n_ids) n_ids = v->id[i] + 1;
+    t->n_model_vocab = (uint32_t)v->n;
+    t->n_model_ids = n_ids;
+    t->mstr_off = malloc((n_ids ? n_ids : 1) * sizeof(uint32_t));
+    t->mstr_len = malloc((n_ids ? n_ids : 1) * sizeof(uint32_t));
+    if (!t->mstr_off || !t->mstr_len) return di_error(DI_ERR_NOMEM, "%s: out of memory (vocab)", t->path);
+    memset(t->mstr_len, 0xff, (n_ids ? n_ids : 1) * sizeof(uint32_t));
+    for (size_t i = 0; i < v->n; i++) {
+        uint32_t id = v->id[i];
+        if (t->mstr_len[id] != UINT32_MAX)
+            return di_error(DI_ERR_FORMAT, "%s: model.vocab: id %u is used by both '%.*s' and '%.*s'", t->path, id,
+                            (int)t->mstr_len[id], v->blob.p + t->mstr_off[id], (int)v->len[i], v->blob.p + v->off[i]);
+        t->mstr_off[id] = v->off[i];
+        t->mstr_len[id] = v->len[i];
+    }
+    t->mstr_blob = v->blob.p ? v->blob.p : calloc(1, 1);
+    v->blob.p = NULL;
+    if (!t->mstr_blob) return di_error(DI_ERR_NOMEM, "%s: out of memory (vocab)", t->path);
+    return tok_vocab_build_map(t);
+}
+
+static di_status merge_ids(di_tokenizer *t, const char *a, size_t na, const char *b, size_t nb, size_t index,
+                           tok_buf *tmp) {
+    int32_t ia = tok_vocab_lookup(t, a, na), ib = tok_vocab_lookup(t, b, nb);
+    if (ia < 0 || ib < 0)
+        return di_error(DI_ERR_FORMAT, "%s: model.merges[%zu]: token '%.*s' is not in model.vocab", t->path, index,
+                        ia < 0 ? (int)na : (int)nb, ia < 0 ? a : b);
+    size_t plen = t->cont_prefix ? strlen(t->cont_prefix) : 0;
+    if (plen && (nb < plen || memcmp(b, t->cont_prefix, plen) != 0))
+        return di_error(DI_ERR_FORMAT, "%s: model.merges[%zu]: right part '%.*s' does not start with continuing_subword_prefix '%s'",
+                        t->path, index, (int)nb, b, t->cont_prefix);
+    tmp->n = 0;
+    DI_TRY(tok_buf_put(tmp, a, na));
+    DI_TRY(tok_buf_put(tmp, b + plen, nb - plen));
+    int32_t im = tok_vocab_lookup(t, tmp->p, tmp->n);
+    if (im < 0)
+        return di_error(DI_ERR_FORMAT, "%s: model.merges[%zu]: merged token '%.*s' is not in model.vocab", t->path,
+                        index, (int)tmp->n, tmp->p);
+    return tok_merges_add(t, ia, ib, (uint32_t)index, im);
+}
+
+static di_status parse_merges(di_tokenizer *t, tok_json_cursor *c) {
+    /* count entries first to size the table */
+    tok_json_cursor probe = *c;
+    DI_TRY(tok_json_expect(&probe, '['));
+    size_t count = 0;
+    tok_json_skip_ws(&probe);
+    if (probe.p < probe.end && *probe.p != ']') {
+        for (;;) {
+            DI_TRY(tok_json_skip_value(&probe));
+            count++;
+            tok_json_skip_ws(&probe);
+            if (probe.p < probe.end && *probe.p == ',') { probe.p++; continue; }
+            break;
+        }
+    }
+    DI_TRY(tok_merges_init(t, count));
+    DI_TRY(tok_json_expect(c, '['));
+    tok_json_skip_ws(c);
+    if (c->p < c->end && *c->p == ']') { c->p++; return DI_OK; }
+    tok_buf s1 = {0}, s2 = {0}, tmp = {0};
+    di_status st = DI_OK;
+    int format = 0; /* 1 = "a b" strings, 2 = ["a", "b"] pairs */
+    size_t rank = 0, index = 0;
+    for (;; index++) {
+        tok_json_skip_ws(c);
+        if (c->p >= c->end) { st = tok_json_fail(c, "model.merges: expected a merge"); break; }
+        int kind = *c->p == '"' ? 1 : *c->p == '[' ? 2 : 0;
+        if (!kind) { st = tok_json_fail(c, "model.merges: expected a string \"a b\" or a pair [\"a\", \"b\"]"); break; }
+        if (format && kind != format) { st = tok_json_fail(c, "model.merges: strings and pairs mixed in one list"); break; }
+        format = kind;
+        if (kind == 1) {
+            const char *s;
+            size_t n;
+            if ((st = tok_json_string(c, &s1, &s, &n)) != DI_OK) break;
+            if (n >= 8 && memcmp(s, "#version", 8) == 0) goto next; /* skipped, as HF does */
+            const char *sp = memchr(s, ' ', n);
+            if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - s))) {
+                st = di_error(DI_ERR_FORMAT, "%s: model.merges[%zu]: expected two tokens separated by one space, got '%.*s'",
+                              t->path, index, (int)n, s);
+                break;
+            }
+            if ((st = merge_ids(t, s, (size_t)(sp - s), sp + 1, n - (size_t)(sp + 1 - s), rank, &tmp)) != DI_OK) break;
+        } else {
+            const char *a, *b;
+            size_t na, nb;
+            if ((st = tok_json_expect(c, '[')) != DI_OK || (st = tok_json_string(c, &s1, &a, &na)) != DI_OK ||
+                (st = tok_json_expect(c, ',')) != DI_OK || (st = tok_json_string(c, &s2, &b, &nb)) != DI_OK)
+                break;
+            if ((st = tok_json_expect(c, ']')) != DI_OK) {
+                st = di_error_context(st, "model.merges[%zu]: expected a pair of two strings: ", index);
+                break;
+            }
+            if ((st = merge_ids(t, a, na, b, nb, rank, &tmp)) != DI_OK) break;
+        }
+        rank++;
+    next:
+        tok_json_skip_ws(c);
+        if (c->p < c->end && *c->p == ',') { c->p++; continue; }
+        if (c->p < c->end && *c->p == ']') { c->p++; break; }
+        st = tok_json_fail(c, "model.merges: expected ',' or ']'");
+        break;
+    }
+    tok_buf_free(&s1);
+    tok_buf_free(&s2);
+    tok_buf_free(&tmp);
+    return st;
+}
+
+static di_status opt_string_dup(json_t *o, const char *key, const char *where, char **out) {
+    const char *s = NULL;
+    DI_TRY(di_json_opt_string(o, key, where, &s));
+    if (s) {
+        *out = strdup(s);
+        if (!*out) return di_error(DI_ERR_NOMEM, "out of memory");
+    }
+    return DI_OK;
+}
+
+/* Options other than vocab/merges, parsed from a jansson object holding just those fields. */
+static di_status load_options(di_tokenizer *t, json_t *o, const char *where, char **unk) {
+    const char *type = NULL;
+    DI_TRY(di_json_opt_string(o, "type", where, &type));
+    if (type && strcmp(type, "BPE") != 0)
+        return di_error(DI_ERR_UNSUPPORTED, "%s: model type '%s' is not supported (only BPE)", where, type);
+    double dropout = 0;
+    DI_TRY(di_json_opt_double(o, "dropout", where, &dropout));
+    if (dropout < 0 || dropout > 1)
+        return di_error(DI_ERR_FORMAT, "%s: field 'dropout': expected a number in [0, 1], got %g", where, dropout);
+    if (dropout > 0)
+        return di_error(DI_ERR_UNSUPPORTED, "%s: BPE dropout %g is not supported (it makes encoding random)", where, dropout);
+    DI_TRY(di_json_opt_bool(o, "fuse_unk", where, &t->fuse_unk));
+    DI_TRY(di_json_opt_bool(o, "byte_fallback", where, &t->byte_fallback));
+    DI_TRY(di_json_opt_bool(o, "ignore_merges", where, &t->ignore_merges));
+    DI_TRY(opt_string_dup(o, "unk_token", where, unk));
+    DI_TRY(opt_string_dup(o, "continuing_subword_prefix", where, &t->cont_prefix));
+    DI_TRY(opt_string_dup(o, "end_of_word_suffix", where, &t->end_suffix));
+    if (t->cont_prefix && !*t->cont_prefix) { free(t->cont_prefix); t->cont_prefix = NULL; }
+    if (t->end_suffix && !*t->end_suffix) { free(t->end_suffix); t->end_suffix = NULL; }
+    return DI_OK;
+}
+
+di_status tok_load_model(di_tokenizer *t, const char *json, size_t len, const char *where) {
+    tok_json_cursor c = {json, json + len, json, where};
+    char fwhere[512];
+    snprintf(fwhere, sizeof fwhere, "%s: model", where);
+    c.where = where;
+    tok_json_skip_ws(&c);
+    if (c.p >= c.end || *c.p != '{') return tok_json_fail(&c, "model: expected an object");
+    c.p++;
+    vocab_tmp v = {0};
+    tok_buf key = {0};
+    json_t *opts = json_object();
+    const char *merges_at = NULL;
+    int have_vocab = 0;
+    char *unk = NULL;
+    di_status st = opts ? DI_OK : di_error(DI_ERR_NOMEM, "out of memory");
+    tok_json_skip_ws(&c);
+    if (st == DI_OK && c.p < c.end && *c.p == '}') c.p++;
+    else while (st == DI_OK) {
+        const char *k;
+        size_t kn;
+        if ((st = tok_json_string(&c, &key, &k, &kn)) != DI_OK) break;
+        if ((st = tok_json_expect(&c, ':')) != DI_OK) break;
+        tok_json_skip_ws(&c);
+        if (!strcmp(k, "vocab")) {
+            if ((st = parse_vocab(&c, &v)) != DI_OK) break;
+            have_vocab = 1;
+        } else if (!strcmp(k, "merges")) {
+            merges_at = c.p;
+            if ((st = tok_json_skip_value(&c)) != DI_OK) break;
+        } else {
+            const char *vs = c.p;
+            if ((st = tok_json_skip_value(&c)) != DI_OK) break;
+            json_error_t e;
+            json_t *val = json_loadb(vs, (size_t)(c.p - vs), JSON_DECODE_ANY, &e);
+            if (!val) { st = di_error(DI_ERR_FORMAT, "%s: field '%s': %s", fwhere, k, e.text); break; }
+            json_object_set_new(opts, k, val);
+        }
+        tok_json_skip_ws(&c);
+        if (c.p < c.end && *c.p == ',') { c.p++; continue; }
+        if (c.p < c.end && *c.p == '}') { c.p++; break; }
+        st = tok_json_fail(&c, "model: expected ',' or '}'");
+    }
+    if (st == DI_OK) st = load_options(t, opts, fwhere, &unk);
+    if (st == DI_OK && (!have_vocab || !merges_at))
+        st = di_error(DI_ERR_FORMAT, "%s: BPE model without '%s'", fwhere, have_vocab ? "merges" : "vocab");
+    if (st == DI_OK) st = install_vocab(t, &v);
+    if (st == DI_OK) {
+        tok_json_cursor mc = {merges_at, json + len, json, where};
+        st = parse_merges(t, &mc);
+    }
+    t->unk_id = -1;
+    if (st == DI_OK && unk) {
+        t->unk_id = tok_vocab_lookup(t, unk, strlen(unk));
+        t->unk_token = unk;
+        unk = NULL;
+    }
+    free(unk);
+    vocab_tmp_free(&v);
+    tok_buf_free(&key);
+    json_decref(opts);
+    return st;
+}

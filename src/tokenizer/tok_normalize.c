@@ -1,0 +1,188 @@
+/* tok_normalize.c - HF normalizers: NFC, NFD, NFKC, NFKD (utf8proc), Lowercase (Rust
+ * char::to_lowercase per character), Replace (regex or literal), Prepend, Strip, and Sequence
+ * (the list in di_tokenizer.norms, applied in order).
+ *
+ * Unicode versions: HF's normalization tables are older than utf8proc's. Code points HF's
+ * tables do not know (tok_uc_norm_opaque) are left untouched by HF, which makes them act as
+ * starters that compose with nothing; we copy them through and normalize the runs between
+ * them, which gives HF's result. Text whose characters all have no decomposition, no
+ * composition and combining class 0 ("inert", e.g. ASCII, CJK ideographs) is copied as is.
+ *
+ * Invariant: input and output are valid UTF-8; the output buffer is replaced. */
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "core/utf8.h"
+#include "tokenizer/tok_internal.h"
+
+static int is_hangul(uint32_t cp) {
+    return (cp >= 0x1100 && cp <= 0x11FF) || (cp >= 0xA960 && cp <= 0xA97F) || (cp >= 0xAC00 && cp <= 0xD7FF);
+}
+
+static int inert(uint32_t cp) {
+    if (cp < 0x80) return 1;
+    if (is_hangul(cp)) return 0;
+    const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
+    return p->combining_class == 0 && p->decomp_seqindex == UINT16_MAX && p->comb_index == UINT16_MAX;
+}
+
+/* Normalizes one run without opaque code points, appending to out. */
+static di_status unicode_run(const char *s, size_t n, int opts, tok_buf *tmp, tok_buf *out) {
+    if (n == 0) return DI_OK;
+    utf8proc_ssize_t need = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, NULL, 0,
+                                               (utf8proc_option_t)opts);
+    if (need < 0) return di_error(DI_ERR_INTERNAL, "tokenizer: utf8proc: %s", utf8proc_errmsg(need));
+    tmp->n = 0;
+    DI_TRY(tok_buf_reserve(tmp, ((size_t)need + 1) * sizeof(utf8proc_int32_t)));
+    utf8proc_int32_t *buf = (utf8proc_int32_t *)(void *)tmp->p;
+    utf8proc_ssize_t got = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, buf, need,
+                                              (utf8proc_option_t)opts);
+    if (got < 0 || got > need) return di_error(DI_ERR_INTERNAL, "tokenizer: utf8proc decompose failed");
+    utf8proc_ssize_t len = utf8proc_reencode(buf, got, (utf8proc_option_t)opts);
+    if (len < 0) return di_error(DI_ERR_INTERNAL, "tokenizer: utf8proc: %s", utf8proc_errmsg(len));
+    return tok_buf_put(out, tmp->p, (size_t)len);
+}
+
+static di_status unicode_norm(tok_norm_kind kind, const char *s, size_t n, tok_buf *tmp, tok_buf *out) {
+    int opts = UTF8PROC_STABLE;
+    switch (kind) {
+    case TOK_NORM_NFC: opts |= UTF8PROC_COMPOSE; break;
+    case TOK_NORM_NFD: opts |= UTF8PROC_DECOMPOSE; break;
+    case TOK_NORM_NFKC: opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+    default: opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    }
+    out->n = 0;
+    /* fast path: nothing to do */
+    size_t i = 0;
+    int all_inert = 1;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) { i++; continue; }
+        uint32_t cp;
+        int l = di_utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        if (!l) return di_error(DI_ERR_INTERNAL, "tokenizer: invalid UTF-8 reached the normalizer");
+        if (!inert(cp)) { all_inert = 0; break; }
+        i += (size_t)l;
+    }
+    if (all_inert) return tok_buf_put(out, s, n);
+    size_t run = 0;
+    i = 0;
+    while (i < n) {
+        uint32_t cp;
+        int l = di_utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        if (!l) return di_error(DI_ERR_INTERNAL, "tokenizer: invalid UTF-8 reached the normalizer");
+        if (tok_uc_norm_opaque(cp)) {
+            DI_TRY(unicode_run(s + run, i - run, opts, tmp, out));
+            DI_TRY(tok_buf_put(out, s + i, (size_t)l));
+            run = i + (size_t)l;
+        }
+        i += (size_t)l;
+    }
+    DI_TRY(unicode_run(s + run, n - run, opts, tmp, out));
+    if (!out->p) DI_TRY(tok_buf_put(out, "", 0));
+    return DI_OK;
+}
+
+static di_status lowercase(const char *s, size_t n, tok_buf *out) {
+    out->n = 0;
+    DI_TRY(tok_buf_reserve(out, n));
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) {
+            char l = (char)((c >= 'A' && c <= 'Z') ? c + 32 : c);
+            DI_TRY(tok_buf_put(out, &l, 1));
+            i++;
+            continue;
+        }
+        uint32_t cp, m[3];
+        int l = di_utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        if (!l) return di_error(DI_ERR_INTERNAL, "tokenizer: invalid UTF-8 reached the normalizer");
+        int k = tok_uc_lower_exception(cp, m);
+        if (k < 0) { m[0] = (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp); k = 1; }
+        for (int j = 0; j < k; j++) {
+            char enc[4];
+            int e = di_utf8_encode(m[j], enc);
+            DI_TRY(tok_buf_put(out, enc, (size_t)e));
+        }
+        i += (size_t)l;
+    }
+    if (!out->p) DI_TRY(tok_buf_put(out, "", 0));
+    return DI_OK;
+}
+
+static di_status replace(const tok_norm *nz, tok_match *m, const char *s, size_t n, tok_buf *out) {
+    out->n = 0;
+    DI_TRY(tok_buf_reserve(out, n));
+    tok_find_iter it = {0};
+    size_t prev = 0, ms, me;
+    for (;;) {
+        int r = tok_regex_next(nz->re, m, s, n, &it, &ms, &me);
+        if (r < 0) return DI_ERR_INTERNAL;
+        if (r == 0) break;
+        DI_TRY(tok_buf_put(out, s + prev, ms - prev));
+        DI_TRY(tok_buf_put(out, nz->str, nz->str_len));
+        prev = me;
+    }
+    return tok_buf_put(out, s + prev, n - prev);
+}
+
+static di_status strip(const tok_norm *nz, const char *s, size_t n, tok_buf *out) {
+    size_t a = 0, b = n;
+    if (nz->left) {
+        while (a < b) {
+            uint32_t cp;
+            int l = di_utf8_decode((const unsigned char *)s + a, b - a, &cp);
+            if (!l || !tok_uc_is_whitespace(cp)) break;
+            a += (size_t)l;
+        }
+    }
+    if (nz->right) {
+        while (b > a) {
+            size_t k = b - 1;
+            while (k > a && ((unsigned char)s[k] & 0xc0) == 0x80) k--;
+            uint32_t cp;
+            int l = di_utf8_decode((const unsigned char *)s + k, b - k, &cp);
+            if (!l || !tok_uc_is_whitespace(cp)) break;
+            b = k;
+        }
+    }
+    out->n = 0;
+    return tok_buf_put(out, s + a, b - a);
+}
+
+static di_status apply_one(const tok_norm *nz, tok_ws *ws, const char *s, size_t n, tok_buf *out) {
+    switch (nz->kind) {
+    case TOK_NORM_NFC: case TOK_NORM_NFD: case TOK_NORM_NFKC: case TOK_NORM_NFKD:
+        return unicode_norm(nz->kind, s, n, &ws->tmp, out);
+    case TOK_NORM_LOWERCASE: return lowercase(s, n, out);
+    case TOK_NORM_REPLACE: return replace(nz, &ws->match, s, n, out);
+    case TOK_NORM_PREPEND:
+        out->n = 0;
+        if (n) DI_TRY(tok_buf_put(out, nz->str, nz->str_len));
+        return tok_buf_put(out, s, n);
+    case TOK_NORM_STRIP: return strip(nz, s, n, out);
+    }
+    return di_error(DI_ERR_INTERNAL, "tokenizer: unknown normalizer");
+}
+
+di_status tok_normalize(const di_tokenizer *t, const char *s, size_t n, tok_ws *ws, tok_buf *out) {
+    tok_buf *bufs[2] = {out, &ws->norm2};
+    /* with an even count the chain must end in `out`: start in the scratch buffer */
+    int cur = t->n_norms % 2 == 0 ? 1 : 0;
+    const char *src = s;
+    size_t len = n;
+    if (t->n_norms == 0) {
+        out->n = 0;
+        return tok_buf_put(out, s, n);
+    }
+    for (size_t i = 0; i < t->n_norms; i++) {
+        tok_buf *dst = bufs[cur];
+        DI_TRY(apply_one(&t->norms[i], ws, src, len, dst));
+        src = dst->p;
+        len = dst->n;
+        cur ^= 1;
+    }
+    return DI_OK;
+}

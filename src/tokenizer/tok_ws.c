@@ -1,0 +1,77 @@
+/* tok_ws.c - per-call workspaces: PCRE2 match data, piece lists, BPE scratch and the word cache.
+ *
+ * A di_tokenizer is shared read-only by all threads; each encode call claims a workspace from a
+ * fixed array of slots with one atomic exchange (no lock) and gives it back when done, so the
+ * word cache stays warm across calls. When every slot is busy a temporary workspace is made
+ * and freed on release. Slots are created lazily and freed with the tokenizer. */
+#include <stdlib.h>
+
+#include "tokenizer/tok_internal.h"
+
+static tok_ws *ws_create(void) {
+    tok_ws *ws = calloc(1, sizeof *ws);
+    if (!ws) return NULL;
+    if (tok_match_init(&ws->match) != DI_OK) { free(ws); return NULL; }
+    return ws;
+}
+
+void tok_ws_free(tok_ws *ws) {
+    if (!ws) return;
+    tok_match_free(&ws->match);
+    tok_buf_free(&ws->norm);
+    tok_buf_free(&ws->norm2);
+    tok_buf_free(&ws->tmp);
+    tok_buf_free(&ws->vspace);
+    tok_buf_free(&ws->word);
+    free(ws->pa.v);
+    free(ws->pb.v);
+    free(ws->ml.v);
+    free(ws->el.v);
+    free(ws->raw_splits.v);
+    free(ws->norm_splits.v);
+    free(ws->sym_id);
+    free(ws->sym_prev);
+    free(ws->sym_next);
+    free(ws->sym_rank);
+    free(ws->heap);
+    free(ws->cache);
+    free(ws->cache_keys);
+    free(ws->cache_ids);
+    free(ws);
+}
+
+tok_ws *tok_ws_acquire(const di_tokenizer *tc) {
+    di_tokenizer *t = (di_tokenizer *)tc; /* only the atomic slot fields are written */
+    for (int i = 0; i < TOK_MAX_WS; i++) {
+        if (atomic_load_explicit(&t->ws_busy[i], memory_order_relaxed)) continue;
+        if (atomic_exchange_explicit(&t->ws_busy[i], 1, memory_order_acquire)) continue;
+        tok_ws *ws = atomic_load_explicit(&t->ws[i], memory_order_acquire);
+        if (!ws) {
+            ws = ws_create();
+            if (!ws) {
+                atomic_store_explicit(&t->ws_busy[i], 0, memory_order_release);
+                return NULL;
+            }
+            ws->slot = i;
+            atomic_store_explicit(&t->ws[i], ws, memory_order_release);
+        }
+        return ws;
+    }
+    tok_ws *ws = ws_create();
+    if (ws) ws->slot = -1;
+    return ws;
+}
+
+void tok_ws_release(const di_tokenizer *tc, tok_ws *ws) {
+    di_tokenizer *t = (di_tokenizer *)tc;
+    if (!ws) return;
+    if (ws->slot < 0) { tok_ws_free(ws); return; }
+    atomic_store_explicit(&t->ws_busy[ws->slot], 0, memory_order_release);
+}
+
+void tok_ws_free_all(di_tokenizer *t) {
+    for (int i = 0; i < TOK_MAX_WS; i++) {
+        tok_ws_free(atomic_load(&t->ws[i]));
+        atomic_store(&t->ws[i], NULL);
+    }
+}
