@@ -173,6 +173,12 @@ int di_cmd_logits(int argc, char **argv) {
     size_t V = 0;
     if (s == DI_OK) {
         V = (size_t)di_model_config_of(m)->vocab_size;
+        for (int i = 0; i < n && s == DI_OK; i++)
+            if ((size_t)ids[i] >= V)
+                s = di_error(DI_ERR_INVALID_ARG, "--ids: id %d (index %d) is outside the model's vocabulary [0, %zu)",
+                             ids[i], i, V);
+    }
+    if (s == DI_OK) {
         logits = malloc((size_t)n * V * sizeof(float));
         s = logits ? run(m, ids, n, decode, logits) : di_error(DI_ERR_NOMEM, "out of memory for %d x %zu logits", n, V);
     }

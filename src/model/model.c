@@ -43,7 +43,7 @@ static di_status alloc_buf(di_model *m, void **p, size_t bytes) {
 static di_status setup_rope(di_model *m) {
     int half = m->cfg.qk_rope_head_dim / 2;
     double inv[4096], mscale = 1.0;
-    if (half > 4096) return di_error(DI_ERR_UNSUPPORTED, "qk_rope_head_dim %d too large", m->cfg.qk_rope_head_dim);
+    if (half > 512) return di_error(DI_ERR_UNSUPPORTED, "qk_rope_head_dim %d: at most 1024 is supported", m->cfg.qk_rope_head_dim);
     di_config_rope_inv_freq(&m->cfg, inv, &mscale);
     float f[4096];
     for (int i = 0; i < half; i++) f[i] = (float)inv[i];

@@ -14,6 +14,7 @@
 
 #include "core/hash.h"
 #include "core/status.h"
+#include "io/model_files.h"
 #include "model/model_internal.h"
 
 typedef struct loader {
@@ -282,6 +283,9 @@ static di_status check_unexpected(loader *L) {
 
 di_status di_model_load_weights(di_model *m, const di_weights *ws, const char *dir) {
     const di_model_config *c = &m->cfg;
+    /* the io layer's exact-layout check first (names every missing / unexpected tensor);
+     * the per-tensor checks below stay as a second line for what we actually read */
+    DI_TRY(di_model_files_check(c, ws, m->n_mtp ? DI_MTP_REQUIRED : DI_MTP_OPTIONAL, dir));
     loader L = {m, ws, dir, di_strmap_create(di_weights_count(ws) + 16)};
     if (!L.used) return di_error(DI_ERR_NOMEM, "%s: out of memory", dir);
     int D = c->hidden_size, V = c->vocab_size;

@@ -287,7 +287,9 @@ static void test_kv_cache_ops(void) {
 
 static void setup(void) {
     CHECK_OK(di_backend_cpu_create(1, &g_be1));
+    setenv("DEEPINFER_CPU_PAR_MIN_WORK", "0", 1);  /* 3-thread backend: always threaded */
     CHECK_OK(di_backend_cpu_create(3, &g_be3));
+    unsetenv("DEEPINFER_CPU_PAR_MIN_WORK");
     CHECK_EQ_INT(g_be1->caps.act_dtype, DI_DTYPE_F32);
     CHECK_EQ_INT(di_backend_act_size(g_be3), 4);
 }

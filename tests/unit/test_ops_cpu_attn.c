@@ -338,7 +338,9 @@ static void test_moe_experts(void) {
 
 static void setup(void) {
     CHECK_OK(di_backend_cpu_create(1, &g_be1));
+    setenv("DEEPINFER_CPU_PAR_MIN_WORK", "0", 1);  /* 3-thread backend: always threaded */
     CHECK_OK(di_backend_cpu_create(3, &g_be3));
+    unsetenv("DEEPINFER_CPU_PAR_MIN_WORK");
 }
 static void teardown(void) { di_backend_free(g_be1); di_backend_free(g_be3); }
 

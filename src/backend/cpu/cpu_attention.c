@@ -110,7 +110,7 @@ void cpu_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, 
     if (seq_end <= seq_begin) return;
     int tok0 = ab->seq_start[seq_begin], tok1 = ab->seq_start[seq_end];
     if (tok1 <= tok0) return;
-    int n_threads = di_threadpool_size(cpu_pool(be));
+    int n_threads = ((cpu_state *)be->impl)->n_threads;
     /* split heads so that small batches still use every thread; result independent of split */
     int n_groups = 1;
     while (n_groups < d->n_heads && (tok1 - tok0) * n_groups < 2 * n_threads) n_groups *= 2;
@@ -118,7 +118,8 @@ void cpu_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, 
     while (hpg > 64) hpg = (hpg + 1) / 2;
     n_groups = (d->n_heads + hpg - 1) / hpg;
     decode_job j = {out, qt, qpe, cache, ldqpe, hsqpe, ab, d, seq_begin, seq_end, tok0, n_groups, hpg};
-    di_threadpool_run(cpu_pool(be), (size_t)(tok1 - tok0) * (size_t)n_groups, decode_item, &j);
+    cpu_parallel(be, (size_t)(tok1 - tok0) * (size_t)n_groups, decode_item, &j,
+                 (double)(tok1 - tok0) * d->n_heads * ab->max_ctx_len * 2.0 * (d->kv_rank + d->rope_dim));
 }
 
 /* ---------------------------------------------------------------- prefill (naive) ---- */
@@ -190,10 +191,11 @@ void cpu_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const vo
         for (int tile0 = 0; tile0 < ctx; tile0 += TILE) {
             int n = ctx - tile0 < TILE ? ctx - tile0 : TILE;
             memcpy(lat, cache_row(cache, ab, i, tile0, W), (size_t)n * W * sizeof(float));
-            cpu_gemm(cpu_pool(be), kv, kvw, lat, W, W_kvb->data, r, n, kvw, r, 0);
+            cpu_gemm(cpu_pool_for(be, (double)n * kvw * r), kv, kvw, lat, W, W_kvb->data, r, n, kvw, r, 0);
             int q_first = tile0 > first_pos ? tile0 - first_pos : 0;  /* earlier queries see none */
             prefill_job j = {o, ml, q, lat, kv, ldq, t0, first_pos, tile0, n, d};
-            di_threadpool_run(cpu_pool(be), (size_t)(q_len - q_first), prefill_item, &j);
+            cpu_parallel(be, (size_t)(q_len - q_first), prefill_item, &j,
+                         (double)(q_len - q_first) * H * n * (dn + dr + dv));
         }
         for (int t = t0; t < t1; t++)
             for (int h = 0; h < H; h++) {

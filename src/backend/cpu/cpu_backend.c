@@ -149,6 +149,9 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out) {
         return di_error(DI_ERR_NOMEM, "cpu backend: cannot create the thread pool");
     }
     st->n_threads = di_threadpool_size(st->pool);
+    st->par_min_work = CPU_PAR_MIN_WORK;
+    const char *pm = getenv("DEEPINFER_CPU_PAR_MIN_WORK");
+    if (pm && *pm) st->par_min_work = atof(pm);
     be->name = "cpu";
     be->device = DI_DEVICE_CPU;
     be->impl = st;

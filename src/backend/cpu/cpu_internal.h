@@ -13,17 +13,33 @@
 #include "backend/backend.h"
 #include "core/threadpool.h"
 
+/* Work (multiply-adds) below which a parallel loop runs on the calling thread: waking the
+ * pool costs tens of microseconds, more than small decode-sized ops take. Overridable with
+ * DEEPINFER_CPU_PAR_MIN_WORK (tests set 0 to exercise the threaded paths on small shapes). */
+#define CPU_PAR_MIN_WORK 1.5e6
+
 typedef struct cpu_state {
     di_threadpool *pool;
     int n_threads;
+    double par_min_work;
 } cpu_state;
 
-static inline di_threadpool *cpu_pool(di_backend *be) { return ((cpu_state *)be->impl)->pool; }
+/* The pool, or NULL (serial) when the op's work is below the threshold. */
+static inline di_threadpool *cpu_pool_for(di_backend *be, double work) {
+    cpu_state *st = be->impl;
+    return work < st->par_min_work ? NULL : st->pool;
+}
+
+/* Parallel-for over n independent items of `work` total multiply-adds (serial when small);
+ * results never depend on the choice. */
+static inline void cpu_parallel(di_backend *be, size_t n, di_parallel_fn fn, void *ctx, double work) {
+    di_threadpool_run(cpu_pool_for(be, work), n, fn, ctx);
+}
 
 /* y[M, N] (+)= x[M, K] · W[N, K]ᵀ, serial, fp32. Row strides ldy, ldx, ldw (elements). */
 void cpu_gemm_serial(float *y, int ldy, const float *x, int ldx, const float *W, int ldw,
                      int M, int N, int K, int accumulate);
-/* Same, split over the pool (tiles of rows of W and of x). */
+/* Same, split over the pool (tiles of rows of W and of x); pool NULL = serial. */
 void cpu_gemm(di_threadpool *pool, float *y, int ldy, const float *x, int ldx, const float *W,
               int ldw, int M, int N, int K, int accumulate);
 /* Fixed-order fp32 dot product (same lane layout as the GEMM kernels). */

@@ -153,7 +153,7 @@ static void gemm_item(void *ctx, size_t item, int tid) {
 void cpu_gemm(di_threadpool *pool, float *y, int ldy, const float *x, int ldx, const float *W,
               int ldw, int M, int N, int K, int accumulate) {
     if (M <= 0 || N <= 0) return;
-    if (di_threadpool_size(pool) == 1 || (double)M * N * K < 65536.0) {
+    if (di_threadpool_size(pool) == 1) {
         cpu_gemm_serial(y, ldy, x, ldx, W, ldw, M, N, K, accumulate);
         return;
     }
@@ -167,7 +167,7 @@ void cpu_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx, const 
                 int T, unsigned flags) {
     DI_ASSERT(W && W->n == 1 && W->dtype == DI_DTYPE_F32);
     DI_ASSERT(ldx >= W->cols && ldy >= W->rows);
-    cpu_gemm(cpu_pool(be), y, ldy, x, ldx, W->data, W->cols, T, W->rows, W->cols,
+    cpu_gemm(cpu_pool_for(be, (double)T * W->rows * W->cols), y, ldy, x, ldx, W->data, W->cols, T, W->rows, W->cols,
              (flags & DI_MM_ACCUMULATE) != 0);
 }
 
@@ -191,5 +191,5 @@ void cpu_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, 
     DI_ASSERT(W && W->dtype == DI_DTYPE_F32);
     if (T <= 0) return;
     bmm_job b = {y, x, W, ldy, hsy, ldx, hsx, T};
-    di_threadpool_run(cpu_pool(be), (size_t)W->n, bmm_item, &b);
+    cpu_parallel(be, (size_t)W->n, bmm_item, &b, (double)T * W->n * W->rows * W->cols);
 }

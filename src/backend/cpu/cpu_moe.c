@@ -98,7 +98,8 @@ void cpu_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const void 
     DI_ASSERT(W_g->rows == E && E <= ROUTE_MAX_E && k >= 1 && k <= E);
     DI_ASSERT(!bias || bias->cols == E);
     float *logits = scratch, *s = scratch + (size_t)T * E;
-    cpu_gemm(cpu_pool(be), logits, E, x, W_g->cols, W_g->data, W_g->cols, T, E, W_g->cols, 0);
+    cpu_gemm(cpu_pool_for(be, (double)T * E * W_g->cols), logits, E, x, W_g->cols, W_g->data, W_g->cols, T, E,
+             W_g->cols, 0);
     for (int t = 0; t < T; t++)
         route_token(logits + (size_t)t * E, s + (size_t)t * E, bias ? bias->data : NULL, rp,
                     topk_idx + (size_t)t * k, topk_w + (size_t)t * k);
@@ -172,7 +173,8 @@ static void run_expert_gemm(di_backend *be, const moe_scratch *ms, const di_weig
         int n_e = ms->offsets[e + 1] - ms->offsets[e];
         ms->tiles[e + 1] = ms->tiles[e] + (n_e + MOE_MB - 1) / MOE_MB * j.n_ntiles;
     }
-    di_threadpool_run(cpu_pool(be), (size_t)ms->tiles[E], expert_gemm_item, &j);
+    cpu_parallel(be, (size_t)ms->tiles[E], expert_gemm_item, &j,
+                 (double)ms->offsets[E] * W->rows * W->cols);
 }
 
 void cpu_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx,

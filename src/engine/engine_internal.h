@@ -1,0 +1,97 @@
+/* engine_internal.h - the engine's own structures, shared by engine.c (life cycle, step
+ * loop), output.c (token appending, stop checks, text, reported outputs) and generate.c.
+ *
+ * Owner: engine. A request owns n completions; completion k owns sequence k (the RNG stream
+ * k). Completion 0 is the leader: it alone is queued until its prompt is computed, holding n
+ * running seats; then completions 1..n-1 fork from it (sharing its blocks) with their own
+ * first tokens sampled from the same logits row. Invariants: n_finished counts completions
+ * with finish != NONE; a request leaves `active` at the start of the step after the one that
+ * reported it finished. */
+#ifndef DI_ENGINE_ENGINE_INTERNAL_H
+#define DI_ENGINE_ENGINE_INTERNAL_H
+#include <stdint.h>
+#include "deepinfer.h"
+#include "engine/block_manager.h"
+#include "engine/codec.h"
+#include "engine/executor.h"
+#include "engine/runner.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "sampling/penalties.h"
+#include "sampling/sampler.h"
+
+typedef struct di_completion {
+    di_seq seq;
+    int n_gen;                       /* generated tokens (seq.len - prompt_len) */
+    di_token_counts counts;          /* output token counts, when a penalty is active */
+    di_token_logprob *logprobs;      /* [max_new] when params.logprobs >= 0 */
+    char *text;                      /* decoded output, NUL-terminated at text_len */
+    size_t text_len, text_cap;
+    size_t visible;                  /* bytes that may be shown (stop-string hold-back) */
+    size_t stop_checked;             /* text searched for stop strings up to here */
+    void *detok;
+    di_finish_reason finish;
+    int stop_index;                  /* matched stop string, -1 */
+    int32_t stop_token;              /* EOS / stop id that ended it, -1 */
+    uint64_t first_token_ns, last_token_ns;
+} di_completion;
+
+typedef struct di_req {
+    int64_t id;
+    di_sampling_params params;       /* arrays below are owned deep copies */
+    char **stop_strs;
+    int32_t *stop_ids;
+    int32_t *bias_ids;
+    float *bias_vals;
+    int max_new;                     /* effective max_tokens */
+    uint64_t seed;
+    int prompt_len;
+    di_token_counts prompt_counts;   /* when repetition_penalty != 1 */
+    int n;
+    di_completion *comp;             /* [n] */
+    int n_finished;
+    int forked;                      /* completions 1..n-1 exist as running sequences */
+    uint64_t arrival_ns, first_sched_ns, first_token_ns, finish_ns;
+    int cached_tokens;
+    int touched;                     /* produced tokens / finished since the last report */
+    int reported_final;
+    di_request_output out;
+    di_completion_output *outc;      /* [n] */
+} di_req;
+
+struct di_engine {
+    di_engine_params params;
+    int max_batch_tokens, max_seqs, max_model_len;
+    di_executor ex;
+    di_codec codec;
+    int has_codec;
+    di_block_manager *bm;
+    di_scheduler *sched;
+    di_runner *runner;
+    di_sampler *sampler;
+    di_req **active;                 /* by id order */
+    int n_active, cap_active;
+    const di_request_output **outs;  /* [cap_active] this step's report */
+    int64_t next_id;
+    di_engine_stats stats;
+};
+
+/* Creates an engine over an executor and an optional codec (both taken over, even on error). */
+di_status di_engine_create_with(const di_engine_params *p, di_executor *ex, di_codec *codec, di_engine **out);
+
+/* Validates r and builds a request (not queued). */
+di_status di_engine_prepare_request(di_engine *e, const di_request_input *r, const char *where, di_req **out);
+/* Queues a prepared request and assigns its id. */
+di_status di_engine_enqueue(di_engine *e, di_req *q);
+void di_req_free(di_engine *e, di_req *q);
+
+/* output.c */
+/* Appends a sampled token to completion k: counts, logprobs, text, stop / length checks;
+ * finishes the completion (releasing its blocks) when done. */
+di_status di_engine_append_token(di_engine *e, di_req *q, int k, int32_t token, const di_token_logprob *lp,
+                                 uint64_t now_ns);
+/* Ends completion k with `reason` (abort / length) if it is still running. */
+void di_engine_finish_completion(di_engine *e, di_req *q, int k, di_finish_reason reason, uint64_t now_ns);
+/* Fills q->out from the completions. */
+void di_engine_fill_output(di_engine *e, di_req *q, uint64_t now_ns);
+#endif

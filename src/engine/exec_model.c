@@ -1,0 +1,59 @@
+/* exec_model.c - the executor over the real model (model/model.h): di_model_forward into a
+ * host logits buffer sized [max_seqs, vocab] at load, di_model_copy_blocks for copy-on-write.
+ * EOS ids come from config.json (eos_token_id, an int or a list). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "engine/executor.h"
+
+typedef struct model_exec {
+    di_model *m;
+    float *logits;   /* [max_seqs, vocab] host */
+} model_exec;
+
+static di_status m_forward(void *ctx, const di_batch *b, const float **logits) {
+    model_exec *x = ctx;
+    DI_TRY(di_model_forward(x->m, b, x->logits));
+    *logits = x->logits;
+    return DI_OK;
+}
+
+static di_status m_copy(void *ctx, const int32_t *src, const int32_t *dst, int n) {
+    return di_model_copy_blocks(((model_exec *)ctx)->m, src, dst, n);
+}
+
+static void m_destroy(void *ctx) {
+    model_exec *x = ctx;
+    if (!x) return;
+    di_model_free(x->m);
+    free(x->logits);
+    free(x);
+}
+
+di_status di_executor_model_create(const char *dir, const di_model_options *opts, di_executor *out) {
+    memset(out, 0, sizeof *out);
+    model_exec *x = calloc(1, sizeof *x);
+    if (!x) return di_error(DI_ERR_NOMEM, "out of memory");
+    di_status s = di_model_load(dir, opts, &x->m);
+    if (s != DI_OK) {
+        free(x);
+        return s;
+    }
+    const di_model_config *c = di_model_config_of(x->m);
+    int max_seqs = opts->max_seqs > 0 ? opts->max_seqs : 256;
+    x->logits = malloc((size_t)max_seqs * (size_t)c->vocab_size * sizeof *x->logits);
+    if (!x->logits) {
+        m_destroy(x);
+        return di_error(DI_ERR_NOMEM, "out of memory for %d x %d logits", max_seqs, c->vocab_size);
+    }
+    out->ctx = x;
+    out->vocab_size = c->vocab_size;
+    out->n_kv_blocks = di_model_kv_blocks(x->m);
+    out->max_model_len = opts->max_context > 0 ? opts->max_context : c->max_position_embeddings;
+    for (int i = 0; i < c->n_eos && i < DI_EXECUTOR_MAX_EOS; i++) out->eos_ids[out->n_eos++] = c->eos_token_ids[i];
+    out->forward = m_forward;
+    out->copy_blocks = m_copy;
+    out->destroy = m_destroy;
+    return DI_OK;
+}

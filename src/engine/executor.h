@@ -1,0 +1,67 @@
+/* executor.h - what the engine needs from a model: a forward pass over a batch that returns
+ * logits rows, a KV block copy for copy-on-write, and a few facts (vocab, KV pool size, EOS).
+ *
+ * Owner: engine. Three implementations:
+ *   di_executor_model_create  the real model (model/model.h: di_model_forward, di_model_copy_blocks)
+ *   di_executor_fake_create   a deterministic synthetic model with its own paged "KV pool" that
+ *                             checks every slot / block-table entry and computes logits from the
+ *                             whole context read back through the block table (tests)
+ *   di_executor_null_create   instant fixed logits (engine overhead benchmark)
+ * The batch format is model.h's di_batch; the logits are host fp32 [n_logits, vocab] in a
+ * buffer owned by the executor, valid until its next forward. */
+#ifndef DI_ENGINE_EXECUTOR_H
+#define DI_ENGINE_EXECUTOR_H
+#include <stdint.h>
+#include "deepinfer.h"
+#include "model/model.h"
+
+#define DI_EXECUTOR_MAX_EOS 8
+
+typedef struct di_executor {
+    void *ctx;
+    int vocab_size;
+    int n_kv_blocks;
+    int max_model_len;          /* longest context a sequence may reach */
+    int n_eos;
+    int32_t eos_ids[DI_EXECUTOR_MAX_EOS];
+    di_status (*forward)(void *ctx, const di_batch *batch, const float **logits);
+    di_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int n);
+    void (*destroy)(void *ctx);
+} di_executor;
+
+/* Frees the executor's context (no-op on a zeroed struct). */
+void di_executor_destroy(di_executor *ex);
+
+/* Loads the model in dir (model/model.h) sized for the engine's limits. */
+di_status di_executor_model_create(const char *dir, const di_model_options *opts, di_executor *out);
+
+/* ---- synthetic executors ---- */
+
+typedef struct di_fake_model_config {
+    int vocab_size;             /* > 1 */
+    int n_kv_blocks;
+    int max_model_len;
+    int max_batch_tokens;       /* a batch with more tokens is an error (checks the budget) */
+    int max_seqs;
+    int32_t eos_id;             /* -1: none */
+    uint64_t seed;              /* changes the synthetic "weights" */
+} di_fake_model_config;
+
+typedef struct di_fake_model_stats {
+    uint64_t forwards;
+    uint64_t tokens;            /* tokens whose KV was written */
+    uint64_t logits_rows;
+    uint64_t block_copies;
+} di_fake_model_stats;
+
+di_status di_executor_fake_create(const di_fake_model_config *cfg, di_executor *out);
+void di_executor_fake_stats(const di_executor *ex, di_fake_model_stats *st);
+/* The context hash the fake model derives logits from, for a token sequence computed
+ * directly (no cache): lets tests state what the engine must have produced. */
+uint64_t di_fake_model_context_hash(const di_fake_model_config *cfg, const int32_t *tokens, int n);
+/* The fake model's logits row for a context hash. */
+void di_fake_model_logits(const di_fake_model_config *cfg, uint64_t ctx_hash, float *row);
+
+/* Fixed logits (a seeded pseudo-random row repeated), no KV: the forward costs nothing. */
+di_status di_executor_null_create(int vocab_size, int n_kv_blocks, int max_model_len, int max_seqs, di_executor *out);
+#endif

@@ -1,0 +1,131 @@
+/* output.c - what happens to a sampled token: it joins the sequence, the penalty counts and
+ * the logprobs; it is decoded into the completion's text by the streaming detokenizer; then
+ * the stop conditions are checked in this order: EOS / stop token id (kept in token_ids, not
+ * in text), stop string (text cut before it, OpenAI semantics; only from min_tokens on),
+ * max_tokens / context limit. Also the reported output of a request.
+ *
+ * Owner: engine. Text invariants: text[text_len] == 0; visible <= text_len, and while running
+ * the bytes past `visible` are a possible start of a stop string (held back). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "engine/engine_internal.h"
+#include "engine/stop.h"
+
+static int is_stop_token(const di_engine *e, const di_req *q, int32_t t) {
+    for (int i = 0; i < q->params.n_stop_token_ids; i++)
+        if (q->params.stop_token_ids[i] == t) return 1;
+    if (!q->params.ignore_eos)
+        for (int i = 0; i < e->ex.n_eos; i++)
+            if (e->ex.eos_ids[i] == t) return 1;
+    return 0;
+}
+
+static di_status ensure_text(di_completion *c) {
+    if (c->text) return DI_OK;
+    c->text_cap = 64;
+    if (!(c->text = malloc(c->text_cap))) return di_error(DI_ERR_NOMEM, "out of memory for output text");
+    c->text[0] = '\0';
+    return DI_OK;
+}
+
+void di_engine_finish_completion(di_engine *e, di_req *q, int k, di_finish_reason reason, uint64_t now) {
+    di_completion *c = &q->comp[k];
+    if (c->finish != DI_FINISH_NONE) return;
+    c->finish = reason;
+    q->n_finished++;
+    q->touched = 1;
+    if (c->stop_index < 0 && c->detok && ensure_text(c) == DI_OK) {
+        /* emit bytes of an incomplete character held by the detokenizer (as U+FFFD) */
+        if (e->codec.detok_flush(c->detok, &c->text, &c->text_len, &c->text_cap) != DI_OK) c->text[c->text_len] = '\0';
+    }
+    c->visible = c->text_len;
+    if (c->seq.state == DI_SEQ_RUNNING || c->seq.state == DI_SEQ_WAITING) di_scheduler_finish(e->sched, &c->seq);
+    c->seq.state = DI_SEQ_FINISHED;
+    if (q->n_finished == q->n) q->finish_ns = now;
+}
+
+di_status di_engine_append_token(di_engine *e, di_req *q, int k, int32_t token, const di_token_logprob *lp, uint64_t now) {
+    di_completion *c = &q->comp[k];
+    di_seq *s = &c->seq;
+    const di_sampling_params *p = &q->params;
+    DI_ASSERT(s->len < s->cap && c->finish == DI_FINISH_NONE);
+    s->tokens[s->len++] = token;
+    c->n_gen++;
+    e->stats.generated_tokens++;
+    q->touched = 1;
+    if (!c->first_token_ns) c->first_token_ns = now;
+    if (!q->first_token_ns) q->first_token_ns = now;
+    c->last_token_ns = now;
+    if (c->logprobs && lp) c->logprobs[c->n_gen - 1] = *lp;
+    if (di_penalties_active(p)) DI_TRY(di_token_counts_add(&c->counts, token));
+
+    if (is_stop_token(e, q, token)) {
+        c->stop_token = token;
+        di_engine_finish_completion(e, q, k, DI_FINISH_STOP, now);
+        return DI_OK;
+    }
+    if (c->detok) {
+        DI_TRY(ensure_text(c));
+        DI_TRY(e->codec.detok_push(c->detok, token, &c->text, &c->text_len, &c->text_cap));
+        if (p->n_stop > 0) {
+            size_t at = 0;
+            int idx = c->n_gen >= p->min_tokens
+                          ? di_stop_find(c->text, c->text_len, c->stop_checked, p->stop, p->n_stop, &at)
+                          : -1;
+            c->stop_checked = c->text_len;
+            if (idx >= 0) {
+                c->text_len = at;
+                c->text[at] = '\0';
+                c->stop_index = idx;
+                di_engine_finish_completion(e, q, k, DI_FINISH_STOP, now);
+                return DI_OK;
+            }
+        }
+    }
+    if (c->n_gen >= q->max_new) {
+        di_engine_finish_completion(e, q, k, DI_FINISH_LENGTH, now);
+        return DI_OK;
+    }
+    c->visible = c->text_len;
+    if (p->n_stop > 0 && c->text) c->visible -= di_stop_holdback(c->text, c->text_len, p->stop, p->n_stop);
+    return DI_OK;
+}
+
+static double secs(uint64_t a, uint64_t b) { return b > a ? (double)(b - a) * 1e-9 : 0.0; }
+
+void di_engine_fill_output(di_engine *e, di_req *q, uint64_t now) {
+    (void)e;
+    di_request_output *o = &q->out;
+    o->request_id = q->id;
+    o->finished = q->n_finished == q->n;
+    o->n_choices = (size_t)q->n;
+    o->choices = q->outc;
+    o->prompt_tokens = (size_t)q->prompt_len;
+    o->completion_tokens = 0;
+    o->cached_tokens = q->cached_tokens > 0 ? (size_t)q->cached_tokens : 0;
+    int longest = 0;
+    uint64_t last = 0;
+    for (int k = 0; k < q->n; k++) {
+        const di_completion *c = &q->comp[k];
+        di_completion_output *co = &q->outc[k];
+        co->index = k;
+        co->text = c->text ? c->text : "";
+        co->text_len = c->visible;
+        co->token_ids = c->seq.tokens + q->prompt_len;
+        co->n_tokens = (size_t)c->n_gen;
+        co->logprobs = c->logprobs;
+        co->finish_reason = c->finish;
+        co->stop_reason = c->stop_index >= 0 ? q->params.stop[c->stop_index] : NULL;
+        co->stop_token = c->stop_token;
+        o->completion_tokens += (size_t)c->n_gen;
+        if (c->n_gen > longest) longest = c->n_gen;
+        if (c->last_token_ns > last) last = c->last_token_ns;
+    }
+    uint64_t end = q->finish_ns ? q->finish_ns : now;
+    o->timing.queue_s = secs(q->arrival_ns, q->first_sched_ns ? q->first_sched_ns : end);
+    o->timing.ttft_s = q->first_token_ns ? secs(q->arrival_ns, q->first_token_ns) : 0.0;
+    o->timing.tpot_s = longest > 1 ? secs(q->first_token_ns, last) / (longest - 1) : 0.0;
+    o->timing.e2e_s = secs(q->arrival_ns, end);
+}

@@ -1,0 +1,113 @@
+/* runner.c - builds the di_batch of a step plan and runs the executor (see runner.h).
+ * The block table is compacted to the widest sequence of the step (max_blocks columns);
+ * unused entries are -1. */
+#include "engine/runner.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+
+struct di_runner {
+    int max_tokens, max_seqs, max_blocks;
+    int32_t *token_ids, *positions, *slots;   /* [max_tokens] */
+    int32_t *seq_start;                       /* [max_seqs + 1] */
+    int32_t *ctx_len, *logits_rows, *row_of;  /* [max_seqs] */
+    int32_t *block_table;                     /* [max_seqs * max_blocks] */
+    di_batch batch;
+};
+
+di_status di_runner_create(int max_batch_tokens, int max_seqs, int max_blocks_per_seq, di_runner **out) {
+    *out = NULL;
+    if (max_batch_tokens < 1 || max_seqs < 1 || max_blocks_per_seq < 1)
+        return di_error(DI_ERR_INVALID_ARG, "runner: limits must be positive");
+    di_runner *r = calloc(1, sizeof *r);
+    if (!r) return di_error(DI_ERR_NOMEM, "runner: out of memory");
+    r->max_tokens = max_batch_tokens;
+    r->max_seqs = max_seqs;
+    r->max_blocks = max_blocks_per_seq;
+    size_t T = (size_t)max_batch_tokens, S = (size_t)max_seqs;
+    r->token_ids = malloc(T * sizeof(int32_t));
+    r->positions = malloc(T * sizeof(int32_t));
+    r->slots = malloc(T * sizeof(int32_t));
+    r->seq_start = malloc((S + 1) * sizeof(int32_t));
+    r->ctx_len = malloc(S * sizeof(int32_t));
+    r->logits_rows = malloc(S * sizeof(int32_t));
+    r->row_of = malloc(S * sizeof(int32_t));
+    r->block_table = malloc(S * (size_t)max_blocks_per_seq * sizeof(int32_t));
+    if (!r->token_ids || !r->positions || !r->slots || !r->seq_start || !r->ctx_len || !r->logits_rows || !r->row_of ||
+        !r->block_table) {
+        di_runner_free(r);
+        return di_error(DI_ERR_NOMEM, "runner: out of memory for %d tokens x %d sequences", max_batch_tokens, max_seqs);
+    }
+    *out = r;
+    return DI_OK;
+}
+
+void di_runner_free(di_runner *r) {
+    if (!r) return;
+    free(r->token_ids);
+    free(r->positions);
+    free(r->slots);
+    free(r->seq_start);
+    free(r->ctx_len);
+    free(r->logits_rows);
+    free(r->row_of);
+    free(r->block_table);
+    free(r);
+}
+
+const di_batch *di_runner_prepare(di_runner *r, const di_step_plan *p) {
+    DI_ASSERT(p->n_tokens <= r->max_tokens && p->n_seqs <= r->max_seqs);
+    int width = 1;
+    for (int i = 0; i < p->n_seqs; i++)
+        if (p->seqs[i]->n_blocks > width) width = p->seqs[i]->n_blocks;
+    DI_ASSERT(width <= r->max_blocks);
+    int t = 0, n_logits = 0;
+    for (int i = 0; i < p->n_seqs; i++) {
+        const di_seq *q = p->seqs[i];
+        const int32_t *blocks = q->blocks;
+        r->seq_start[i] = t;
+        for (int k = 0, pos = p->start[i]; k < p->n_new[i]; k++, pos++, t++) {
+            r->token_ids[t] = q->tokens[pos];
+            r->positions[t] = pos;
+            r->slots[t] = blocks[pos / DI_BLOCK_TOKENS] * DI_BLOCK_TOKENS + pos % DI_BLOCK_TOKENS;
+        }
+        r->ctx_len[i] = p->start[i] + p->n_new[i];
+        int32_t *row = r->block_table + (size_t)i * width;
+        memcpy(row, blocks, (size_t)q->n_blocks * sizeof *row);
+        for (int j = q->n_blocks; j < width; j++) row[j] = -1;
+        if (p->sample[i]) {
+            r->row_of[i] = n_logits;
+            r->logits_rows[n_logits++] = t - 1;
+        } else {
+            r->row_of[i] = -1;
+        }
+    }
+    r->seq_start[p->n_seqs] = t;
+    r->batch = (di_batch){
+        .n_tokens = t,
+        .token_ids = r->token_ids,
+        .positions = r->positions,
+        .slot_mapping = r->slots,
+        .n_seqs = p->n_seqs,
+        .n_decode_seqs = p->n_decode,
+        .seq_start = r->seq_start,
+        .seq_ctx_len = r->ctx_len,
+        .block_table = r->block_table,
+        .max_blocks = width,
+        .n_logits = n_logits,
+        .logits_rows = r->logits_rows,
+    };
+    return &r->batch;
+}
+
+di_status di_runner_run(di_runner *r, di_executor *ex, const di_step_plan *p, const float **logits,
+                        const int32_t **row_of) {
+    *logits = NULL;
+    *row_of = r->row_of;
+    if (p->n_copies > 0) DI_TRY(ex->copy_blocks(ex->ctx, p->copy_src, p->copy_dst, p->n_copies));
+    if (p->n_seqs == 0) return DI_OK;
+    const di_batch *b = di_runner_prepare(r, p);
+    return ex->forward(ex->ctx, b, logits);
+}
