@@ -157,6 +157,19 @@ static di_status upload_dev(cuda_state *st, void *dst, const void *src, size_t b
     return DI_OK;
 }
 
+/* fp8 activation-quantization buffers for max_tokens rows of the widest fp8 weight (load time) */
+static di_status alloc_act_quant(di_backend *be) {
+    cuda_state *st = cst(be);
+    c_free(be, st->aq);
+    c_free(be, st->aq_scale);
+    st->aq = NULL;
+    st->aq_scale = NULL;
+    if (st->max_fp8_cols <= 0 || st->max_tokens <= 0) return DI_OK;
+    size_t t4 = ((size_t)st->max_tokens + 3) & ~(size_t)3;
+    DI_TRY(c_alloc(be, t4 * st->max_fp8_cols, (void **)&st->aq));
+    return c_alloc(be, t4 * ceil_div_i(st->max_fp8_cols, 128) * sizeof(float), (void **)&st->aq_scale);
+}
+
 static di_status upload_fp8(di_backend *be, int n, int n_parts, const di_host_matrix *parts, int rows, int cols,
                             di_weight *out) {
     cuda_state *st = cst(be);
@@ -200,7 +213,10 @@ static di_status upload_fp8(di_backend *be, int n, int n_parts, const di_host_ma
     out->block_rows = br;
     out->block_cols = bc;
     out->bytes = dbytes + sbytes;
-    if (cols > st->max_fp8_cols) st->max_fp8_cols = cols;
+    if (cols > st->max_fp8_cols) {
+        st->max_fp8_cols = cols;
+        if (st->max_tokens > 0) return alloc_act_quant(be); /* reserved already: grow the buffers */
+    }
     return DI_OK;
 }
 
@@ -312,17 +328,9 @@ static di_status c_reserve(di_backend *be, const di_backend_reserve *r) {
         st->lt_ws_bytes = (size_t)64 << 20;
         DI_TRY(c_alloc(be, st->lt_ws_bytes, &st->lt_ws));
     }
-    c_free(be, st->aq);
-    c_free(be, st->aq_scale);
     c_free(be, st->dec_part);
-    st->aq = NULL;
-    st->aq_scale = NULL;
     st->dec_part = NULL;
-    if (st->max_fp8_cols > 0) {
-        size_t t4 = ((size_t)r->max_tokens + 3) & ~(size_t)3;
-        DI_TRY(c_alloc(be, t4 * st->max_fp8_cols, (void **)&st->aq));
-        DI_TRY(c_alloc(be, t4 * ceil_div_i(st->max_fp8_cols, 128) * sizeof(float), (void **)&st->aq_scale));
-    }
+    DI_TRY(alloc_act_quant(be));
     st->dec_part_bytes = cuda_mla_decode_part_bytes(st, &r->mla, r->max_tokens);
     if (st->dec_part_bytes) DI_TRY(c_alloc(be, st->dec_part_bytes, (void **)&st->dec_part));
     if (!st->pin) {
@@ -429,7 +437,13 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->n_sm = prop.multiProcessorCount;
     st->smem_optin = prop.sharedMemPerBlockOptin;
     const char *aq = getenv("DEEPINFER_FP8_ACT_QUANT");
-    st->fp8_act_quant = !(aq && aq[0] == '0');
+    st->fp8_act_quant = aq && aq[0] == '1';
+    const char *gv = getenv("DEEPINFER_CUDA_GEMV"), *lm = getenv("DEEPINFER_CUDA_LT_MIN_ROWS");
+    st->gemv = !(gv && gv[0] == '0');
+    const char *ml = getenv("DEEPINFER_CUDA_MOE_LT");
+    st->moe_lt = !(ml && ml[0] == '0');
+    st->lt_min_rows = lm ? atoi(lm) : 2;
+    if (st->lt_min_rows < 1) st->lt_min_rows = 1;
     if ((e = cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         c_destroy(be);
         return cuda_fail(e, "cudaStreamCreate");

@@ -3,16 +3,19 @@
  *
  * Owner: cuda. Paths, chosen per call on the host from shapes only (never from data, so a
  * decode step captured in a CUDA graph replays the same kernels):
- *   - small:   rows per matrix <= 32 (decode): weights streamed once through registers,
+ *   - gemv:    one row (or up to 4 rows of a narrow weight): FMA, coalesced weight rows;
+ *   - cuBLASLt: plain and strided-batched bf16 GEMMs from two rows on; fp8 with 128x128 weight
+ *              block scales and 1x128 activation quantization when DEEPINFER_FP8_ACT_QUANT=1
+ *              (cuda_blaslt.cu);
+ *   - small:   up to 32 rows per matrix otherwise (fp8 decode, experts with few tokens):
  *              tensor cores (mma.sync) with tokens as the narrow dimension (cuda_gemm_small.cu);
- *   - cuBLASLt: plain single-matrix GEMMs with more rows: bf16, or fp8 with 128x128 weight
- *              block scales and 1x128 activation quantization (cuda_blaslt.cu);
  *   - tiled:   everything else with 16-byte-aligned rows: grouped / batched / fp8 weight-only
  *              128x128x32 tiles, cp.async pipeline, mma.sync (cuda_gemm_tiled.cu);
  *   - generic: any shape (one thread per output, fp32), for odd dimensions of tiny models.
  * Every path accumulates in fp32; fp8 weights are dequantized with their block scales
- * (weight-only semantics) except on the cuBLASLt fp8 path, which also quantizes activations
- * (DeepSeek's recipe; DEEPINFER_FP8_ACT_QUANT=0 turns it off). */
+ * (weight-only semantics) except on the opt-in cuBLASLt fp8 path, which also quantizes
+ * activations (DeepSeek's recipe; off by default: it measured ~200 TFLOP/s here and adds
+ * ~2-3% error per GEMM). */
 #include "backend/cuda/cuda_internal.h"
 
 /* ---------------------------------------------------------------- generic ---- */
@@ -101,22 +104,31 @@ void cuda_gemm(cuda_state *st, const gemm_out *o, const bf16 *x, long ldx, long 
     if (grouped) {
         /* average rows per matrix decides: weights dominate when experts see few tokens */
         int avg = (a.r.T + a.n_mat - 1) / a.n_mat;
-        if (avg <= 16 || per <= 32 || !a.r.tile_off) launch_gemm_small(st, &a, st->stream);
+        if (st->gemv && avg <= 2) launch_gemv(st, &a, st->stream);
+        else if (avg <= 16 || per <= 32 || !a.r.tile_off) launch_gemm_small(st, &a, st->stream);
         else launch_gemm_tiled(st, &a, st->stream);
         return;
     }
+    /* plain or batched (bmm): measured on the H200, an FMA GEMV wins at one row (and for
+     * narrow weights up to 4 rows), cuBLASLt for bf16 from two rows on (>= 93% of copy
+     * bandwidth on the 129280 x 2048 lm_head at 4..32 rows, where our mma kernel reached 41%) */
+    if (st->gemv && (per == 1 || (per <= 4 && (a.w.rows <= 1024 || a.w.fp8)))) {
+        launch_gemv(st, &a, st->stream);
+        return;
+    }
+    if (!a.w.fp8 && o->silu_I <= 0 && per >= st->lt_min_rows && lt_gemm(st, &a)) return;
     if (per <= 32) {
         launch_gemm_small(st, &a, st->stream);
         return;
     }
-    if (a.n_mat == 1 && o->silu_I <= 0 && lt_gemm(st, &a)) return;
+    if (a.w.fp8 && a.n_mat == 1 && o->silu_I <= 0 && lt_gemm(st, &a)) return; /* act-quant, opt-in */
     launch_gemm_tiled(st, &a, st->stream);
 }
 
 void cuda_linear(cuda_state *st, void *y, long ldy, int y_f32, int accumulate, const bf16 *x, long ldx,
                  const di_weight *W, int T) {
     gemm_out o = {y, ldy, 0, y_f32, accumulate, 0};
-    gemm_rows r = {NULL, NULL, NULL, 0, T, T};
+    gemm_rows r = {NULL, NULL, NULL, 0, T, T, NULL, NULL};
     cuda_gemm(st, &o, x, ldx, 0, W, &r);
 }
 
@@ -132,6 +144,6 @@ void cuda_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx,
               int T) {
     if (T <= 0) return;
     gemm_out o = {y, ldy, hsy, 0, 0, 0};
-    gemm_rows r = {NULL, NULL, NULL, 0, T, T};
+    gemm_rows r = {NULL, NULL, NULL, 0, T, T, NULL, NULL};
     cuda_gemm(cst(be), &o, (const bf16 *)x, ldx, hsx, W, &r);
 }

@@ -49,8 +49,13 @@ typedef struct cuda_state {
     void *lt_ws;
     size_t lt_ws_bytes;
     lt_plan plans[LT_CACHE];
-    int fp8_act_quant;             /* DEEPINFER_FP8_ACT_QUANT (default 1): FP8 GEMMs with T >= 64
-                                    * quantize activations (1x128) and run cuBLASLt FP8 */
+    int fp8_act_quant;             /* DEEPINFER_FP8_ACT_QUANT=1 (default 0): fp8 GEMMs with T % 4 == 0
+                                    * and T > 32 quantize activations (1x128) and run cuBLASLt fp8 */
+    int gemv;                      /* DEEPINFER_CUDA_GEMV (default 1): FMA GEMV for <= 4 rows */
+    int moe_lt;                    /* DEEPINFER_CUDA_MOE_LT (default 1): bf16 experts of 16..128-token
+                                    * steps as cuBLASLt strided-batched GEMMs (padded per expert) */
+    int lt_min_rows;               /* DEEPINFER_CUDA_LT_MIN_ROWS (default 2): plain / batched bf16
+                                    * GEMMs with at least this many rows go to cuBLASLt */
     /* workspace (reserve) */
     int max_tokens, max_seqs, vocab;
     di_mla_dims mla;
@@ -114,6 +119,8 @@ typedef struct gemm_rows {
     int tile_bm;             /* BM tile_off was computed for */
     int T;                   /* plain: rows; grouped: total rows (upper bound for grids) */
     int max_per_mat;         /* grouped: upper bound of rows per matrix (host) */
+    const int32_t *active;   /* grouped, optional: device list of the matrices with rows ... */
+    const int32_t *n_active; /* ... and its length (device); grids then span min(n_mat, T) */
 } gemm_rows;
 
 typedef struct gemm_out {
@@ -143,10 +150,22 @@ typedef struct gemm_args {
     int n_mat;
 } gemm_args;
 void launch_gemm_small(cuda_state *st, const gemm_args *a, cudaStream_t s);
+/* FMA GEMV for at most `max_rows` (<= 4 typical) rows per matrix: coalesced weight rows */
+void launch_gemv(cuda_state *st, const gemm_args *a, cudaStream_t s);
 void launch_gemm_tiled(cuda_state *st, const gemm_args *a, cudaStream_t s);
 void launch_gemm_generic(cuda_state *st, const gemm_args *a, cudaStream_t s);
-/* cuBLASLt: returns 1 if it ran the GEMM (plain, single matrix), 0 if it has no plan. */
+/* cuBLASLt: returns 1 if it ran the GEMM (plain or strided-batched), 0 if it has no plan. */
 int lt_gemm(cuda_state *st, const gemm_args *a);
+/* A cuBLASLt GEMM shape: y[b][T, N] (+)= x[b][T, K] · W[b][N, K]ᵀ for b < batch, element strides
+ * sa / sb / sc between the batch's W / x / y matrices. */
+typedef struct lt_shape {
+    int N, K, T;
+    long ldx, ldy;
+    int f32, fp8, accumulate, batch;
+    long sa, sb, sc;
+} lt_shape;
+int lt_ready(cuda_state *st, const lt_shape *g, const void *x, const void *y); /* plan exists */
+int lt_run(cuda_state *st, const lt_shape *g, const void *W, const void *x, void *y); /* 0: no plan */
 void lt_free_plans(cuda_state *st);
 /* fp8 e4m3 activation quantization, DeepSeek act_quant (1x128 groups, amax clamp 1e-4). */
 void launch_act_quant(const bf16 *x, long ldx, int T, int K, uint8_t *q, float *scale, int scale_ld,

@@ -126,7 +126,9 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a) {
     float *redm = (float *)(sm + L::q + 2 * L::k + L::p), *redl = redm + CW * R;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const int hg = blockIdx.x, split = blockIdx.y, t = blockIdx.z, H = a.n_heads;
+    /* block = hg + n_hg * (split + nsplit * t): head groups of one (token, split) adjacent */
+    const int H = a.n_heads, n_hg = H / R;
+    const int hg = blockIdx.x % n_hg, split = (blockIdx.x / n_hg) % a.nsplit, t = blockIdx.x / (n_hg * a.nsplit);
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
     int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
@@ -137,20 +139,7 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a) {
     const int h0 = hg * R;
     const int rg = warp % RW, cg = warp / RW;
 
-    if (tb >= te) { /* empty split (short context): neutral partial */
-        long pi = ((long)t * H + h0) * a.nsplit + split;
-        for (int i = tid; i < R; i += NW * 32) {
-            long p = ((long)t * H + h0 + i) * a.nsplit + split;
-            a.ml[p * 2] = -INFINITY;
-            a.ml[p * 2 + 1] = 0.f;
-        }
-        for (int i = tid; i < R * FDV; i += NW * 32) {
-            int hh = i / FDV, c = i % FDV;
-            a.part[(((long)t * H + h0 + hh) * a.nsplit + split) * FDV + c] = 0.f;
-        }
-        (void)pi;
-        return;
-    }
+    if (tb >= te) return; /* split past the context: k_mla_combine skips it */
 
     /* Q tile: q̃ (512) then q_pe (64) for R heads */
     for (int c = tid; c < R * 72; c += NW * 32) {
@@ -316,7 +305,12 @@ __global__ void k_mla_combine(dec_args a) {
     int t = blockIdx.x, h = blockIdx.y, H = a.n_heads, S = a.nsplit;
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
-    long p0 = ((long)t * H + h) * S;
+    /* only the splits that had tiles wrote partials (same arithmetic as the kernel) */
+    int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
+    int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
+    int ntiles = (pos + 1 + FKT - 1) / FKT, tps = (ntiles + S - 1) / S;
+    S = (ntiles + tps - 1) / tps;
+    long p0 = ((long)t * H + h) * a.nsplit;
     float M = -INFINITY;
     for (int s = 0; s < S; s++) M = fmaxf(M, a.ml[(p0 + s) * 2]);
     float L = 0.f;
@@ -326,7 +320,7 @@ __global__ void k_mla_combine(dec_args a) {
         float acc = 0.f;
         for (int s = 0; s < S; s++) {
             float w = expf(a.ml[(p0 + s) * 2] - M);
-            if (w > 0.f) acc += w * a.part[(p0 + s) * FDV + c];
+            acc += w * a.part[(p0 + s) * FDV + c];
         }
         a.out[((long)t * H + h) * FDV + c] = __float2bfloat16_rn(acc * inv);
     }
@@ -344,7 +338,7 @@ static int n_splits(const cuda_state *st, int n_tokens, int n_hg) {
     int target = 2 * st->n_sm, work = n_tokens * n_hg;
     if (work >= target) return 1;
     int s = (target + work - 1) / work;
-    return s > 64 ? 64 : s;
+    return s > 256 ? 256 : s;
 }
 
 size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_tokens) {
@@ -372,8 +366,8 @@ static void launch_fast(cuda_state *st, const dec_args &a, int n_tokens) {
             return;
         attr = true;
     }
-    dim3 grid(a.n_heads / R, a.nsplit, n_tokens);
-    k_mla_decode_fast<R, NW><<<grid, NW * 32, L::total, st->stream>>>(a);
+    unsigned blocks = (unsigned)(a.n_heads / R) * (unsigned)a.nsplit * (unsigned)n_tokens;
+    k_mla_decode_fast<R, NW><<<blocks, NW * 32, L::total, st->stream>>>(a);
     CUDA_LAUNCHED(st, "mla_decode");
 }
 

@@ -161,11 +161,16 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const void
 /* ---------------------------------------------------------------- experts ---- */
 
 typedef struct moe_scratch {
-    int32_t *offsets, *tile_off, *perm, *slot_of;
+    int32_t *offsets, *tile_off, *active, *perm, *slot_of;
     bf16 *A, *Y;
+    /* batched path: every expert owns `cap` padded rows (cap <= MOE_LT_MAX_CAP) */
+    int32_t *pperm;       /* [E * cap] padded row -> token */
+    bf16 *Xp, *Hp, *Ap, *Yp; /* [E * cap] x [D], [2I], [I], [D] */
 } moe_scratch;
 
-static size_t carve(moe_scratch *ms, void *base, int Tk, int D, int I, int E) {
+enum { MOE_LT_MIN_T = 16, MOE_LT_MAX_CAP = 128 };
+
+static size_t carve(moe_scratch *ms, void *base, int Tk, int D, int I, int E, int cap) {
     char *p = (char *)base;
     size_t off = 0;
 #define TAKE(field, type, count)                                                                                       \
@@ -175,23 +180,33 @@ static size_t carve(moe_scratch *ms, void *base, int Tk, int D, int I, int E) {
     } while (0)
     TAKE(offsets, int32_t, E + 1);
     TAKE(tile_off, int32_t, E + 1);
+    TAKE(active, int32_t, E + 1);
     TAKE(perm, int32_t, Tk);
     TAKE(slot_of, int32_t, Tk);
     TAKE(A, bf16, (size_t)Tk * I);
     TAKE(Y, bf16, (size_t)Tk * D);
+    size_t ec = (size_t)E * cap;
+    TAKE(pperm, int32_t, ec);
+    TAKE(Xp, bf16, ec * D);
+    TAKE(Hp, bf16, ec * 2 * I);
+    TAKE(Ap, bf16, ec * I);
+    TAKE(Yp, bf16, ec * D);
 #undef TAKE
     return off;
 }
 
+static int lt_cap(int max_tokens) { return max_tokens < MOE_LT_MAX_CAP ? max_tokens : MOE_LT_MAX_CAP; }
+
 size_t cuda_moe_scratch_bytes(di_backend *be, int max_tokens, int k, int D, int I, int E) {
     (void)be;
-    return carve(NULL, NULL, max_tokens * k, D, I, E);
+    return carve(NULL, NULL, max_tokens * k, D, I, E, lt_cap(max_tokens));
 }
 
-/* One block: counts per expert, offsets, tile table (tiles of bm rows), permutation. */
+/* One block: counts per expert, offsets, tile table (tiles of bm rows), the list of experts
+ * with tokens (active[0..n), n in active[E]), permutation. */
 __global__ void __launch_bounds__(1024) k_moe_permute(const int32_t *idx, int Tk, int k, int E, int bm,
-                                                      int32_t *offsets, int32_t *tile_off, int32_t *perm,
-                                                      int32_t *slot_of) {
+                                                      int32_t *offsets, int32_t *tile_off, int32_t *active,
+                                                      int32_t *perm, int32_t *slot_of, int cap) {
     __shared__ int cnt[DI_MAX_EXPERTS], cur[DI_MAX_EXPERTS];
     int tid = threadIdx.x;
     for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
@@ -201,11 +216,14 @@ __global__ void __launch_bounds__(1024) k_moe_permute(const int32_t *idx, int Tk
         if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
-    if (tid < 32) { /* warp 0: exclusive scans of counts and tile counts */
-        int run = 0, trun = 0;
+    if (tid < 32) { /* warp 0: exclusive scans of counts and tile counts, active list */
+        int run = 0, trun = 0, arun = 0;
         for (int b = 0; b < E; b += 32) {
             int e = b + tid;
             int c = e < E ? cnt[e] : 0, tc = (c + bm - 1) / bm;
+            unsigned has = __ballot_sync(0xffffffffu, c > 0);
+            if (c > 0) active[arun + __popc(has & ((1u << tid) - 1u))] = e;
+            arun += __popc(has);
             int inc = c, tinc = tc;
             for (int o = 1; o < 32; o <<= 1) {
                 int u = __shfl_up_sync(0xffffffffu, inc, o), tu = __shfl_up_sync(0xffffffffu, tinc, o);
@@ -225,6 +243,7 @@ __global__ void __launch_bounds__(1024) k_moe_permute(const int32_t *idx, int Tk
         if (tid == 0) {
             offsets[E] = run;
             tile_off[E] = trun;
+            active[E] = arun;
         }
     }
     __syncthreads();
@@ -232,9 +251,19 @@ __global__ void __launch_bounds__(1024) k_moe_permute(const int32_t *idx, int Tk
         int e = idx[i];
         if (e < 0 || e >= E) continue;
         int pos = atomicAdd(&cur[e], 1);
+        if (cap > 0) pos = e * cap + (pos - offsets[e]); /* padded: expert e owns rows e*cap.. */
         perm[pos] = i / k;
         slot_of[i] = pos;
     }
+}
+
+/* Xp[r] = x[pperm[r]] for the padded rows that hold a token (others are never read back). */
+__global__ void k_moe_gather(bf16 *Xp, const bf16 *x, const int32_t *pperm, const int32_t *offsets, int cap, int D) {
+    int r = blockIdx.x, e = r / cap, j = r % cap;
+    if (j >= offsets[e + 1] - offsets[e]) return;
+    const uint4 *s = (const uint4 *)(x + (long)pperm[r] * D);
+    uint4 *d = (uint4 *)(Xp + (long)r * D);
+    for (int i = threadIdx.x; i < D / 8; i += blockDim.x) d[i] = s[i];
 }
 
 /* out[t, :] = sum_j w[t, j] * Y[slot_of[t*k + j], :] in j order (fp32). */
@@ -259,15 +288,38 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
     if (T <= 0) return;
     int Tk = T * k;
     moe_scratch ms;
-    carve(&ms, scratch, Tk, D, I, E);
+    /* the caller sized the scratch for some max_tokens >= T: the padded area holds lt_cap(T)
+     * rows per expert at least */
+    carve(&ms, scratch, Tk, D, I, E, lt_cap(T));
     int avg = ceil_div_i(Tk, E);
     int bm = avg >= 96 ? 128 : 64;
-    k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.perm, ms.slot_of);
+    /* decode-sized batches: cuBLASLt strided-batched GEMMs over all experts with cap = T padded
+     * rows each (a token picks an expert at most once, so no expert overflows) */
+    int cap = T;
+    lt_shape g1 = {2 * I, D, cap, D, 2 * I, 0, 0, 0, E, (long)2 * I * D, (long)cap * D, (long)cap * 2 * I};
+    lt_shape g2 = {D, I, cap, I, D, 0, 0, 0, E, (long)D * I, (long)cap * I, (long)cap * D};
+    if (st->moe_lt && T >= MOE_LT_MIN_T && T <= MOE_LT_MAX_CAP && gate_up->dtype == DI_DTYPE_BF16 &&
+        down->dtype == DI_DTYPE_BF16 && D % 8 == 0 && I % 8 == 0 && lt_ready(st, &g1, ms.Xp, ms.Hp) &&
+        lt_ready(st, &g2, ms.Ap, ms.Yp)) {
+        k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active,
+                                                  ms.pperm, ms.slot_of, cap);
+        CUDA_LAUNCHED(st, "moe_permute");
+        k_moe_gather<<<E * cap, 128, 0, st->stream>>>(ms.Xp, (const bf16 *)x, ms.pperm, ms.offsets, cap, D);
+        CUDA_LAUNCHED(st, "moe_gather");
+        lt_run(st, &g1, gate_up->data, ms.Xp, ms.Hp);
+        cuda_silu_mul(be, ms.Ap, ms.Hp, E * cap, I);
+        lt_run(st, &g2, down->data, ms.Ap, ms.Yp);
+        k_moe_combine<<<T, 256, 0, st->stream>>>((bf16 *)out, ms.Yp, ms.slot_of, topk_w, k, D);
+        CUDA_LAUNCHED(st, "moe_combine");
+        return;
+    }
+    k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active, ms.perm,
+                                              ms.slot_of, 0);
     CUDA_LAUNCHED(st, "moe_permute");
-    gemm_rows r1 = {ms.offsets, ms.perm, ms.tile_off, bm, Tk, T};
+    gemm_rows r1 = {ms.offsets, ms.perm, ms.tile_off, bm, Tk, T, ms.active, ms.active + E};
     gemm_out o1 = {ms.A, I, 0, 0, 0, I};
     cuda_gemm(st, &o1, (const bf16 *)x, D, 0, gate_up, &r1);
-    gemm_rows r2 = {ms.offsets, NULL, ms.tile_off, bm, Tk, T};
+    gemm_rows r2 = {ms.offsets, NULL, ms.tile_off, bm, Tk, T, ms.active, ms.active + E};
     gemm_out o2 = {ms.Y, D, 0, 0, 0, 0};
     cuda_gemm(st, &o2, ms.A, I, 0, down, &r2);
     k_moe_combine<<<T, 256, 0, st->stream>>>((bf16 *)out, ms.Y, ms.slot_of, topk_w, k, D);
