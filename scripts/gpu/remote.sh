@@ -83,9 +83,11 @@ for s in $steps; do
         if [ "$s" = e2e ]; then
             # shellcheck disable=SC2086
             run_step bench.e2e bench.log "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" ${BENCH_ARGS:-}
-            if [ -n "${E2E_VARIANTS:-}" ]; then # decode with the mma kernel instead of the FMA GEMV
-                echo "(variant: DEEPINFER_CUDA_GEMV=0)" >>"$OUT/bench.log"
-                DEEPINFER_CUDA_GEMV=0 run_step bench.e2e.mma bench.log "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" --prefill 512
+            if [ -n "${E2E_VARIANTS:-}" ]; then # what the batched-cuBLASLt experts and the graphs buy
+                echo "(variant: DEEPINFER_CUDA_MOE_LT=0)" >>"$OUT/bench.log"
+                DEEPINFER_CUDA_MOE_LT=0 run_step bench.e2e.no-moe-lt bench.log "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" --prefill 512
+                echo "(variant: DEEPINFER_CUDA_GRAPHS=0)" >>"$OUT/bench.log"
+                DEEPINFER_CUDA_GRAPHS=0 run_step bench.e2e.no-graphs bench.log "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" --prefill 512
             fi
         else
             run_step model.compare tests.log "$G/bin/test_cuda_model" compare "$TMP/v2lite-8l"
