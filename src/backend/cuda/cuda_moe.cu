@@ -1,17 +1,21 @@
 /* cuda_moe.cu - mixture-of-experts on the GPU: the router (fp32 logits GEMM, then one warp per
  * token for sigmoid/softmax, correction bias, group-limited top-k), and all routed experts of
  * a layer without host synchronisation: a one-block kernel counts tokens per expert and
- * builds the permutation, offsets and GEMM tile table on the device; two grouped GEMMs (gate+up
- * with SiLU-mul fused into the epilogue, then down) run over every expert in one launch each;
- * a combine kernel sums each token's experts in its top-k order with the routing weights.
+ * builds the permutation, offsets, active-expert list and GEMM tile table on the device; two
+ * grouped GEMMs (gate+up with SiLU-mul fused into the epilogue, then down) run over every expert
+ * in one launch each; a combine kernel sums each token's experts in its top-k order with the
+ * routing weights. Steps of 16..128 tokens with bf16 experts instead pad every expert to T rows
+ * (a token picks an expert at most once, so none overflows) and run the two GEMMs as cuBLASLt
+ * strided-batched calls over all experts (gather, GEMM, SiLU-mul, GEMM, combine).
  *
  * Owner: cuda. Semantics follow backend.h / cpu_moe.c (HF transformers 5.17): ties pick the
  * lower expert index; outputs sorted by expert index; weights renormalised with a double sum
  * plus 1e-20 when norm_topk_prob. The permutation order inside an expert comes from shared
  * atomics (not deterministic), but every output row depends only on its own input row, so
  * results are. Scratch layout (256-byte aligned): offsets [E+1] i32, tile_off [E+1] i32,
- * perm [T*k] i32 (position -> token), slot_of [T*k] i32 (pair -> position), A [T*k, I] bf16,
- * Y [T*k, D] bf16. */
+ * active [E+1] i32 (count last), perm [T*k] i32 (position -> token), slot_of [T*k] i32 (pair ->
+ * position), A [T*k, I] bf16, Y [T*k, D] bf16, then the padded path's pperm [E*cap] i32 and
+ * Xp / Hp / Ap / Yp [E*cap] x D / 2I / I / D bf16 (cap = min(max_tokens, 128)). */
 #include <float.h>
 
 #include "backend/cuda/cuda_internal.h"
