@@ -171,6 +171,32 @@ typedef struct di_route_params {
 #define DI_MM_ACCUMULATE 1u   /* y += x · Wᵀ instead of y = x · Wᵀ */
 #define DI_MM_OUT_F32    2u   /* y is f32 instead of act (logits, router) */
 
+/* Workspace sizing for di_backend.reserve (extensions). */
+typedef struct di_backend_reserve {
+    int max_tokens;          /* most tokens in one step */
+    int max_seqs;            /* most sequences in one step */
+    int vocab_size;          /* logits row width (sample op) */
+    di_mla_dims mla;         /* attention shape (split-KV decode partials) */
+} di_backend_reserve;
+
+/* Per-row parameters of the device sampler (the subset of di_sampling_params that the GPU
+ * implements; penalties, logit bias and min_tokens stay on the host). */
+typedef struct di_sample_row {
+    float temperature;       /* < 1e-5: greedy (lowest id among the maxima) */
+    float top_p;             /* (0, 1]; 1 = off */
+    float min_p;             /* [0, 1]; 0 = off */
+    int32_t top_k;           /* <= 0 or >= V: off */
+    uint64_t seed;           /* request seed (Philox key) */
+    uint32_t position;       /* position of the token being sampled */
+    uint32_t stream;         /* completion index */
+} di_sample_row;
+
+/* status codes of the sample op */
+#define DI_SAMPLE_OK 0
+#define DI_SAMPLE_ERR_NAN 1        /* a logit is NaN or +inf */
+#define DI_SAMPLE_ERR_MASKED 2     /* every logit is -inf */
+#define DI_SAMPLE_ERR_ZERO 3       /* no token has a non-zero weight */
+
 /* ---------------------------------------------------------------------------------------
  * Capabilities and the op table
  * ------------------------------------------------------------------------------------- */
@@ -353,6 +379,32 @@ struct di_backend {
                          const float *w, const void *index_cache, const di_attn_batch *ab, int seq_begin,
                          int seq_end, const di_indexer_dims *d, void *scratch, size_t scratch_bytes);
     size_t (*indexer_scratch_bytes)(di_backend *be, int max_tokens, int max_ctx);
+
+    /* ---- extensions (CUDA backend; every member below may be NULL, and the CPU backend
+     * leaves them NULL: callers check before use) ---- */
+
+    /* Sizes the backend's private step workspace (GEMM workspace, FP8 activation buffers,
+     * split-KV partials, sampling status, pinned staging) once at load, after every
+     * weight_upload and before the first op. Never called in a step. */
+    di_status (*reserve)(di_backend *be, const di_backend_reserve *r);
+
+    /* Samples one token per logits row on the device, bit-identical to the CPU sampler
+     * (src/sampling, docs/engine.md "Sampler") for the parameters di_sample_row carries
+     * (greedy / temperature / top-k / top-p / min-p; counter-based Philox keyed by (seed,
+     * position, stream)). logits: device f32 [n, V] (row stride V); rows: device [n];
+     * tokens: device i32 [n]; status: device i32 [n], 0 = ok, else a DI_SAMPLE_ERR_* code
+     * (the token is then -1). n <= reserve.max_tokens, V <= reserve.vocab_size. */
+    void (*sample)(di_backend *be, int32_t *tokens, int32_t *status, const float *logits, int n,
+                   int V, const di_sample_row *rows);
+
+    /* CUDA-graph capture of a sequence of ops on the backend's stream: graph_begin, then the
+     * ops (no upload/download/sync/alloc in between), then graph_end instantiates the graph
+     * into *graph. graph_launch replays it (asynchronously); graph_free releases it
+     * (NULL ok). A failed capture leaves the backend usable and returns the error. */
+    di_status (*graph_begin)(di_backend *be);
+    di_status (*graph_end)(di_backend *be, void **graph);
+    di_status (*graph_launch)(di_backend *be, void *graph);
+    void (*graph_free)(di_backend *be, void *graph);
 };
 
 /* ---- construction ---- */

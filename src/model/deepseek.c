@@ -24,7 +24,7 @@ static void *act_at(const di_model *m, void *base, size_t elems) {
 }
 
 /* Uploads the step's metadata once; fills the attention batch descriptor. */
-static void upload_batch(di_model *m, const di_batch *b, di_attn_batch *ab) {
+void di_deepseek_upload_batch(di_model *m, const di_batch *b, di_attn_batch *ab) {
     di_backend *be = m->be;
     int T = b->n_tokens, S = b->n_seqs, mb = m->max_blocks_per_seq;
     be->upload(be, m->d_ids, b->token_ids, (size_t)T * sizeof(int32_t));
@@ -184,13 +184,18 @@ static di_status download_hidden(di_model *m, float *dst, const void *src, int T
 
 static int decode_tokens(const di_batch *b) { return b->seq_start[b->n_decode_seqs]; }
 
+/* h = the main model's residual stream after every layer, for the uploaded batch. */
+void di_deepseek_layers(di_model *m, const di_attn_batch *ab, int n_decode_seqs, int n_decode_tokens) {
+    m->be->embed(m->be, m->h, &m->embed, m->d_ids, ab->n_tokens);
+    for (int l = 0; l < m->n_layers; l++) decoder_layer(m, l, ab, n_decode_seqs, n_decode_tokens);
+}
+
 di_status di_deepseek_forward(di_model *m, const di_batch *b, float *logits, float *hidden) {
     di_backend *be = m->be;
     di_attn_batch ab;
-    upload_batch(m, b, &ab);
+    di_deepseek_upload_batch(m, b, &ab);
     int T = b->n_tokens, D = m->cfg.hidden_size;
-    be->embed(be, m->h, &m->embed, m->d_ids, T);
-    for (int l = 0; l < m->n_layers; l++) decoder_layer(m, l, &ab, b->n_decode_seqs, decode_tokens(b));
+    di_deepseek_layers(m, &ab, b->n_decode_seqs, decode_tokens(b));
     const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
     if (hidden) {
         be->rmsnorm(be, m->x, D, m->h, D, &m->final_norm, (float)m->cfg.rms_norm_eps, T, D);
@@ -213,7 +218,7 @@ di_status di_deepseek_mtp_forward(di_model *m, int k, const di_batch *b, const f
     if (be->caps.act_dtype != DI_DTYPE_F32)
         return di_error(DI_ERR_UNSUPPORTED, "MTP with host hidden states needs an fp32-activation backend");
     di_attn_batch ab;
-    upload_batch(m, b, &ab);
+    di_deepseek_upload_batch(m, b, &ab);
     be->embed(be, m->x, ly->mtp_embed.n ? &ly->mtp_embed : &m->embed, m->d_ids, T);
     be->rmsnorm(be, m->cat2, 2 * D, m->x, D, &ly->enorm, eps, T, D);
     be->upload(be, m->h, hidden_in, act_bytes(m, (size_t)T * D));

@@ -142,7 +142,7 @@ static di_status setup_workspace(di_model *m) {
         m->idx_scratch_bytes = be->indexer_scratch_bytes(be, m->max_tokens, m->max_blocks_per_seq * DI_KV_BLOCK_SIZE);
         DI_TRY(alloc_buf(m, &m->idx_scratch, m->idx_scratch_bytes));
     }
-    return DI_OK;
+    return di_model_step_setup(m);
 }
 
 static di_status check_options(const di_model_options *o, const char *dir) {
@@ -173,6 +173,9 @@ static di_status load(di_model *m, const char *dir) {
     setup_params(m);
     di_backend_options bo = {m->opts.device, m->opts.n_threads, 0};
     DI_TRY(di_backend_create(&bo, &m->be));
+    if (m->v32 && (!m->be->layernorm || !m->be->indexer_topk || !m->be->indexer_scratch_bytes))
+        return di_error(DI_ERR_UNSUPPORTED, "%s: DeepSeek-V3.2 sparse attention (the indexer) is not implemented on "
+                        "the %s backend yet; use --device cpu", dir, m->be->name);
     if (!(m->layers = calloc((size_t)(m->n_layers + m->n_mtp), sizeof *m->layers)))
         return di_error(DI_ERR_NOMEM, "out of memory");
     di_weights *ws = NULL;
@@ -206,6 +209,7 @@ void di_model_free(di_model *m) {
     if (!m) return;
     di_backend *be = m->be;
     if (be) {
+        di_model_step_free(m);
         di_model_free_weights(m);
         void *bufs[] = {m->inv_freq, m->kv, m->d_ids, m->d_pos, m->d_slots, m->d_rows, m->d_seq_start,
                         m->d_ctx_len, m->d_block_table, m->h, m->x, m->attn_out, m->ffn_out, m->cq,
@@ -238,7 +242,7 @@ static di_status bad(const char *fmt, ...) {
     return di_error(DI_ERR_INVALID_ARG, "di_batch: %s", msg);
 }
 
-static di_status validate(const di_model *m, const di_batch *b) {
+di_status di_model_validate_batch(const di_model *m, const di_batch *b) {
     int T = b->n_tokens, S = b->n_seqs;
     if (T < 1 || T > m->max_tokens) return bad("n_tokens %d outside [1, %d] (max_batch_tokens)", T, m->max_tokens);
     if (S < 1 || S > m->max_seqs) return bad("n_seqs %d outside [1, %d] (max_seqs)", S, m->max_seqs);
@@ -284,7 +288,7 @@ static di_status validate(const di_model *m, const di_batch *b) {
 
 di_status di_model_forward_ex(di_model *m, const di_batch *batch, float *logits, float *hidden) {
     if (!m || !batch) return di_error(DI_ERR_INVALID_ARG, "di_model_forward: NULL argument");
-    DI_TRY(validate(m, batch));
+    DI_TRY(di_model_validate_batch(m, batch));
     if (batch->n_logits && !logits) return di_error(DI_ERR_INVALID_ARG, "di_model_forward: logits output is NULL");
     return di_deepseek_forward(m, batch, logits, hidden);
 }
@@ -299,7 +303,7 @@ di_status di_model_mtp_forward(di_model *m, int k, const di_batch *batch, const 
     if (k < 0 || k >= m->n_mtp)
         return di_error(DI_ERR_INVALID_ARG, "di_model_mtp_forward: MTP layer %d not loaded (%d loaded; set load_mtp)",
                         k, m->n_mtp);
-    DI_TRY(validate(m, batch));
+    DI_TRY(di_model_validate_batch(m, batch));
     if (batch->n_logits && !logits) return di_error(DI_ERR_INVALID_ARG, "di_model_mtp_forward: logits output is NULL");
     return di_deepseek_mtp_forward(m, k, batch, hidden_in, logits, hidden_out);
 }

@@ -94,6 +94,16 @@ int di_model_mtp_layers(const di_model *m);
 di_status di_model_mtp_forward(di_model *m, int k, const di_batch *batch, const float *hidden_in,
                                float *logits, float *hidden_out);
 
+/* di_model_forward that samples instead of returning logits: token j is drawn from the logits
+ * of batch row logits_rows[j] with rows[j] (greedy / temperature / top-k / top-p / min-p,
+ * seeded by (seed, position, stream); bit-identical to src/sampling's di_sampler_sample for
+ * the same parameters). On a backend with a sample op (CUDA) the logits never leave the device
+ * and only the tokens are copied back; pure decode steps of up to 256 sequences (one token
+ * each, logits_rows = 0..n-1) are replayed from CUDA graphs captured per batch-size bucket
+ * (DEEPINFER_CUDA_GRAPHS=0 disables them). Elsewhere the logits are sampled on the host.
+ * Parameter errors name the row; NaN / fully masked logits are DI_ERR_BACKEND. */
+di_status di_model_forward_sample(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens);
+
 /* The backend the model runs on (ops tests, benchmarks). */
 di_backend *di_model_backend(di_model *m);
 #endif

@@ -84,6 +84,8 @@ struct di_model {
     void *idx_scratch;
     size_t idx_scratch_bytes;
     size_t weight_bytes, workspace_bytes;
+    /* device sampling and decode-step graphs (decode_step.c) */
+    struct di_step_state *step;
 };
 
 /* weights.c: reads every tensor the config implies from `ws`, uploads them, and fails on
@@ -92,7 +94,16 @@ di_status di_model_load_weights(di_model *m, const di_weights *ws, const char *d
 void di_model_free_weights(di_model *m);
 
 /* deepseek.c: the forward pass over an already validated batch. */
+void di_deepseek_upload_batch(di_model *m, const di_batch *b, di_attn_batch *ab);
+void di_deepseek_layers(di_model *m, const di_attn_batch *ab, int n_decode_seqs, int n_decode_tokens);
 di_status di_deepseek_forward(di_model *m, const di_batch *b, float *logits, float *hidden);
 di_status di_deepseek_mtp_forward(di_model *m, int k, const di_batch *b, const float *hidden_in,
                                   float *logits, float *hidden_out);
+/* model.c: the host-side batch checks of di_model_forward. */
+di_status di_model_validate_batch(const di_model *m, const di_batch *b);
+
+/* decode_step.c: backend workspace reservation, device sampling buffers, decode graphs;
+ * set up at the end of load, freed before the backend. */
+di_status di_model_step_setup(di_model *m);
+void di_model_step_free(di_model *m);
 #endif

@@ -1,0 +1,259 @@
+/* bench_cuda_e2e.c - end-to-end decode and prefill throughput of a model on the CUDA backend
+ * (di_model_forward_sample: device sampling, decode steps replayed from CUDA graphs), each with
+ * its roofline bound from the model's byte and FLOP counts over the ceilings measured in the
+ * same run, and the ratio to llama.cpp's numbers for the benchmark model (issue 6).
+ *
+ *   bench_cuda_e2e --model DIR [--batches 1,16,64,256] [--prompt 128] [--gen 128]
+ *                  [--prefill 512,8192]
+ *
+ * Decode at batch B: B random prompts of --prompt tokens prefilled together, then --gen new
+ * tokens each (the first from the prefill, the rest from decode steps of B tokens); tok/s =
+ * B x timed steps / time, timing every step after the first two (eager warm-up and graph
+ * capture). Prefill at L: one sequence of L tokens, logits of the last one; median of 3. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DI_HAVE_CUDA
+#include "bench_cuda_util.h"
+#include "model/model.h"
+
+typedef struct counts {
+    double attn, dense, router, shared, expert, head; /* parameters */
+} counts;
+
+static counts count_params(const di_model_config *c) {
+    counts k;
+    double D = c->hidden_size, H = c->num_attention_heads, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim;
+    double dv = c->v_head_dim, r = c->kv_lora_rank, ql = c->q_lora_rank;
+    double q = ql > 0 ? ql * D + H * (dn + dr) * ql : H * (dn + dr) * D;
+    k.attn = q + (r + dr) * D + H * (dn + dv) * r + D * H * dv;
+    k.dense = 3.0 * c->intermediate_size * D;
+    k.router = (double)c->n_routed_experts * D;
+    k.shared = 3.0 * c->moe_intermediate_size * c->n_shared_experts * D;
+    k.expert = 3.0 * c->moe_intermediate_size * D;
+    k.head = (double)c->vocab_size * D;
+    return k;
+}
+
+static double experts_touched(const di_model_config *c, double tokens) {
+    double E = c->n_routed_experts, k = c->num_experts_per_tok;
+    return E * (1.0 - pow(1.0 - k / E, tokens));
+}
+
+static int n_moe(const di_model_config *c) {
+    int n = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++) n += di_config_layer_is_moe(c, l);
+    return n;
+}
+
+/* bytes and FLOPs of one decode step of B sequences at context ctx (bf16 weights, KV) */
+static void decode_cost(const di_model_config *c, int B, double ctx, double *bytes, double *flops) {
+    counts k = count_params(c);
+    int L = c->num_hidden_layers, M = n_moe(c), Dn = L - M;
+    double W = c->kv_lora_rank + c->qk_rope_head_dim, H = c->num_attention_heads, r = c->kv_lora_rank;
+    double w = L * k.attn + Dn * k.dense + M * (k.router + k.shared + experts_touched(c, B) * k.expert) + k.head;
+    double kv = (double)B * ctx * W * L + (double)B * W * L;
+    *bytes = 2.0 * (w + kv);
+    double per_tok = L * k.attn + Dn * k.dense + M * (k.router + k.shared + c->num_experts_per_tok * k.expert) + k.head;
+    *flops = 2.0 * B * per_tok + 2.0 * B * L * H * ctx * (2 * r + c->qk_rope_head_dim);
+}
+
+/* one sequence of T tokens (causal), logits of the last token only */
+static void prefill_cost(const di_model_config *c, int T, double *bytes, double *flops) {
+    counts k = count_params(c);
+    int L = c->num_hidden_layers, M = n_moe(c), Dn = L - M;
+    double H = c->num_attention_heads, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim, dv = c->v_head_dim;
+    double r = c->kv_lora_rank, W = r + dr;
+    double w = L * k.attn + Dn * k.dense + M * (k.router + k.shared + experts_touched(c, (double)T) * k.expert) + k.head;
+    *bytes = 2.0 * (w + (double)T * W * L * 2 + (double)T * c->hidden_size * 2);
+    double per_tok = L * k.attn + Dn * k.dense + M * (k.router + k.shared + c->num_experts_per_tok * k.expert);
+    double pairs = (double)T * (T + 1) / 2; /* causal (query, key) pairs */
+    *flops = 2.0 * T * per_tok + 2.0 * k.head + 2.0 * L * H * pairs * (dn + dr + dv);
+}
+
+static int parse_list(const char *s, int *v, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        v[n++] = atoi(s);
+        const char *c = strchr(s, ',');
+        if (!c) break;
+        s = c + 1;
+    }
+    return n;
+}
+
+static double g_bw, g_tf;
+
+static void report(const char *what, double tok_s, int tokens_per_unit, double bytes, double flops, double peer) {
+    double tb = bytes / g_bw, tf = flops / g_tf, bound = fmax(tb, tf);
+    double bound_tok = tokens_per_unit / bound;
+    printf("%-28s %10.0f tok/s   roofline %10.0f tok/s (%s-bound: %.2f GB, %.2f TFLOP per step)  %5.1f%%", what,
+           tok_s, bound_tok, tb >= tf ? "memory" : "compute", bytes / 1e9, flops / 1e12, 100.0 * tok_s / bound_tok);
+    if (peer > 0) printf("   llama.cpp %6.0f -> %.2fx", peer, tok_s / peer);
+    printf("\n");
+    fflush(stdout);
+}
+
+static uint64_t g_rs = 0x9e3779b97f4a7c15ull;
+static int rnd_id(int V) {
+    g_rs ^= g_rs << 13;
+    g_rs ^= g_rs >> 7;
+    g_rs ^= g_rs << 17;
+    return 2 + (int)(g_rs % (uint64_t)(V - 2));
+}
+
+/* B prompts of P tokens, G new tokens each; returns steady-state decode tok/s */
+static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *prefill_s) {
+    int V = di_model_config_of(m)->vocab_size;
+    int T = B * P;
+    int32_t *ids = malloc((size_t)T * 4), *pos = malloc((size_t)T * 4), *slots = malloc((size_t)T * 4);
+    int32_t *start = malloc((size_t)(B + 1) * 4), *ctx = malloc((size_t)B * 4), *rows = malloc((size_t)B * 4);
+    int32_t *bt = malloc((size_t)B * nbs * 4), *tok = malloc((size_t)B * 4);
+    di_sample_row *sr = malloc((size_t)B * sizeof *sr);
+    for (int i = 0; i < B * nbs; i++) bt[i] = i;
+    start[0] = 0;
+    for (int i = 0; i < B; i++) {
+        for (int j = 0; j < P; j++) {
+            int t = i * P + j;
+            ids[t] = rnd_id(V);
+            pos[t] = j;
+            slots[t] = bt[i * nbs + j / 64] * 64 + j % 64;
+        }
+        start[i + 1] = (i + 1) * P;
+        ctx[i] = P;
+        rows[i] = (i + 1) * P - 1;
+        sr[i] = (di_sample_row){0.0f, 1.0f, 0.0f, 0, 0, (uint32_t)P, 0};
+    }
+    di_batch pb = {T, ids, pos, slots, B, 0, start, ctx, bt, nbs, B, rows};
+    double t0 = di_now_s();
+    di_status s = di_model_forward_sample(m, &pb, sr, tok);
+    *prefill_s = di_now_s() - t0;
+    double t_dec = 0;
+    int timed = 0;
+    for (int step = 1; step < G && s == DI_OK; step++) {
+        for (int i = 0; i < B; i++) {
+            ids[i] = tok[i];
+            pos[i] = ctx[i];
+            slots[i] = bt[i * nbs + ctx[i] / 64] * 64 + ctx[i] % 64;
+            ctx[i]++;
+            start[i + 1] = i + 1;
+            rows[i] = i;
+            sr[i].position = (uint32_t)ctx[i];
+        }
+        di_batch d = {B, ids, pos, slots, B, B, start, ctx, bt, nbs, B, rows};
+        double a = di_now_s();
+        s = di_model_forward_sample(m, &d, sr, tok);
+        if (step > 2) {
+            t_dec += di_now_s() - a;
+            timed++;
+        }
+    }
+    if (s != DI_OK) fprintf(stderr, "decode B=%d: %s\n", B, di_last_error());
+    free(ids); free(pos); free(slots); free(start); free(ctx); free(rows); free(bt); free(tok); free(sr);
+    return s == DI_OK && timed ? (double)B * timed / t_dec : -1;
+}
+
+static double bench_prefill(di_model *m, int L) {
+    int V = di_model_config_of(m)->vocab_size, nb = (L + 63) / 64;
+    int32_t *ids = malloc((size_t)L * 4), *pos = malloc((size_t)L * 4), *slots = malloc((size_t)L * 4);
+    int32_t *bt = malloc((size_t)nb * 4), start[2] = {0, L}, ctx = L, row = L - 1, tok;
+    for (int i = 0; i < nb; i++) bt[i] = i;
+    for (int i = 0; i < L; i++) {
+        ids[i] = rnd_id(V);
+        pos[i] = i;
+        slots[i] = i;
+    }
+    di_sample_row sr = {0.0f, 1.0f, 0.0f, 0, 0, (uint32_t)L, 0};
+    di_batch b = {L, ids, pos, slots, 1, 0, start, &ctx, bt, nb, 1, &row};
+    double t[4];
+    di_status s = DI_OK;
+    for (int r = 0; r < 4 && s == DI_OK; r++) {
+        double a = di_now_s();
+        s = di_model_forward_sample(m, &b, &sr, &tok);
+        t[r] = di_now_s() - a;
+    }
+    if (s != DI_OK) fprintf(stderr, "prefill L=%d: %s\n", L, di_last_error());
+    free(ids); free(pos); free(slots); free(bt);
+    double x = t[1], y = t[2], z = t[3]; /* median of the 3 after warm-up */
+    double med = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
+    return s == DI_OK ? L / med : -1;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = NULL;
+    int Bs[8] = {1, 16, 64, 256}, nB = 4, Ls[8] = {512, 8192}, nL = 2, P = 128, G = 128;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--model")) dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--batches")) nB = parse_list(argv[i + 1], Bs, 8);
+        else if (!strcmp(argv[i], "--prefill")) nL = parse_list(argv[i + 1], Ls, 8);
+        else if (!strcmp(argv[i], "--prompt")) P = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--gen")) G = atoi(argv[i + 1]);
+    }
+    if (!dir || P < 1 || G < 4) {
+        fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256] [--prompt 128] [--gen 128] "
+                        "[--prefill 512,8192]\n");
+        return 2;
+    }
+    di_backend *be = NULL;
+    if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be) != DI_OK) {
+        fprintf(stderr, "bench_cuda_e2e: %s\n", di_last_error());
+        return 1;
+    }
+    di_backend_reserve rs = {8192, 16, 1024, {16, 128, 64, 128, 512, 0.1f}};
+    be->reserve(be, &rs);
+    g_bw = b_copy_bw();
+    g_tf = b_gemm_rate(be, 8192, 8192, 8192, 0);
+    di_backend_free(be);
+    printf("ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", g_bw / 1e9, g_tf / 1e12);
+    int maxB = 1, maxL = 1;
+    for (int i = 0; i < nB; i++) maxB = Bs[i] > maxB ? Bs[i] : maxB;
+    for (int i = 0; i < nL; i++) maxL = Ls[i] > maxL ? Ls[i] : maxL;
+    int nbs = (P + G + 63) / 64;
+    di_model_options o = {0};
+    o.device = DI_DEVICE_CUDA;
+    o.max_batch_tokens = maxB * P > maxL ? maxB * P : maxL;
+    o.max_seqs = maxB;
+    o.max_context = (maxL > P + G ? maxL : P + G) + 64;
+    int need = maxB * nbs, needL = (maxL + 63) / 64;
+    o.kv_blocks = (need > needL ? need : needL) + 8;
+    di_model *m = NULL;
+    double t0 = di_now_s();
+    if (di_model_load(dir, &o, &m) != DI_OK) {
+        fprintf(stderr, "bench_cuda_e2e: %s\n", di_last_error());
+        return 1;
+    }
+    const di_model_config *c = di_model_config_of(m);
+    printf("model %s: %d layers, hidden %d, %d experts top-%d, vocab %d; loaded in %.1f s\n", dir, c->num_hidden_layers,
+           c->hidden_size, c->n_routed_experts, c->num_experts_per_tok, c->vocab_size, di_now_s() - t0);
+    fflush(stdout);
+    static const int peer_b[4] = {1, 16, 64, 128};
+    static const double peer_v[4] = {711, 3674, 9128, 11423};
+    for (int i = 0; i < nB; i++) {
+        double pf = 0, tps = bench_decode(m, Bs[i], P, G, nbs, &pf);
+        double bytes, flops, peer = 0;
+        decode_cost(c, Bs[i], P + G / 2.0, &bytes, &flops);
+        for (int j = 0; j < 4; j++)
+            if (peer_b[j] == Bs[i]) peer = peer_v[j];
+        char what[64];
+        snprintf(what, sizeof what, "decode batch %d", Bs[i]);
+        report(what, tps, Bs[i], bytes, flops, peer);
+        printf("    (prompt prefill of %d x %d tokens: %.1f ms)\n", Bs[i], P, pf * 1e3);
+    }
+    for (int i = 0; i < nL; i++) {
+        double tps = bench_prefill(m, Ls[i]), bytes, flops;
+        prefill_cost(c, Ls[i], &bytes, &flops);
+        char what[64];
+        snprintf(what, sizeof what, "prefill %d tokens", Ls[i]);
+        report(what, tps, Ls[i], bytes, flops, Ls[i] == 512 ? 18080 : 0);
+    }
+    di_model_free(m);
+    return 0;
+}
+#else
+int main(void) {
+    fprintf(stderr, "bench_cuda_e2e: this build has no CUDA backend\n");
+    return 1;
+}
+#endif

@@ -1,0 +1,211 @@
+/* bench_cuda_ops.c - CUDA op benchmarks against the roofline: the measured ceilings (copy
+ * bandwidth, bf16 / fp8 GEMM), small-M GEMM bandwidth (decode-shaped weights), MLA decode
+ * attention at DeepSeek-V3 shape (128 heads, 576/512 dims, 64-token blocks) and V2-Lite shape
+ * (16 heads) for batch 64 / 128 and context 4K / 16K, and the grouped MoE experts at V2-Lite
+ * shape. Every line gives the time, the achieved rate, and the roofline bound
+ * max(bytes / copy-bandwidth, FLOPs / bf16-GEMM-rate) with the fraction reached.
+ *
+ *   bench_cuda_ops [quick]          (quick: fewer shapes) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DI_HAVE_CUDA
+#include "bench_cuda_util.h"
+
+static double g_bw, g_tf; /* measured ceilings: bytes/s, FLOP/s (bf16) */
+
+static void line(const char *what, double t, double bytes, double flops) {
+    double bound = fmax(bytes / g_bw, flops / g_tf);
+    printf("%-52s %9.1f us  %7.0f GB/s  %6.1f TFLOP/s  bound %8.1f us  %5.1f%% of roofline\n", what, t * 1e6,
+           bytes / t / 1e9, flops / t / 1e12, bound * 1e6, 100.0 * bound / t);
+    fflush(stdout);
+}
+
+/* ---- small-M GEMM ---- */
+static void bench_small_gemm(di_backend *be, const char *tag) {
+    const int shapes[][3] = {{129280, 2048, 0}, {3072, 2048, 0}, {576, 2048, 0}, {2048, 2048, 0}, {2048, 7168, 1},
+                             {24576, 1536, 1}};
+    const int Ts[] = {1, 4, 16, 32, 64};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++) {
+            int N = shapes[s][0], K = shapes[s][1], fp8 = shapes[s][2], T = Ts[a];
+            b_gemm_ctx g = {be, b_rand_act(be, (size_t)T * K), b_alloc(be, (size_t)T * N * 2), b_weight(be, 1, N, K, fp8), T};
+            double t = b_time(be, b_gemm_op, &g, 20, 7);
+            char what[128];
+            snprintf(what, sizeof what, "matmul%s %s T=%d N=%d K=%d", tag, fp8 ? "fp8 " : "bf16", T, N, K);
+            line(what, t, (double)N * K * (fp8 ? 1 : 2) + (double)T * (K + N) * 2, 2.0 * T * N * K);
+            be->free(be, g.x);
+            be->free(be, g.y);
+            be->weight_free(be, &g.w);
+        }
+}
+
+/* ---- MLA decode ---- */
+typedef struct dec_ctx {
+    di_backend *be;
+    void *out, *qt, *q, *cache;
+    di_attn_batch ab;
+    di_mla_dims d;
+} dec_ctx;
+static void dec_op(void *c) {
+    dec_ctx *x = (dec_ctx *)c;
+    int H = x->d.n_heads;
+    x->be->mla_decode(x->be, x->out, x->qt, (uint16_t *)x->q + 128, H * 192, 192, x->cache, &x->ab, 0, x->ab.n_seqs, &x->d);
+}
+
+static void bench_decode(di_backend *be, int H, int B, int ctx) {
+    di_mla_dims d = {H, 128, 64, 128, 512, 0.1352f};
+    int nb = ctx / 64;
+    size_t slots = (size_t)B * nb * 64;
+    dec_ctx x = {be, b_alloc(be, (size_t)B * H * 512 * 2), b_rand_act(be, (size_t)B * H * 512),
+                 b_rand_act(be, (size_t)B * H * 192), b_rand_act(be, slots * 576), {0}, d};
+    int32_t *start = (int32_t *)malloc((size_t)(B + 1) * 4), *cl = (int32_t *)malloc((size_t)B * 4);
+    int32_t *bt = (int32_t *)malloc((size_t)B * nb * 4);
+    for (int i = 0; i <= B; i++) start[i] = i;
+    for (int i = 0; i < B; i++) cl[i] = ctx;
+    for (int i = 0; i < B * nb; i++) bt[i] = (int32_t)((i * 7919L) % (B * nb)); /* scattered blocks */
+    int32_t *ds = (int32_t *)b_alloc(be, (size_t)(B + 1) * 4), *dc = (int32_t *)b_alloc(be, (size_t)B * 4);
+    int32_t *db = (int32_t *)b_alloc(be, (size_t)B * nb * 4);
+    be->upload(be, ds, start, (size_t)(B + 1) * 4);
+    be->upload(be, dc, cl, (size_t)B * 4);
+    be->upload(be, db, bt, (size_t)B * nb * 4);
+    be->sync(be);
+    x.ab = (di_attn_batch){.seq_start = ds, .seq_ctx_len = dc, .block_table = db, .n_tokens = B, .n_seqs = B,
+                           .max_blocks = nb, .max_q_len = 1, .max_ctx_len = ctx};
+    double t = b_time(be, dec_op, &x, 5, 7);
+    double bytes = (double)B * ctx * 576 * 2 + (double)B * H * (512 + 64 + 512) * 2;
+    double flops = 2.0 * B * H * (double)ctx * (576 + 512);
+    char what[128];
+    snprintf(what, sizeof what, "mla_decode H=%d B=%d ctx=%d", H, B, ctx);
+    line(what, t, bytes, flops);
+    be->free(be, x.out); be->free(be, x.qt); be->free(be, x.q); be->free(be, x.cache);
+    be->free(be, ds); be->free(be, dc); be->free(be, db);
+    free(start); free(cl); free(bt);
+}
+
+/* ---- MoE experts ---- */
+typedef struct moe_ctx {
+    di_backend *be;
+    void *out, *x, *idx, *w, *scratch;
+    size_t sb;
+    di_weight gu, dn;
+    int T, k;
+} moe_ctx;
+static void moe_op(void *c) {
+    moe_ctx *m = (moe_ctx *)c;
+    m->be->moe_experts(m->be, m->out, m->x, (const int32_t *)m->idx, (const float *)m->w, m->k, &m->gu, &m->dn, m->T,
+                       m->scratch, m->sb);
+}
+
+static void bench_moe(di_backend *be, int T, const char *tag) {
+    int E = 64, k = 6, D = 2048, I = 1408;
+    moe_ctx m = {be, b_alloc(be, (size_t)T * D * 2), b_rand_act(be, (size_t)T * D), NULL, NULL, NULL, 0,
+                 b_weight(be, E, 2 * I, D, 0), b_weight(be, E, D, I, 0), T, k};
+    int32_t *idx = (int32_t *)malloc((size_t)T * k * 4);
+    float *w = (float *)malloc((size_t)T * k * 4);
+    unsigned char used[64] = {0};
+    for (int t = 0; t < T; t++) {
+        int n = 0;
+        while (n < k) {
+            int e = (int)(b_u64() % (uint64_t)E), dup = 0;
+            for (int j = 0; j < n; j++) dup |= idx[t * k + j] == e;
+            if (!dup) idx[t * k + n++] = e;
+        }
+        for (int j = 0; j < k; j++) {
+            w[t * k + j] = 0.2f;
+            used[idx[t * k + j]] = 1;
+        }
+    }
+    int n_used = 0;
+    for (int e = 0; e < E; e++) n_used += used[e];
+    m.idx = b_alloc(be, (size_t)T * k * 4);
+    m.w = b_alloc(be, (size_t)T * k * 4);
+    be->upload(be, m.idx, idx, (size_t)T * k * 4);
+    be->upload(be, m.w, w, (size_t)T * k * 4);
+    m.sb = be->moe_scratch_bytes(be, T, k, D, I, E);
+    m.scratch = b_alloc(be, m.sb);
+    double t = b_time(be, moe_op, &m, 10, 7);
+    char what[128];
+    snprintf(what, sizeof what, "moe_experts%s V2-Lite T=%d (%d used)", tag, T, n_used);
+    line(what, t, (double)n_used * 3 * I * D * 2 + (double)T * D * 4, 2.0 * T * k * 3.0 * I * D);
+    be->free(be, m.out); be->free(be, m.x); be->free(be, m.idx); be->free(be, m.w); be->free(be, m.scratch);
+    be->weight_free(be, &m.gu); be->weight_free(be, &m.dn);
+    free(idx); free(w);
+}
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && !strcmp(argv[1], "quick");
+    di_backend *be = NULL;
+    if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be) != DI_OK) {
+        fprintf(stderr, "bench_cuda_ops: %s\n", di_last_error());
+        return 1;
+    }
+    di_backend_reserve r = {8192, 256, 129280, {128, 128, 64, 128, 512, 0.1352f}};
+    if (be->reserve(be, &r) != DI_OK) {
+        fprintf(stderr, "bench_cuda_ops: %s\n", di_last_error());
+        return 1;
+    }
+    g_bw = b_copy_bw();
+    g_tf = b_gemm_rate(be, 8192, 8192, 8192, 0);
+    double tf4 = b_gemm_rate(be, 4096, 4096, 4096, 0);
+    double f8 = b_gemm_rate(be, 8192, 8192, 8192, 1), f84 = b_gemm_rate(be, 4096, 7168, 7168, 1);
+    printf("ceiling: device-to-device copy %.0f GB/s (read + write)\n", g_bw / 1e9);
+    printf("ceiling: bf16 GEMM 8192^3 %.0f TFLOP/s (4096^3: %.0f) via cuBLASLt, random data\n", g_tf / 1e12, tf4 / 1e12);
+    printf("fp8 weight-only (our tiled kernel, the default): 8192^3 %.0f TFLOP/s, 4096x7168x7168 %.0f TFLOP/s\n",
+           f8 / 1e12, f84 / 1e12);
+    setenv("DEEPINFER_FP8_ACT_QUANT", "1", 1);
+    di_backend *aqb = NULL;
+    di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &aqb);
+    unsetenv("DEEPINFER_FP8_ACT_QUANT");
+    if (aqb && aqb->reserve(aqb, &r) == DI_OK) {
+        double q8 = b_gemm_rate(aqb, 8192, 8192, 8192, 1), q84 = b_gemm_rate(aqb, 4096, 7168, 7168, 1);
+        double q81 = b_gemm_rate(aqb, 1024, 7168, 7168, 1);
+        printf("fp8 cuBLASLt 1x128 act-quant + 128x128 blocks (quantization included): 8192^3 %.0f TFLOP/s, "
+               "4096x7168x7168 %.0f, 1024x7168x7168 %.0f\n", q8 / 1e12, q84 / 1e12, q81 / 1e12);
+    }
+    di_backend_free(aqb);
+    fflush(stdout);
+    const int Bs[2] = {64, 128}, Cs[2] = {4096, 16384};
+    for (int h = 0; h < 2; h++)
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 2; c++) bench_decode(be, h ? 16 : 128, Bs[b], Cs[c]);
+    if (!quick) {
+        bench_decode(be, 128, 1, 4096);
+        bench_decode(be, 16, 1, 4096);
+        bench_decode(be, 16, 256, 256);
+    }
+    /* kernel variants for decode-sized GEMMs: default (FMA GEMV <= 4 rows, mma <= 32,
+     * cuBLASLt above), mma only (DEEPINFER_CUDA_GEMV=0), cuBLASLt for every plain GEMM */
+    di_backend *mma = NULL, *lt = NULL;
+    setenv("DEEPINFER_CUDA_GEMV", "0", 1);
+    di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &mma);
+    setenv("DEEPINFER_CUDA_LT_MIN_ROWS", "1", 1);
+    di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &lt);
+    unsetenv("DEEPINFER_CUDA_GEMV");
+    unsetenv("DEEPINFER_CUDA_LT_MIN_ROWS");
+    if (mma) mma->reserve(mma, &r);
+    if (lt) lt->reserve(lt, &r);
+    bench_small_gemm(be, "");
+    if (mma) bench_small_gemm(mma, "[mma]");
+    if (lt) bench_small_gemm(lt, "[lt]");
+    const int Ts[] = {1, 16, 64, 256, 2048, 8192};
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) bench_moe(be, Ts[i], "");
+    if (mma) {
+        bench_moe(mma, 1, "[mma]");
+        bench_moe(mma, 16, "[mma]");
+    }
+    di_backend_free(mma);
+    di_backend_free(lt);
+    di_status s = be->sync(be);
+    if (s != DI_OK) fprintf(stderr, "bench_cuda_ops: %s\n", di_last_error());
+    di_backend_free(be);
+    return s == DI_OK ? 0 : 1;
+}
+#else
+int main(void) {
+    fprintf(stderr, "bench_cuda_ops: this build has no CUDA backend\n");
+    return 1;
+}
+#endif

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# scripts/gpu/build.sh - build the CUDA variant on this (GPU-less) machine and stage everything
+# the GPU machine needs into one ignored folder, DEST (default: .gpu in the repo root):
+#   DEST/bin/   deepinfer, the GPU tests (test_cuda_*), the CUDA benchmarks (bench_cuda_*),
+#               linked with RPATH $ORIGIN/../lib
+#   DEST/lib/   the Debian shared libraries they need (jansson, pcre2-8, utf8proc; found by ldd)
+#   DEST/src/   a source-tree stand-in: tests/data/golden and scripts/gpu (remote.sh)
+# cuBLASLt is NOT shipped (500 MB): remote.sh finds the GPU machine's own.
+# Then, on the GPU machine, from the repository root:  bash DEST/src/scripts/gpu/remote.sh [what]
+# (with the device tool: carry DEST; see docs/cuda.md "Device workflow").
+#
+# usage: scripts/gpu/build.sh [DEST]          env: DI_GPU_BUILD (build dir, default build-gpu)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+dest=${1:-$root/.gpu}
+build=${DI_GPU_BUILD:-$root/build-gpu}
+command -v nvcc >/dev/null || { echo "build.sh: nvcc not found (CUDA toolkit needed to build the CUDA variant)" >&2; exit 1; }
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDI_CUDA=ON '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib' >/dev/null
+cmake --build "$build" -j "$(nproc)"
+rm -rf "$dest"
+mkdir -p "$dest/bin" "$dest/lib" "$dest/src/tests/data" "$dest/src/scripts/gpu"
+cp "$build/bin/deepinfer" "$build"/gpu/test_cuda_* "$build"/bench/bench_cuda_* "$dest/bin/"
+# the Debian libraries any staged binary needs (the linker drops unused ones, so ask ldd)
+for bin in "$dest"/bin/*; do
+    ldd "$bin" | awk '$1 ~ /^lib(jansson|pcre2-8|utf8proc)\.so/ && $3 ~ /^\// { print $3 }'
+done | sort -u | while read -r path; do cp -L "$path" "$dest/lib/$(basename "$path")"; done
+[ -f "$dest/lib/libjansson.so.4" ] || { echo "build.sh: libjansson not found by ldd" >&2; exit 1; }
+cp -r "$root/tests/data/golden" "$dest/src/tests/data/"
+cp "$root"/scripts/gpu/*.sh "$dest/src/scripts/gpu/"
+echo "staged $(du -sh "$dest" | cut -f1) into $dest"

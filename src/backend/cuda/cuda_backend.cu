@@ -1,0 +1,498 @@
+/* cuda_backend.cu - the CUDA backend (Hopper sm_90a): creation, the op table, device memory
+ * and pinned staging, weight upload (bf16, or fp8 e4m3 + 128x128 block scales kept as in the
+ * checkpoint), the step workspace (reserve) and CUDA-graph capture hooks.
+ *
+ * Owner: cuda. Invariants: one non-blocking stream per backend, every op enqueued on it; the
+ * host never waits except in download() and sync(), which also report the first recorded
+ * asynchronous error; upload() stages through pinned memory (reset at each host-visible sync
+ * point) so step metadata copies are asynchronous; no allocation outside load/reserve. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+/* ---------------------------------------------------------------- errors ---- */
+
+int cuda_note(cuda_state *st, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 0;
+    if (!st->err[0])
+        snprintf(st->err, sizeof st->err, "cuda backend: %s: %s (%s)", what, cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+    return 1;
+}
+
+void cuda_note_msg(cuda_state *st, const char *msg) {
+    if (!st->err[0]) snprintf(st->err, sizeof st->err, "cuda backend: %s", msg);
+}
+
+/* Returns the recorded error (and clears it) or DI_OK. */
+static di_status take_error(cuda_state *st) {
+    if (!st->err[0]) return DI_OK;
+    di_status s = di_error(DI_ERR_BACKEND, "%s", st->err);
+    st->err[0] = 0;
+    return s;
+}
+
+static di_status cuda_fail(cudaError_t e, const char *what) {
+    return di_error(DI_ERR_BACKEND, "cuda backend: %s: %s", what, cudaGetErrorString(e));
+}
+
+/* ---------------------------------------------------------------- memory ---- */
+
+static di_status c_alloc(di_backend *be, size_t bytes, void **out) {
+    cuda_state *st = cst(be);
+    *out = NULL;
+    cudaError_t e = cudaMalloc(out, bytes ? bytes : 256);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return di_error(DI_ERR_NOMEM, "cuda backend: out of device memory allocating %zu bytes (%zu of %zu free): %s",
+                        bytes, fr, tot, cudaGetErrorString(e));
+    }
+    (void)st;
+    return DI_OK;
+}
+
+static void c_free(di_backend *be, void *p) {
+    if (!p) return;
+    cuda_note(cst(be), cudaFree(p), "cudaFree");
+}
+
+static void c_upload(di_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = cst(be);
+    if (!bytes) return;
+    if (st->capturing) {
+        cuda_note_msg(st, "upload() inside a graph capture");
+        return;
+    }
+    size_t need = align256(bytes);
+    if (st->pin && st->pin_used + need <= st->pin_bytes) {
+        char *stage = st->pin + st->pin_used;
+        memcpy(stage, src, bytes);
+        st->pin_used += need;
+        cuda_note(st, cudaMemcpyAsync(dst, stage, bytes, cudaMemcpyHostToDevice, st->stream), "upload");
+    } else {
+        /* pageable source: the copy is staged by the driver before the call returns */
+        cuda_note(st, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st->stream), "upload");
+    }
+}
+
+static di_status c_sync(di_backend *be) {
+    cuda_state *st = cst(be);
+    if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: sync() inside a graph capture");
+    cuda_note(st, cudaStreamSynchronize(st->stream), "stream synchronize");
+    st->pin_used = 0;
+    return take_error(st);
+}
+
+static di_status c_download(di_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = cst(be);
+    if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: download() inside a graph capture");
+    if (bytes) cuda_note(st, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream), "download");
+    return c_sync(be);
+}
+
+static void c_memset(di_backend *be, void *dst, int byte, size_t bytes) {
+    cuda_state *st = cst(be);
+    if (bytes) cuda_note(st, cudaMemsetAsync(dst, byte, bytes, st->stream), "memset");
+}
+
+/* ---------------------------------------------------------------- weights ---- */
+
+static di_status check_part(const di_host_matrix *p, const di_host_matrix *first_of_index) {
+    const char *nm = p->name ? p->name : "(unnamed)";
+    if (p->dtype != DI_DTYPE_F32 && p->dtype != DI_DTYPE_BF16 && p->dtype != DI_DTYPE_F16 &&
+        p->dtype != DI_DTYPE_F8_E4M3)
+        return di_error(DI_ERR_UNSUPPORTED, "tensor '%s': dtype %s is not a supported weight dtype "
+                        "(expected F32, BF16, F16 or F8_E4M3)", nm, di_dtype_name(p->dtype));
+    if (p->rows <= 0 || p->cols <= 0 || p->row0 < 0 || !p->data)
+        return di_error(DI_ERR_INVALID_ARG, "tensor '%s': empty or invalid matrix (rows %d from %d, cols %d)", nm,
+                        p->rows, p->row0, p->cols);
+    if (p->dtype == DI_DTYPE_F8_E4M3 && (!p->scale || p->block_rows <= 0 || p->block_cols <= 0))
+        return di_error(DI_ERR_FORMAT, "tensor '%s': F8_E4M3 weight without weight_scale_inv block scales", nm);
+    if (first_of_index && (p->rows != first_of_index->rows || p->cols != first_of_index->cols))
+        return di_error(DI_ERR_FORMAT, "tensor '%s': shape [%d, %d] differs from '%s' [%d, %d] it is stacked with", nm,
+                        p->rows, p->cols, first_of_index->name ? first_of_index->name : "?", first_of_index->rows,
+                        first_of_index->cols);
+    return DI_OK;
+}
+
+/* Rows [row0, row0 + rows) of a part as fp32 (fp8 dequantized with its block scales). */
+static void part_to_f32(float *dst, const di_host_matrix *p) {
+    size_t es = di_dtype_size(p->dtype);
+    for (int r = 0; r < p->rows; r++) {
+        size_t src_row = (size_t)p->row0 + r;
+        float *d = dst + (size_t)r * p->cols;
+        di_convert_to_f32(d, (const char *)p->data + src_row * p->cols * es, p->dtype, (size_t)p->cols);
+        if (p->dtype == DI_DTYPE_F8_E4M3) {
+            size_t sc_cols = ((size_t)p->cols + p->block_cols - 1) / p->block_cols;
+            const float *srow = p->scale + src_row / p->block_rows * sc_cols;
+            for (int c = 0; c < p->cols; c++) d[c] *= srow[c / p->block_cols];
+        }
+    }
+}
+
+/* 1 if the stacked parts can stay fp8 with one block-scale grid per matrix. */
+static int keep_fp8(int n, int n_parts, const di_host_matrix *parts, di_weight_layout layout) {
+    if (layout != DI_WEIGHT_PLAIN) return 0;
+    const di_host_matrix *f = &parts[0];
+    if (f->block_cols % 8 != 0) return 0;
+    for (int i = 0; i < n * n_parts; i++) {
+        const di_host_matrix *p = &parts[i];
+        if (p->dtype != DI_DTYPE_F8_E4M3 || p->block_rows != f->block_rows || p->block_cols != f->block_cols)
+            return 0;
+        if (p->row0 % p->block_rows != 0) return 0;
+        if (i % n_parts != n_parts - 1 && p->rows % p->block_rows != 0) return 0;
+    }
+    return 1;
+}
+
+static di_status upload_dev(cuda_state *st, void *dst, const void *src, size_t bytes, const char *name) {
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) return di_error(DI_ERR_BACKEND, "cuda backend: uploading '%s': %s", name, cudaGetErrorString(e));
+    (void)st;
+    return DI_OK;
+}
+
+/* fp8 activation-quantization buffers for max_tokens rows of the widest fp8 weight (load time) */
+static di_status alloc_act_quant(di_backend *be) {
+    cuda_state *st = cst(be);
+    c_free(be, st->aq);
+    c_free(be, st->aq_scale);
+    st->aq = NULL;
+    st->aq_scale = NULL;
+    if (st->max_fp8_cols <= 0 || st->max_tokens <= 0) return DI_OK;
+    size_t t4 = ((size_t)st->max_tokens + 3) & ~(size_t)3;
+    DI_TRY(c_alloc(be, t4 * st->max_fp8_cols, (void **)&st->aq));
+    return c_alloc(be, t4 * ceil_div_i(st->max_fp8_cols, 128) * sizeof(float), (void **)&st->aq_scale);
+}
+
+static di_status upload_fp8(di_backend *be, int n, int n_parts, const di_host_matrix *parts, int rows, int cols,
+                            di_weight *out) {
+    cuda_state *st = cst(be);
+    int br = parts[0].block_rows, bc = parts[0].block_cols, nbr = ceil_div_i(rows, br), sld = scale_ld(cols, bc);
+    size_t per = (size_t)rows * cols, sper = (size_t)nbr * sld;
+    size_t dbytes = align256(per * (size_t)n), sbytes = sper * (size_t)n * sizeof(float);
+    char *dev = NULL;
+    DI_TRY(c_alloc(be, dbytes + sbytes, (void **)&dev));
+    float *hs = (float *)calloc(sper * (size_t)n, sizeof(float));
+    if (!hs) {
+        c_free(be, dev);
+        return di_error(DI_ERR_NOMEM, "tensor '%s': out of host memory for scales", parts[0].name);
+    }
+    di_status s = DI_OK;
+    size_t scols = (size_t)ceil_div_i(cols, bc);
+    for (int i = 0; i < n && s == DI_OK; i++) {
+        int row_off = 0;
+        for (int p = 0; p < n_parts && s == DI_OK; p++) {
+            const di_host_matrix *hm = &parts[(size_t)i * n_parts + p];
+            const uint8_t *src = (const uint8_t *)hm->data + (size_t)hm->row0 * cols;
+            s = upload_dev(st, dev + (size_t)i * per + (size_t)row_off * cols, src, (size_t)hm->rows * cols, hm->name);
+            for (int b = 0; b < ceil_div_i(hm->rows, br); b++)
+                for (size_t c = 0; c < scols; c++)
+                    hs[(size_t)i * sper + (size_t)(row_off / br + b) * sld + c] =
+                        hm->scale[(size_t)(hm->row0 / br + b) * scols + c];
+            row_off += hm->rows;
+        }
+    }
+    if (s == DI_OK) s = upload_dev(st, dev + dbytes, hs, sbytes, parts[0].name);
+    free(hs);
+    if (s != DI_OK) {
+        c_free(be, dev);
+        return s;
+    }
+    out->n = n;
+    out->rows = rows;
+    out->cols = cols;
+    out->dtype = DI_DTYPE_F8_E4M3;
+    out->data = dev;
+    out->scale = dev + dbytes;
+    out->block_rows = br;
+    out->block_cols = bc;
+    out->bytes = dbytes + sbytes;
+    if (cols > st->max_fp8_cols) {
+        st->max_fp8_cols = cols;
+        if (st->max_tokens > 0) return alloc_act_quant(be); /* reserved already: grow the buffers */
+    }
+    return DI_OK;
+}
+
+/* bf16 matrices (or an f32 vector), converted on the host one matrix at a time. */
+static di_status upload_converted(di_backend *be, int n, int n_parts, const di_host_matrix *parts, int rows,
+                                  int cols, di_weight_layout layout, di_weight *out) {
+    cuda_state *st = cst(be);
+    int vec = n == 1 && rows == 1;
+    size_t per = (size_t)rows * cols, es = vec ? 4 : 2;
+    char *dev = NULL;
+    DI_TRY(c_alloc(be, per * (size_t)n * es, (void **)&dev));
+    float *f = (float *)malloc(per * sizeof(float));
+    uint16_t *h = vec ? NULL : (uint16_t *)malloc(per * sizeof(uint16_t));
+    if (!f || (!vec && !h)) {
+        free(f);
+        free(h);
+        c_free(be, dev);
+        return di_error(DI_ERR_NOMEM, "tensor '%s': out of host memory converting", parts[0].name);
+    }
+    di_status s = DI_OK;
+    for (int i = 0; i < n && s == DI_OK; i++) {
+        int all_bf16 = layout == DI_WEIGHT_PLAIN;
+        for (int p = 0; p < n_parts; p++) all_bf16 &= parts[(size_t)i * n_parts + p].dtype == DI_DTYPE_BF16;
+        char *dst = dev + (size_t)i * per * es;
+        if (!vec && all_bf16) { /* straight copy of the checkpoint's rows */
+            size_t off = 0;
+            for (int p = 0; p < n_parts && s == DI_OK; p++) {
+                const di_host_matrix *hm = &parts[(size_t)i * n_parts + p];
+                s = upload_dev(st, dst + off * 2, (const uint16_t *)hm->data + (size_t)hm->row0 * cols,
+                               (size_t)hm->rows * cols * 2, hm->name);
+                off += (size_t)hm->rows * cols;
+            }
+            continue;
+        }
+        size_t off = 0;
+        for (int p = 0; p < n_parts; p++) {
+            const di_host_matrix *hm = &parts[(size_t)i * n_parts + p];
+            part_to_f32(f + off, hm);
+            off += (size_t)hm->rows * cols;
+        }
+        if (vec) {
+            s = upload_dev(st, dst, f, per * 4, parts[0].name);
+            continue;
+        }
+        if (layout == DI_WEIGHT_TRANSPOSED) {
+            for (int r = 0; r < rows; r++)
+                for (int c = 0; c < cols; c++) h[(size_t)c * rows + r] = di_f32_to_bf16(f[(size_t)r * cols + c]);
+        } else {
+            for (size_t j = 0; j < per; j++) h[j] = di_f32_to_bf16(f[j]);
+        }
+        s = upload_dev(st, dst, h, per * 2, parts[0].name);
+    }
+    free(f);
+    free(h);
+    if (s != DI_OK) {
+        c_free(be, dev);
+        return s;
+    }
+    out->n = n;
+    out->rows = layout == DI_WEIGHT_TRANSPOSED ? cols : rows;
+    out->cols = layout == DI_WEIGHT_TRANSPOSED ? rows : cols;
+    out->dtype = vec ? DI_DTYPE_F32 : DI_DTYPE_BF16;
+    out->data = dev;
+    out->bytes = per * (size_t)n * es;
+    if (out->cols > st->max_cols) st->max_cols = out->cols;
+    return DI_OK;
+}
+
+static di_status c_weight_upload(di_backend *be, int n, int n_parts, const di_host_matrix *parts,
+                                 di_weight_layout layout, di_weight *out) {
+    memset(out, 0, sizeof *out);
+    if (n <= 0 || n_parts <= 0) return di_error(DI_ERR_INVALID_ARG, "weight_upload: n=%d n_parts=%d", n, n_parts);
+    int rows = 0, cols = parts[0].cols;
+    for (int p = 0; p < n_parts; p++) rows += parts[p].rows;
+    for (int i = 0; i < n; i++)
+        for (int p = 0; p < n_parts; p++) {
+            const di_host_matrix *hm = &parts[(size_t)i * n_parts + p];
+            DI_TRY(check_part(hm, i ? &parts[p] : NULL));
+            if (hm->cols != cols)
+                return di_error(DI_ERR_FORMAT, "tensor '%s': %d columns, but '%s' it is concatenated with has %d",
+                                hm->name ? hm->name : "?", hm->cols, parts[0].name ? parts[0].name : "?", cols);
+        }
+    size_t per = (size_t)rows * cols;
+    if (per * (size_t)n / (size_t)n != per || per * (size_t)n > ((size_t)1 << 40))
+        return di_error(DI_ERR_NOMEM, "tensor '%s': weight of %d x [%d, %d] is too large", parts[0].name, n, rows, cols);
+    if (!(n == 1 && rows == 1) && keep_fp8(n, n_parts, parts, layout))
+        return upload_fp8(be, n, n_parts, parts, rows, cols, out);
+    return upload_converted(be, n, n_parts, parts, rows, cols, layout, out);
+}
+
+static void c_weight_free(di_backend *be, di_weight *w) {
+    if (!w) return;
+    c_free(be, w->data);  /* scales live in the same allocation */
+    memset(w, 0, sizeof *w);
+}
+
+/* ---------------------------------------------------------------- workspace ---- */
+
+static di_status c_reserve(di_backend *be, const di_backend_reserve *r) {
+    cuda_state *st = cst(be);
+    if (r->max_tokens <= 0 || r->max_seqs <= 0)
+        return di_error(DI_ERR_INVALID_ARG, "cuda backend: reserve: max_tokens %d / max_seqs %d", r->max_tokens,
+                        r->max_seqs);
+    st->max_tokens = r->max_tokens;
+    st->max_seqs = r->max_seqs;
+    st->vocab = r->vocab_size;
+    st->mla = r->mla;
+    if (!st->lt_ws) {
+        st->lt_ws_bytes = (size_t)64 << 20;
+        DI_TRY(c_alloc(be, st->lt_ws_bytes, &st->lt_ws));
+    }
+    c_free(be, st->dec_part);
+    st->dec_part = NULL;
+    DI_TRY(alloc_act_quant(be));
+    st->dec_part_bytes = cuda_mla_decode_part_bytes(st, &r->mla, r->max_tokens);
+    if (st->dec_part_bytes) DI_TRY(c_alloc(be, st->dec_part_bytes, (void **)&st->dec_part));
+    if (!st->pin) {
+        st->pin_bytes = (size_t)16 << 20;
+        cudaError_t e = cudaMallocHost((void **)&st->pin, st->pin_bytes);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            st->pin = NULL;
+            st->pin_bytes = 0; /* uploads fall back to pageable copies */
+        }
+    }
+    return DI_OK;
+}
+
+/* ---------------------------------------------------------------- graphs ---- */
+
+static di_status c_graph_begin(di_backend *be) {
+    cuda_state *st = cst(be);
+    if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: nested graph capture");
+    DI_TRY(take_error(st));
+    cudaError_t e = cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaStreamBeginCapture");
+    st->capturing = 1;
+    return DI_OK;
+}
+
+static di_status c_graph_end(di_backend *be, void **graph) {
+    cuda_state *st = cst(be);
+    *graph = NULL;
+    if (!st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: graph_end without graph_begin");
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(st->stream, &g);
+    st->capturing = 0;
+    di_status s = take_error(st);
+    if (s == DI_OK && e != cudaSuccess) s = cuda_fail(e, "cudaStreamEndCapture");
+    cudaGraphExec_t x = NULL;
+    if (s == DI_OK) {
+        e = cudaGraphInstantiate(&x, g, 0);
+        if (e != cudaSuccess) s = cuda_fail(e, "cudaGraphInstantiate");
+    }
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+    if (s == DI_OK) *graph = (void *)x;
+    return s;
+}
+
+static di_status c_graph_launch(di_backend *be, void *graph) {
+    cuda_state *st = cst(be);
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, st->stream);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaGraphLaunch");
+    return DI_OK;
+}
+
+static void c_graph_free(di_backend *be, void *graph) {
+    (void)be;
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
+/* ---------------------------------------------------------------- lifecycle ---- */
+
+static void c_destroy(di_backend *be) {
+    cuda_state *st = cst(be);
+    if (st) {
+        if (st->stream) cudaStreamSynchronize(st->stream);
+        lt_free_plans(st);
+        if (st->lt) cublasLtDestroy(st->lt);
+        if (st->lt_ws) cudaFree(st->lt_ws);
+        if (st->aq) cudaFree(st->aq);
+        if (st->aq_scale) cudaFree(st->aq_scale);
+        if (st->dec_part) cudaFree(st->dec_part);
+        if (st->pin) cudaFreeHost(st->pin);
+        if (st->stream) cudaStreamDestroy(st->stream);
+        free(st);
+    }
+    free(be);
+}
+
+extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) {
+    *out = NULL;
+    int n_dev = 0;
+    cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess || n_dev == 0) {
+        cudaGetLastError();
+        return di_error(DI_ERR_UNSUPPORTED, "device 'cuda': no usable CUDA device (%s)",
+                        e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    }
+    if (device_index < 0 || device_index >= n_dev)
+        return di_error(DI_ERR_INVALID_ARG, "device 'cuda': device index %d outside [0, %d)", device_index, n_dev);
+    cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, device_index)) != cudaSuccess) return cuda_fail(e, "cudaGetDeviceProperties");
+    if (prop.major < 9)
+        return di_error(DI_ERR_UNSUPPORTED, "device 'cuda': %s has compute capability %d.%d; this build targets sm_90a (Hopper)",
+                        prop.name, prop.major, prop.minor);
+    if ((e = cudaSetDevice(device_index)) != cudaSuccess) return cuda_fail(e, "cudaSetDevice");
+    di_backend *be = (di_backend *)calloc(1, sizeof *be);
+    cuda_state *st = (cuda_state *)calloc(1, sizeof *st);
+    if (!be || !st) {
+        free(be);
+        free(st);
+        return di_error(DI_ERR_NOMEM, "cuda backend: out of memory");
+    }
+    be->impl = st;
+    st->device = device_index;
+    st->n_sm = prop.multiProcessorCount;
+    st->smem_optin = prop.sharedMemPerBlockOptin;
+    const char *aq = getenv("DEEPINFER_FP8_ACT_QUANT");
+    st->fp8_act_quant = aq && aq[0] == '1';
+    const char *gv = getenv("DEEPINFER_CUDA_GEMV"), *lm = getenv("DEEPINFER_CUDA_LT_MIN_ROWS");
+    st->gemv = !(gv && gv[0] == '0');
+    const char *ml = getenv("DEEPINFER_CUDA_MOE_LT");
+    st->moe_lt = !(ml && ml[0] == '0');
+    st->lt_min_rows = lm ? atoi(lm) : 2;
+    if (st->lt_min_rows < 1) st->lt_min_rows = 1;
+    if ((e = cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        c_destroy(be);
+        return cuda_fail(e, "cudaStreamCreate");
+    }
+    if (cublasLtCreate(&st->lt) != CUBLAS_STATUS_SUCCESS) {
+        st->lt = NULL;
+        c_destroy(be);
+        return di_error(DI_ERR_BACKEND, "cuda backend: cublasLtCreate failed");
+    }
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    be->name = "cuda";
+    be->device = DI_DEVICE_CUDA;
+    be->caps.act_dtype = DI_DTYPE_BF16;
+    be->caps.keeps_fp8 = 1;
+    be->caps.memory_bytes = fr;
+    be->caps.n_threads = 1;
+    be->destroy = c_destroy;
+    be->alloc = c_alloc;
+    be->free = c_free;
+    be->upload = c_upload;
+    be->download = c_download;
+    be->memset = c_memset;
+    be->sync = c_sync;
+    be->weight_upload = c_weight_upload;
+    be->weight_free = c_weight_free;
+    be->embed = cuda_embed;
+    be->rmsnorm = cuda_rmsnorm;
+    be->add_rmsnorm = cuda_add_rmsnorm;
+    be->silu_mul = cuda_silu_mul;
+    be->add = cuda_add;
+    be->gather_rows = cuda_gather_rows;
+    be->matmul = cuda_matmul;
+    be->bmm = cuda_bmm;
+    be->rope = cuda_rope;
+    be->kv_write = cuda_kv_write;
+    be->kv_copy_blocks = cuda_kv_copy_blocks;
+    be->mla_prefill = cuda_mla_prefill;
+    be->mla_prefill_scratch_bytes = cuda_mla_prefill_scratch_bytes;
+    be->mla_decode = cuda_mla_decode;
+    be->moe_route = cuda_moe_route;
+    be->moe_experts = cuda_moe_experts;
+    be->moe_scratch_bytes = cuda_moe_scratch_bytes;
+    be->reserve = c_reserve;
+    be->sample = cuda_sample;
+    be->graph_begin = c_graph_begin;
+    be->graph_end = c_graph_end;
+    be->graph_launch = c_graph_launch;
+    be->graph_free = c_graph_free;
+    *out = be;
+    return DI_OK;
+}

@@ -1,0 +1,208 @@
+/* cuda_blaslt.cu - cuBLASLt GEMMs of the CUDA backend: bf16, and fp8 e4m3 with DeepSeek's
+ * block scales (weights 128x128 blocks: CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+ * activations 1x128 groups: VEC128_32F, quantized by k_act_quant below), plus a small plan
+ * cache (descriptors + heuristic algorithm per shape).
+ *
+ * Owner: cuda. Row-major y[T, N] = x[T, K] · W[N, K]ᵀ is computed as the column-major
+ * "TN" product yᵀ = W · xᵀ (A = W transposed, B = x), the layout fp8 requires on Hopper.
+ * Scale layouts (cuBLASLt's, as PyTorch's scaled_mm checks them): weight scales row-major
+ * [ceil(N/128)][roundup(ceil(K/128), 4)] (our upload layout), activation scales
+ * [ceil(K/128)][T] (token fastest). Invariants: plans are created on first use (host only,
+ * also valid during graph capture) and keyed by every parameter that changes the descriptor
+ * or the algorithm; a shape cuBLASLt has no algorithm for is remembered and returns 0. */
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+/* ---------------------------------------------------------------- act quant ---- */
+
+/* One warp per (token, 128-column group): amax -> scale = max(amax, 1e-4) / 448,
+ * q = fp8(x / scale) (round to nearest even, saturating). scale layout [K/128][scale_ld]. */
+__global__ void k_act_quant(const bf16 *x, long ldx, int T, int K, uint8_t *q, float *scale, int scale_ld) {
+    int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    int G = (K + 127) / 128;
+    long item = (long)blockIdx.x * warps + (threadIdx.x >> 5);
+    if (item >= (long)T * G) return;
+    int t = (int)(item / G), gi = (int)(item % G);
+    float v[4];
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int k = gi * 128 + lane * 4 + i;
+        v[i] = k < K ? __bfloat162float(x[(long)t * ldx + k]) : 0.f;
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float s = fmaxf(amax, 1e-4f) / 448.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int k = gi * 128 + lane * 4 + i;
+        if (k < K) q[(long)t * K + k] = (uint8_t)__nv_cvt_float_to_fp8(v[i] / s, __NV_SATFINITE, __NV_E4M3);
+    }
+    if (lane == 0) scale[(long)gi * scale_ld + t] = s;
+}
+
+void launch_act_quant(const bf16 *x, long ldx, int T, int K, uint8_t *q, float *scale, int scale_ld, cudaStream_t s) {
+    long items = (long)T * ((K + 127) / 128);
+    if (items <= 0) return;
+    k_act_quant<<<(unsigned)((items + 7) / 8), 256, 0, s>>>(x, ldx, T, K, q, scale, scale_ld);
+}
+
+/* ---------------------------------------------------------------- plans ---- */
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h * 0xbf58476d1ce4e5b9ull;
+}
+
+static void plan_destroy(lt_plan *p) {
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    memset(p, 0, sizeof *p);
+}
+
+void lt_free_plans(cuda_state *st) {
+    for (int i = 0; i < LT_CACHE; i++)
+        if (st->plans[i].key) plan_destroy(&st->plans[i]);
+}
+
+#define LT_OK(call) ((call) == CUBLAS_STATUS_SUCCESS)
+
+static int set_batch(cublasLtMatrixLayout_t l, int batch, long stride) {
+    if (batch <= 1) return 1;
+    int32_t b = batch;
+    int64_t st = stride;
+    return LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b)) &&
+           LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st, sizeof st));
+}
+
+static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_bits) {
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cudaDataType_t ab_t = g->fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, c_t = g->f32 ? CUDA_R_32F : CUDA_R_16BF;
+    int ok = LT_OK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    ok = ok && LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    ok = ok && LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (ok && g->fp8) {
+        int32_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        ok = LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma));
+        ok = ok && LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb));
+        /* placeholder scale pointers for the heuristic; the real ones are set per call */
+        const void *dummy = st->aq_scale;
+        ok = ok && LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dummy, sizeof dummy));
+        ok = ok && LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dummy, sizeof dummy));
+    }
+    ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->a, ab_t, g->K, g->N, g->K)) && set_batch(p->a, g->batch, g->sa);
+    ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->b, ab_t, g->K, g->T, g->fp8 ? g->K : g->ldx)) &&
+         set_batch(p->b, g->batch, g->sb);
+    ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->c, c_t, g->N, g->T, g->ldy)) && set_batch(p->c, g->batch, g->sc);
+    if (!ok) return 0;
+    cublasLtMatmulPreference_t pref = NULL;
+    if (!LT_OK(cublasLtMatmulPreferenceCreate(&pref))) return 0;
+    uint64_t ws = st->lt_ws_bytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    uint32_t al = (uint32_t)align_bits;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
+    cublasLtMatmulHeuristicResult_t res;
+    int n = 0;
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &n);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (hs != CUBLAS_STATUS_SUCCESS || n < 1) return 0;
+    p->algo = res.algo;
+    return 1;
+}
+
+static int align_of(const void *p, long ld, int es) {
+    uintptr_t u = (uintptr_t)p | (uintptr_t)(ld * es);
+    int a = 16;
+    while (a > 1 && (u & (uintptr_t)(a - 1))) a >>= 1;
+    return a;
+}
+
+/* The cached plan for a shape, built on first use; NULL if cuBLASLt has no algorithm. */
+static lt_plan *plan_for(cuda_state *st, const lt_shape *g, int align) {
+    uint64_t key = 1469598103934665603ull;
+    key = mix(key, (uint64_t)g->N);
+    key = mix(key, (uint64_t)g->K);
+    key = mix(key, (uint64_t)g->T);
+    key = mix(key, (uint64_t)g->ldx);
+    key = mix(key, (uint64_t)g->ldy);
+    key = mix(key, (uint64_t)(g->f32 | g->fp8 << 1 | g->accumulate << 2));
+    key = mix(key, (uint64_t)g->batch);
+    key = mix(key, (uint64_t)g->sa);
+    key = mix(key, (uint64_t)g->sb);
+    key = mix(key, (uint64_t)g->sc);
+    key = mix(key, (uint64_t)align);
+    if (!key) key = 1;
+    lt_plan *p = &st->plans[key % LT_CACHE];
+    if (p->key != key) {
+        if (p->key) plan_destroy(p);
+        p->key = key;
+        p->valid = plan_build(st, p, g, align);
+    }
+    return p->valid ? p : NULL;
+}
+
+/* byte alignment the plan may assume for this call's pointers / strides */
+static int plan_align(const lt_shape *g, const void *x, const void *y) {
+    int al = align_of(y, g->ldy, g->f32 ? 4 : 2), alx = g->fp8 ? 16 : align_of(x, g->ldx, 2);
+    if (g->batch > 1) {
+        int as = align_of(NULL, g->sb, 2), cs = align_of(NULL, g->sc, g->f32 ? 4 : 2);
+        alx = alx < as ? alx : as;
+        al = al < cs ? al : cs;
+    }
+    return alx < al ? alx : al;
+}
+
+int lt_ready(cuda_state *st, const lt_shape *g, const void *x, const void *y) {
+    if (!st->lt || !st->lt_ws) return 0;
+    return plan_for(st, g, plan_align(g, x, y)) != NULL;
+}
+
+/* Runs the GEMM with the shape's plan; fp8 sets the block-scale pointers first. 0: no plan. */
+static int lt_exec(cuda_state *st, const lt_shape *g, const void *W, const void *x, void *y, const void *sa,
+                   const void *sb) {
+    if (!st->lt || !st->lt_ws) return 0;
+    lt_plan *p = plan_for(st, g, plan_align(g, x, y));
+    if (!p) return 0;
+    if (g->fp8) {
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
+    }
+    float alpha = 1.0f, beta = g->accumulate ? 1.0f : 0.0f;
+    cublasStatus_t s = cublasLtMatmul(st->lt, p->op, &alpha, W, p->a, x, p->b, &beta, y, p->c, y, p->c, &p->algo,
+                                      st->lt_ws, st->lt_ws_bytes, st->stream);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "cublasLtMatmul failed (status %d) for N=%d K=%d T=%d batch=%d fp8=%d", (int)s, g->N,
+                 g->K, g->T, g->batch, g->fp8);
+        cuda_note_msg(st, msg);
+    }
+    return 1;
+}
+
+int lt_run(cuda_state *st, const lt_shape *g, const void *W, const void *x, void *y) {
+    return lt_exec(st, g, W, x, y, NULL, NULL);
+}
+
+int lt_gemm(cuda_state *st, const gemm_args *a) {
+    if (!st->lt || !st->lt_ws || a->r.offsets || a->o.silu_I > 0) return 0;
+    const wview &w = a->w;
+    int N = w.rows, K = w.cols, T = a->r.T, fp8 = w.fp8, batch = a->n_mat;
+    if (fp8) {
+        if (batch != 1 || !st->fp8_act_quant || a->o.f32 || T % 4 != 0 || w.br != 128 || w.bc != 128 || K % 16 != 0 ||
+            !st->aq || T > st->max_tokens || K > st->max_fp8_cols)
+            return 0;
+    }
+    if (batch > 1 && (a->x_mat_stride <= 0 || a->o.y_mat_stride <= 0)) return 0;
+    lt_shape g = {N, K, T, a->ldx, a->o.ldy, a->o.f32, fp8, a->o.accumulate, batch, w.mat_stride, a->x_mat_stride,
+                  a->o.y_mat_stride};
+    if (!fp8) return lt_exec(st, &g, w.data, a->x, a->o.y, NULL, NULL);
+    if (!lt_ready(st, &g, st->aq, a->o.y)) return 0;
+    launch_act_quant(a->x, a->ldx, T, K, st->aq, st->aq_scale, T, st->stream);
+    if (CUDA_LAUNCHED(st, "act_quant")) return 1;
+    return lt_exec(st, &g, w.data, st->aq, a->o.y, w.scale, st->aq_scale);
+}

@@ -1,0 +1,210 @@
+/* cuda_internal.h - shared internals of the CUDA backend (Hopper, sm_90a): the backend's
+ * private state, error bookkeeping, bf16/fp8 helpers, the weight view the GEMM kernels read,
+ * and the entry points each .cu file exposes to the op table in cuda_backend.cu.
+ *
+ * Owner: cuda. Invariants:
+ *  - every op is enqueued on st->stream and never synchronises the host; a launch or CUDA
+ *    error is recorded once in st->err (first error wins) and surfaces from sync()/download();
+ *  - ops never allocate: scratch comes from the caller (op arguments) or from the workspace
+ *    sized once by reserve();
+ *  - activations and the KV cache are bf16; weights are bf16, or fp8 e4m3 with fp32 block
+ *    scales (row-major [n][ceil(rows/br)][scale_ld], scale_ld = roundup(ceil(cols/bc), 4)),
+ *    or f32 for vectors (rows == 1: norm weights, the router bias). */
+#ifndef DI_BACKEND_CUDA_INTERNAL_H
+#define DI_BACKEND_CUDA_INTERNAL_H
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <cublasLt.h>
+#include <stdint.h>
+
+extern "C" {
+#include "core/dtype.h"   /* plain C header without its own extern "C" */
+}
+#include "backend/backend.h"
+#include "core/status.h"
+
+typedef __nv_bfloat16 bf16;
+
+/* One cached cuBLASLt plan (descriptors + algorithm) for a GEMM shape. */
+typedef struct lt_plan {
+    uint64_t key;
+    int valid;                     /* 1: algo found; 0: cuBLASLt has none (use our kernels) */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+enum { LT_CACHE = 512 };
+
+typedef struct cuda_state {
+    int device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    int n_sm;
+    size_t smem_optin;             /* max dynamic shared memory per block */
+    char err[512];                 /* first asynchronous/launch error, "" if none */
+    int capturing;                 /* inside graph_begin .. graph_end */
+    /* cuBLASLt */
+    void *lt_ws;
+    size_t lt_ws_bytes;
+    lt_plan plans[LT_CACHE];
+    int fp8_act_quant;             /* DEEPINFER_FP8_ACT_QUANT=1 (default 0): fp8 GEMMs with T % 4 == 0
+                                    * and T > 32 quantize activations (1x128) and run cuBLASLt fp8 */
+    int gemv;                      /* DEEPINFER_CUDA_GEMV (default 1): FMA GEMV for <= 4 rows */
+    int moe_lt;                    /* DEEPINFER_CUDA_MOE_LT (default 1): bf16 experts of 16..128-token
+                                    * steps as cuBLASLt strided-batched GEMMs (padded per expert) */
+    int lt_min_rows;               /* DEEPINFER_CUDA_LT_MIN_ROWS (default 2): plain / batched bf16
+                                    * GEMMs with at least this many rows go to cuBLASLt */
+    /* workspace (reserve) */
+    int max_tokens, max_seqs, vocab;
+    di_mla_dims mla;
+    int max_fp8_cols;              /* largest K of an fp8 weight (activation-quant buffers) */
+    int max_cols;                  /* largest K of any weight */
+    uint8_t *aq;                   /* [roundup(max_tokens,4), max_fp8_cols] fp8 */
+    float *aq_scale;               /* [ceil(max_fp8_cols/128), roundup(max_tokens,4)] */
+    float *dec_part;               /* split-KV partials */
+    size_t dec_part_bytes;
+    /* pinned staging for upload() */
+    char *pin;
+    size_t pin_bytes, pin_used;
+} cuda_state;
+
+static inline cuda_state *cst(di_backend *be) { return (cuda_state *)be->impl; }
+
+/* Records the first error (CUDA error code or message); returns nonzero if `e` is an error. */
+int cuda_note(cuda_state *st, cudaError_t e, const char *what);
+void cuda_note_msg(cuda_state *st, const char *msg);
+/* Checks the last launch error after a kernel launch. */
+#define CUDA_LAUNCHED(st, what) cuda_note((st), cudaGetLastError(), (what))
+
+static inline int ceil_div_i(int a, int b) { return (a + b - 1) / b; }
+static inline size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* ---- weight view ---- */
+/* Matrix `mat` of a weight as the kernels read it. */
+typedef struct wview {
+    const void *data;       /* bf16 or fp8 [rows, cols] of matrix 0 */
+    const float *scale;     /* fp8: [ceil(rows/br), sld] of matrix 0, else NULL */
+    long mat_stride;        /* elements between matrices */
+    long scale_stride;      /* floats between matrices' scale grids */
+    int rows, cols, fp8, br, bc, sld;
+} wview;
+
+static inline int scale_ld(int cols, int bc) { return (ceil_div_i(cols, bc) + 3) & ~3; }
+
+static inline wview wview_of(const di_weight *w) {
+    wview v;
+    v.data = w->data;
+    v.rows = w->rows;
+    v.cols = w->cols;
+    v.mat_stride = (long)w->rows * w->cols;
+    v.fp8 = w->dtype == DI_DTYPE_F8_E4M3;
+    v.scale = (const float *)w->scale;
+    v.br = w->block_rows;
+    v.bc = w->block_cols;
+    v.sld = v.fp8 ? scale_ld(w->cols, w->block_cols) : 0;
+    v.scale_stride = v.fp8 ? (long)ceil_div_i(w->rows, w->block_rows) * v.sld : 0;
+    return v;
+}
+
+/* ---- GEMM (cuda_gemm.cu) ---- */
+/* The rows a GEMM reads and writes. Plain: token j reads x row j, writes y row j.
+ * Grouped (experts): matrix e handles j < offsets[e+1] - offsets[e]; it reads x row
+ * perm[offsets[e] + j] (perm NULL: offsets[e] + j) and writes y row offsets[e] + j. */
+typedef struct gemm_rows {
+    const int32_t *offsets;  /* device [n_mat + 1] or NULL (plain) */
+    const int32_t *perm;     /* device or NULL */
+    const int32_t *tile_off; /* device [n_mat + 1]: prefix of ceil(count/BM) (tiled grouped) */
+    int tile_bm;             /* BM tile_off was computed for */
+    int T;                   /* plain: rows; grouped: total rows (upper bound for grids) */
+    int max_per_mat;         /* grouped: upper bound of rows per matrix (host) */
+    const int32_t *active;   /* grouped, optional: device list of the matrices with rows ... */
+    const int32_t *n_active; /* ... and its length (device); grids then span min(n_mat, T) */
+} gemm_rows;
+
+typedef struct gemm_out {
+    void *y;
+    long ldy;
+    long y_mat_stride;       /* batched (bmm): elements between heads' outputs; else 0 */
+    int f32;                 /* y is f32 (else bf16) */
+    int accumulate;
+    int silu_I;              /* > 0: W is [2I, K] gate|up; y[., i] = silu(gate_i) * up_i, i < I */
+} gemm_out;
+
+/* y = x · W[mat]ᵀ for every matrix of W (n_mat = W->n) with the row mapping `rows`.
+ * x: bf16, row stride ldx, matrix stride x_mat_stride (bmm: head offset). */
+void cuda_gemm(cuda_state *st, const gemm_out *o, const bf16 *x, long ldx, long x_mat_stride,
+               const di_weight *W, const gemm_rows *rows);
+/* Plain single-matrix GEMM helper (matmul op and internal users). */
+void cuda_linear(cuda_state *st, void *y, long ldy, int y_f32, int accumulate, const bf16 *x,
+                 long ldx, const di_weight *W, int T);
+
+/* Kernels behind cuda_gemm (cuda_gemm_small.cu, cuda_gemm_tiled.cu, cuda_blaslt.cu). */
+typedef struct gemm_args {
+    const bf16 *x;
+    long ldx, x_mat_stride;
+    gemm_out o;
+    wview w;
+    gemm_rows r;
+    int n_mat;
+} gemm_args;
+void launch_gemm_small(cuda_state *st, const gemm_args *a, cudaStream_t s);
+/* FMA GEMV for at most `max_rows` (<= 4 typical) rows per matrix: coalesced weight rows */
+void launch_gemv(cuda_state *st, const gemm_args *a, cudaStream_t s);
+void launch_gemm_tiled(cuda_state *st, const gemm_args *a, cudaStream_t s);
+void launch_gemm_generic(cuda_state *st, const gemm_args *a, cudaStream_t s);
+/* cuBLASLt: returns 1 if it ran the GEMM (plain or strided-batched), 0 if it has no plan. */
+int lt_gemm(cuda_state *st, const gemm_args *a);
+/* A cuBLASLt GEMM shape: y[b][T, N] (+)= x[b][T, K] · W[b][N, K]ᵀ for b < batch, element strides
+ * sa / sb / sc between the batch's W / x / y matrices. */
+typedef struct lt_shape {
+    int N, K, T;
+    long ldx, ldy;
+    int f32, fp8, accumulate, batch;
+    long sa, sb, sc;
+} lt_shape;
+int lt_ready(cuda_state *st, const lt_shape *g, const void *x, const void *y); /* plan exists */
+int lt_run(cuda_state *st, const lt_shape *g, const void *W, const void *x, void *y); /* 0: no plan */
+void lt_free_plans(cuda_state *st);
+/* fp8 e4m3 activation quantization, DeepSeek act_quant (1x128 groups, amax clamp 1e-4). */
+void launch_act_quant(const bf16 *x, long ldx, int T, int K, uint8_t *q, float *scale, int scale_ld,
+                      cudaStream_t s);
+
+/* ---- other op files ---- */
+void cuda_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T);
+void cuda_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
+                  float eps, int T, int D);
+void cuda_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w,
+                      float eps, int T, int D);
+void cuda_silu_mul(di_backend *be, void *out, const void *gu, int T, int I);
+void cuda_add(di_backend *be, void *y, const void *x, size_t n);
+void cuda_gather_rows(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D);
+void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions, int T,
+               const di_rope_params *rp);
+void cuda_kv_write(di_backend *be, void *cache, const void *kv, int ldkv, const int32_t *slot_mapping,
+                   int T, int W);
+void cuda_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,
+                         const int32_t *src, const int32_t *dst, int n);
+void cuda_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx, const di_weight *W, int T,
+                 unsigned flags);
+void cuda_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx,
+              const di_weight *W, int T);
+void cuda_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const void *cache,
+                      const di_weight *W_kvb, const di_attn_batch *ab, int seq_begin, int seq_end,
+                      const di_mla_dims *d, void *scratch, size_t scratch_bytes);
+size_t cuda_mla_prefill_scratch_bytes(di_backend *be, const di_mla_dims *d, int max_tokens);
+void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
+                     const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
+                     const di_mla_dims *d);
+size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_tokens);
+void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const void *x,
+                    const di_weight *W_g, const di_weight *bias, const di_route_params *rp, int T,
+                    float *scratch);
+void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx,
+                      const float *topk_w, int k, const di_weight *gate_up, const di_weight *down, int T,
+                      void *scratch, size_t scratch_bytes);
+size_t cuda_moe_scratch_bytes(di_backend *be, int max_tokens, int k, int D, int I, int E);
+void cuda_sample(di_backend *be, int32_t *tokens, int32_t *status, const float *logits, int n, int V,
+                 const di_sample_row *rows);
+#endif

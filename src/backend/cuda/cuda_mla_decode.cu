@@ -1,0 +1,422 @@
+/* cuda_mla_decode.cu - weight-absorbed MLA decode attention over the paged latent cache:
+ *   score_{t,h,s} = σ (q̃[t,h,:] · c_s + q_pe[t,h,:] · k_pe_s),  s <= pos(t)
+ *   out[t,h,:]    = Σ_s softmax_s(score) c_s
+ *
+ * Owner: cuda. Two kernels:
+ *  - fast (r = 512, rope 64, heads a multiple of 16; DeepSeek V2/V3 shapes), FlashMLA-like:
+ *    one block per (token, group of R <= 64 heads, KV split); the block streams 32-key tiles
+ *    of its token's context through shared memory (cp.async, double buffered) once for all R
+ *    heads; S = Q·Kᵀ (576-wide) and O += P·V (V = the first 512 columns of the same tile) on
+ *    tensor cores (mma.sync), online softmax in fp32 with P rounded to bf16. Blocks of the same
+ *    (token, split) but different head groups are adjacent in the grid, so a second head group
+ *    reads the tiles from L2. With several splits, fp32 partials (m, l, O) go to the reserved
+ *    workspace and k_mla_combine merges them.
+ *  - generic: one warp per (token, head), any shape (tiny test models).
+ * Invariants: the split count depends only on the number of tokens (never on context lengths),
+ * so a captured decode step replays correctly for any context; cache rows past a token's
+ * position are never read into the result (masked to -inf and zero-filled). */
+#include <math.h>
+
+#include "backend/cuda/cuda_mma.cuh"
+
+typedef struct dec_args {
+    bf16 *out;
+    const bf16 *qt, *qpe, *cache;
+    long ldqpe, hsqpe;
+    const int32_t *seq_start, *ctx_len, *block_table;
+    int max_blocks, seq_begin, seq_end, n_heads, r, dr;
+    float scale;
+    int nsplit;
+    float *part; /* [n_tokens * H * nsplit][r] */
+    float *ml;   /* [n_tokens * H * nsplit][2] */
+} dec_args;
+
+/* Sequence of token t among [lo, hi), or -1 if t is outside their tokens. */
+static __device__ int seq_of(const int32_t *seq_start, int lo, int hi, int t) {
+    if (t < seq_start[lo] || t >= seq_start[hi]) return -1;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (seq_start[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {
+    int blk = a.block_table[(long)seq * a.max_blocks + p / DI_KV_BLOCK_SIZE];
+    return (long)blk * DI_KV_BLOCK_SIZE + p % DI_KV_BLOCK_SIZE;
+}
+
+/* ---------------------------------------------------------------- generic ---- */
+
+enum { GEN_MAXR = 16, GEN_MAXDR = 4 }; /* per-lane registers: r <= 512, rope <= 128 */
+
+__global__ void k_mla_decode_generic(dec_args a) {
+    int t = blockIdx.x, h = blockIdx.y * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
+    if (seq < 0 || h >= a.n_heads) return;
+    int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
+    int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
+    int r = a.r, dr = a.dr, W = r + dr, H = a.n_heads;
+    float q[GEN_MAXR], qp[GEN_MAXDR], acc[GEN_MAXR];
+#pragma unroll
+    for (int i = 0; i < GEN_MAXR; i++) {
+        int j = lane + 32 * i;
+        q[i] = j < r ? __bfloat162float(a.qt[((long)t * H + h) * r + j]) : 0.f;
+        acc[i] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < GEN_MAXDR; i++) {
+        int j = lane + 32 * i;
+        qp[i] = j < dr ? __bfloat162float(a.qpe[(long)t * a.ldqpe + (long)h * a.hsqpe + j]) : 0.f;
+    }
+    float m = -INFINITY, l = 0.f;
+    for (int s = 0; s <= pos; s++) {
+        const bf16 *c = a.cache + cache_slot(a, seq, s) * W;
+        float d = 0.f;
+#pragma unroll
+        for (int i = 0; i < GEN_MAXR; i++) {
+            int j = lane + 32 * i;
+            if (j < r) d += q[i] * __bfloat162float(c[j]);
+        }
+#pragma unroll
+        for (int i = 0; i < GEN_MAXDR; i++) {
+            int j = lane + 32 * i;
+            if (j < dr) d += qp[i] * __bfloat162float(c[r + j]);
+        }
+        for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        float sc = a.scale * d, mn = fmaxf(m, sc);
+        float corr = expf(m - mn), p = expf(sc - mn);
+        l = l * corr + p;
+#pragma unroll
+        for (int i = 0; i < GEN_MAXR; i++) {
+            int j = lane + 32 * i;
+            acc[i] = acc[i] * corr + (j < r ? p * __bfloat162float(c[j]) : 0.f);
+        }
+        m = mn;
+    }
+    float inv = 1.0f / l;
+#pragma unroll
+    for (int i = 0; i < GEN_MAXR; i++) {
+        int j = lane + 32 * i;
+        if (j < r) a.out[((long)t * H + h) * r + j] = __float2bfloat16_rn(acc[i] * inv);
+    }
+}
+
+/* ---------------------------------------------------------------- fast ---- */
+
+enum { FD = 576, FDV = 512, FKT = 32, FLD = 584 };
+
+template <int R, int NW>
+struct dec_smem {
+    static constexpr int q = R * FLD * 2;
+    static constexpr int k = FKT * FLD * 2;
+    static constexpr int p = R * (FKT + 8) * 2;
+    static constexpr int cw = NW / (R / 16);
+    static constexpr int total = q + 2 * k + p + 2 * cw * R * 4;
+};
+
+template <int R, int NW>
+__global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a) {
+    typedef dec_smem<R, NW> L;
+    constexpr int RW = R / 16, CW = NW / RW, KPW = FKT / CW, NJS = KPW / 8, OCOLS = FDV / CW, NJO = OCOLS / 8;
+    static_assert(KPW % 8 == 0 && NJO % 2 == 0, "tile split");
+    extern __shared__ __align__(16) unsigned char sm[];
+    bf16 *Qs = (bf16 *)sm, *Ks0 = (bf16 *)(sm + L::q), *Ps = (bf16 *)(sm + L::q + 2 * L::k);
+    float *redm = (float *)(sm + L::q + 2 * L::k + L::p), *redl = redm + CW * R;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    /* block = hg + n_hg * (split + nsplit * t): head groups of one (token, split) adjacent */
+    const int H = a.n_heads, n_hg = H / R;
+    const int hg = blockIdx.x % n_hg, split = (blockIdx.x / n_hg) % a.nsplit, t = blockIdx.x / (n_hg * a.nsplit);
+    int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
+    if (seq < 0) return;
+    int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
+    int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
+    int nkeys = pos + 1, ntiles = (nkeys + FKT - 1) / FKT;
+    int tps = (ntiles + a.nsplit - 1) / a.nsplit;
+    int tb = split * tps, te = min(ntiles, tb + tps);
+    const int h0 = hg * R;
+    const int rg = warp % RW, cg = warp / RW;
+
+    if (tb >= te) return; /* split past the context: k_mla_combine skips it */
+
+    /* Q tile: q̃ (512) then q_pe (64) for R heads */
+    for (int c = tid; c < R * 72; c += NW * 32) {
+        int i = c / 72, ch = c % 72, h = h0 + i;
+        const bf16 *src = ch < 64 ? a.qt + ((long)t * H + h) * FDV + ch * 8
+                                  : a.qpe + (long)t * a.ldqpe + (long)h * a.hsqpe + (ch - 64) * 8;
+        cp_async16(Qs + i * FLD + ch * 8, src, 16);
+    }
+    auto load_tile = [&](int ti, int buf) {
+        bf16 *Ks = Ks0 + buf * FKT * FLD;
+        int key0 = ti * FKT;
+        long slot0 = cache_slot(a, seq, key0); /* a 32-key tile lies inside one 64-slot block */
+        for (int c = tid; c < FKT * 72; c += NW * 32) {
+            int rr = c / 72, ch = c % 72;
+            bool ok = key0 + rr < nkeys;
+            const bf16 *src = a.cache + (slot0 + rr) * FD + ch * 8;
+            cp_async16(Ks + rr * FLD + ch * 8, ok ? (const void *)src : (const void *)a.cache, ok ? 16 : 0);
+        }
+    };
+    load_tile(tb, 0);
+    cp_async_commit();
+
+    float o[NJO][4];
+#pragma unroll
+    for (int j = 0; j < NJO; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+    const int row_lo = rg * 16 + g, row_hi = row_lo + 8;
+
+    for (int ti = tb; ti < te; ti++) {
+        int buf = (ti - tb) & 1;
+        cp_async_wait<0>();
+        __syncthreads();
+        if (ti + 1 < te) load_tile(ti + 1, buf ^ 1);
+        cp_async_commit();
+        const bf16 *Ks = Ks0 + buf * FKT * FLD;
+        /* S = Q Kᵀ for rows rg*16.., keys cg*KPW.. */
+        float s[NJS][4];
+#pragma unroll
+        for (int j = 0; j < NJS; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll 4
+        for (int ks = 0; ks < FD / 16; ks++) {
+            uint32_t af[4];
+            ldsm_x4(af, Qs + (rg * 16 + (lane & 15)) * FLD + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int j = 0; j < NJS; j++) {
+                uint32_t bfr[2];
+                ldsm_x2(bfr, Ks + (cg * KPW + j * 8 + (lane & 7)) * FLD + ks * 16 + ((lane >> 3) & 1) * 8);
+                mma16816(s[j], af[0], af[1], af[2], af[3], bfr[0], bfr[1]);
+            }
+        }
+        /* scale, mask, tile row max */
+        float mx_lo = -INFINITY, mx_hi = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < NJS; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int key = ti * FKT + cg * KPW + j * 8 + 2 * t4 + (c & 1);
+                float v = key < nkeys ? s[j][c] * a.scale : -INFINITY;
+                s[j][c] = v;
+                if (c < 2) mx_lo = fmaxf(mx_lo, v);
+                else mx_hi = fmaxf(mx_hi, v);
+            }
+        for (int off = 1; off <= 2; off <<= 1) {
+            mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, off));
+            mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, off));
+        }
+        if (t4 == 0) {
+            redm[cg * R + row_lo] = mx_lo;
+            redm[cg * R + row_hi] = mx_hi;
+        }
+        __syncthreads();
+        float tm_lo = -INFINITY, tm_hi = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < CW; c++) {
+            tm_lo = fmaxf(tm_lo, redm[c * R + row_lo]);
+            tm_hi = fmaxf(tm_hi, redm[c * R + row_hi]);
+        }
+        float mn_lo = fmaxf(m_lo, tm_lo), mn_hi = fmaxf(m_hi, tm_hi); /* finite: key0 of the tile is valid */
+        float corr_lo = expf(m_lo - mn_lo), corr_hi = expf(m_hi - mn_hi);
+        m_lo = mn_lo;
+        m_hi = mn_hi;
+        l_lo *= corr_lo;
+        l_hi *= corr_hi;
+#pragma unroll
+        for (int j = 0; j < NJS; j++) {
+            float p0 = expf(s[j][0] - mn_lo), p1 = expf(s[j][1] - mn_lo);
+            float p2 = expf(s[j][2] - mn_hi), p3 = expf(s[j][3] - mn_hi);
+            l_lo += p0 + p1;
+            l_hi += p2 + p3;
+            int col = cg * KPW + j * 8 + 2 * t4;
+            *(uint32_t *)(Ps + row_lo * (FKT + 8) + col) = pack_bf16(p0, p1);
+            *(uint32_t *)(Ps + row_hi * (FKT + 8) + col) = pack_bf16(p2, p3);
+        }
+#pragma unroll
+        for (int j = 0; j < NJO; j++) {
+            o[j][0] *= corr_lo;
+            o[j][1] *= corr_lo;
+            o[j][2] *= corr_hi;
+            o[j][3] *= corr_hi;
+        }
+        __syncthreads();
+        /* O += P V for rows rg*16.., output columns cg*OCOLS.. */
+#pragma unroll
+        for (int ks = 0; ks < FKT / 16; ks++) {
+            uint32_t af[4];
+            ldsm_x4(af, Ps + (rg * 16 + (lane & 15)) * (FKT + 8) + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int j2 = 0; j2 < NJO / 2; j2++) {
+                int m8 = lane >> 3;
+                uint32_t bfr[4];
+                ldsm_x4_t(bfr, Ks + (ks * 16 + (m8 & 1) * 8 + (lane & 7)) * FLD + cg * OCOLS + j2 * 16 + (m8 >> 1) * 8);
+                mma16816(o[2 * j2], af[0], af[1], af[2], af[3], bfr[0], bfr[1]);
+                mma16816(o[2 * j2 + 1], af[0], af[1], af[2], af[3], bfr[2], bfr[3]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    /* row sums: quad, then across the column-group warps */
+    for (int off = 1; off <= 2; off <<= 1) {
+        l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+        l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+    }
+    __syncthreads();
+    if (t4 == 0) {
+        redl[cg * R + row_lo] = l_lo;
+        redl[cg * R + row_hi] = l_hi;
+    }
+    __syncthreads();
+    float L_lo = 0.f, L_hi = 0.f;
+#pragma unroll
+    for (int c = 0; c < CW; c++) {
+        L_lo += redl[c * R + row_lo];
+        L_hi += redl[c * R + row_hi];
+    }
+    const int hl = h0 + row_lo, hh = h0 + row_hi;
+    if (a.nsplit == 1) {
+        float il = 1.0f / L_lo, ih = 1.0f / L_hi;
+#pragma unroll
+        for (int j = 0; j < NJO; j++) {
+            int col = cg * OCOLS + j * 8 + 2 * t4;
+            *(uint32_t *)(a.out + ((long)t * H + hl) * FDV + col) = pack_bf16(o[j][0] * il, o[j][1] * il);
+            *(uint32_t *)(a.out + ((long)t * H + hh) * FDV + col) = pack_bf16(o[j][2] * ih, o[j][3] * ih);
+        }
+        return;
+    }
+    long pl = ((long)t * H + hl) * a.nsplit + split, ph = ((long)t * H + hh) * a.nsplit + split;
+#pragma unroll
+    for (int j = 0; j < NJO; j++) {
+        int col = cg * OCOLS + j * 8 + 2 * t4;
+        *(float2 *)(a.part + pl * FDV + col) = make_float2(o[j][0], o[j][1]);
+        *(float2 *)(a.part + ph * FDV + col) = make_float2(o[j][2], o[j][3]);
+    }
+    if (cg == 0 && t4 == 0) {
+        a.ml[pl * 2] = m_lo;
+        a.ml[pl * 2 + 1] = L_lo;
+        a.ml[ph * 2] = m_hi;
+        a.ml[ph * 2 + 1] = L_hi;
+    }
+}
+
+/* Merges the splits of one (token, head): out = Σ_s e^{m_s - M} O_s / Σ_s e^{m_s - M} l_s. */
+__global__ void k_mla_combine(dec_args a) {
+    int t = blockIdx.x, h = blockIdx.y, H = a.n_heads, S = a.nsplit;
+    int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
+    if (seq < 0) return;
+    /* only the splits that had tiles wrote partials (same arithmetic as the kernel) */
+    int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
+    int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
+    int ntiles = (pos + 1 + FKT - 1) / FKT, tps = (ntiles + S - 1) / S;
+    S = (ntiles + tps - 1) / tps;
+    long p0 = ((long)t * H + h) * a.nsplit;
+    float M = -INFINITY;
+    for (int s = 0; s < S; s++) M = fmaxf(M, a.ml[(p0 + s) * 2]);
+    float L = 0.f;
+    for (int s = 0; s < S; s++) L += a.ml[(p0 + s) * 2 + 1] * expf(a.ml[(p0 + s) * 2] - M);
+    float inv = 1.0f / L;
+    for (int c = threadIdx.x; c < FDV; c += blockDim.x) {
+        float acc = 0.f;
+        for (int s = 0; s < S; s++) {
+            float w = expf(a.ml[(p0 + s) * 2] - M);
+            acc += w * a.part[(p0 + s) * FDV + c];
+        }
+        a.out[((long)t * H + h) * FDV + c] = __float2bfloat16_rn(acc * inv);
+    }
+}
+
+/* ---------------------------------------------------------------- host ---- */
+
+static int heads_per_block(int H) {
+    if (H % 64 == 0) return 64;
+    if (H % 32 == 0) return 32;
+    return 16;
+}
+
+static int n_splits(const cuda_state *st, int n_tokens, int n_hg) {
+    int target = 2 * st->n_sm, work = n_tokens * n_hg;
+    if (work >= target) return 1;
+    int s = (target + work - 1) / work;
+    return s > 64 ? 64 : s; /* 256 measured slower at one token: k_mla_combine is serial per head */
+}
+
+size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_tokens) {
+    if (d->kv_rank != FDV || d->rope_dim != FD - FDV || d->n_heads % 16 != 0 || d->n_heads <= 0) return 0;
+    int n_hg = d->n_heads / heads_per_block(d->n_heads);
+    size_t best = 0;
+    for (int T = 1; T <= max_tokens; T++) {
+        int s = n_splits(st, T, n_hg);
+        if (s == 1) break;
+        size_t rows = (size_t)T * d->n_heads * s;
+        size_t b = align256(rows * FDV * sizeof(float)) + rows * 2 * sizeof(float);
+        if (b > best) best = b;
+    }
+    return best;
+}
+
+template <int R, int NW>
+static void launch_fast(cuda_state *st, const dec_args &a, int n_tokens) {
+    typedef dec_smem<R, NW> L;
+    static bool attr = false;
+    if (!attr) {
+        if (cuda_note(st, cudaFuncSetAttribute(k_mla_decode_fast<R, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               L::total),
+                      "mla_decode smem attribute"))
+            return;
+        attr = true;
+    }
+    unsigned blocks = (unsigned)(a.n_heads / R) * (unsigned)a.nsplit * (unsigned)n_tokens;
+    k_mla_decode_fast<R, NW><<<blocks, NW * 32, L::total, st->stream>>>(a);
+    CUDA_LAUNCHED(st, "mla_decode");
+}
+
+void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
+                     const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end, const di_mla_dims *d) {
+    cuda_state *st = cst(be);
+    if (seq_end <= seq_begin || ab->n_tokens <= 0) return;
+    dec_args a;
+    a.out = (bf16 *)out;
+    a.qt = (const bf16 *)qt;
+    a.qpe = (const bf16 *)qpe;
+    a.cache = (const bf16 *)cache;
+    a.ldqpe = ldqpe;
+    a.hsqpe = hsqpe;
+    a.seq_start = ab->seq_start;
+    a.ctx_len = ab->seq_ctx_len;
+    a.block_table = ab->block_table;
+    a.max_blocks = ab->max_blocks;
+    a.seq_begin = seq_begin;
+    a.seq_end = seq_end;
+    a.n_heads = d->n_heads;
+    a.r = d->kv_rank;
+    a.dr = d->rope_dim;
+    a.scale = d->softmax_scale;
+    a.nsplit = 1;
+    a.part = NULL;
+    a.ml = NULL;
+    int fast = d->kv_rank == FDV && d->rope_dim == FD - FDV && d->n_heads % 16 == 0 && ldqpe % 8 == 0 &&
+               hsqpe % 8 == 0 && ((uintptr_t)qpe & 15) == 0 && ((uintptr_t)qt & 15) == 0;
+    if (!fast) {
+        DI_ASSERT(d->kv_rank <= 32 * GEN_MAXR && d->rope_dim <= 32 * GEN_MAXDR);
+        dim3 grid(ab->n_tokens, ceil_div_i(d->n_heads, 4));
+        k_mla_decode_generic<<<grid, 128, 0, st->stream>>>(a);
+        CUDA_LAUNCHED(st, "mla_decode_generic");
+        return;
+    }
+    int R = heads_per_block(d->n_heads), n_hg = d->n_heads / R;
+    int S = n_splits(st, ab->n_tokens, n_hg);
+    size_t rows = (size_t)ab->n_tokens * d->n_heads * S;
+    if (S > 1 && st->dec_part && align256(rows * FDV * sizeof(float)) + rows * 2 * sizeof(float) <= st->dec_part_bytes) {
+        a.nsplit = S;
+        a.part = st->dec_part;
+        a.ml = (float *)((char *)st->dec_part + align256(rows * FDV * sizeof(float)));
+    }
+    if (R == 64) launch_fast<64, 8>(st, a, ab->n_tokens);
+    else if (R == 32) launch_fast<32, 8>(st, a, ab->n_tokens);
+    else launch_fast<16, 4>(st, a, ab->n_tokens);
+    if (a.nsplit > 1) {
+        k_mla_combine<<<dim3(ab->n_tokens, d->n_heads), 128, 0, st->stream>>>(a);
+        CUDA_LAUNCHED(st, "mla_combine");
+    }
+}

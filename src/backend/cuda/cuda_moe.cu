@@ -1,0 +1,331 @@
+/* cuda_moe.cu - mixture-of-experts on the GPU: the router (fp32 logits GEMM, then one warp per
+ * token for sigmoid/softmax, correction bias, group-limited top-k), and all routed experts of
+ * a layer without host synchronisation: a one-block kernel counts tokens per expert and
+ * builds the permutation, offsets, active-expert list and GEMM tile table on the device; two
+ * grouped GEMMs (gate+up with SiLU-mul fused into the epilogue, then down) run over every expert
+ * in one launch each; a combine kernel sums each token's experts in its top-k order with the
+ * routing weights. Steps of 16..128 tokens with bf16 experts instead pad every expert to T rows
+ * (a token picks an expert at most once, so none overflows) and run the two GEMMs as cuBLASLt
+ * strided-batched calls over all experts (gather, GEMM, SiLU-mul, GEMM, combine).
+ *
+ * Owner: cuda. Semantics follow backend.h / cpu_moe.c (HF transformers 5.17): ties pick the
+ * lower expert index; outputs sorted by expert index; weights renormalised with a double sum
+ * plus 1e-20 when norm_topk_prob. The permutation order inside an expert comes from shared
+ * atomics (not deterministic), but every output row depends only on its own input row, so
+ * results are. Scratch layout (256-byte aligned): offsets [E+1] i32, tile_off [E+1] i32,
+ * active [E+1] i32 (count last), perm [T*k] i32 (position -> token), slot_of [T*k] i32 (pair ->
+ * position), A [T*k, I] bf16, Y [T*k, D] bf16, then the padded path's pperm [E*cap] i32 and
+ * Xp / Hp / Ap / Yp [E*cap] x D / 2I / I / D bf16 (cap = min(max_tokens, 128)). */
+#include <float.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+/* ---------------------------------------------------------------- router ---- */
+
+struct arg_best {
+    float v;
+    int e; /* -1: none */
+};
+
+static __device__ __forceinline__ arg_best better(arg_best a, arg_best b) {
+    if (a.e < 0) return b;
+    if (b.e < 0) return a;
+    if (b.v > a.v) return b;
+    if (a.v > b.v) return a;
+    return b.e < a.e ? b : a;
+}
+
+/* Warp-wide argmax over v[0..n) skipping taken[i]; lowest index on ties. */
+static __device__ int warp_argmax(const float *v, const unsigned char *taken, int n) {
+    int lane = threadIdx.x & 31;
+    arg_best b = {0.f, -1};
+    for (int i = lane; i < n; i += 32)
+        if (!taken[i] && (b.e < 0 || v[i] > b.v)) b = arg_best{v[i], i};
+    for (int o = 16; o > 0; o >>= 1) {
+        arg_best x;
+        x.v = __shfl_xor_sync(0xffffffffu, b.v, o);
+        x.e = __shfl_xor_sync(0xffffffffu, b.e, o);
+        b = better(b, x);
+    }
+    return b.e;
+}
+
+__global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
+                        float *w_out) {
+    extern __shared__ unsigned char smem[];
+    const int E = rp.n_experts, k = rp.top_k, G = rp.n_group > 0 ? rp.n_group : 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    size_t per_warp = ((size_t)E * 8 + (size_t)G * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
+    unsigned char *base = smem + per_warp * warp;
+    float *s = (float *)base, *sel = s + E, *gscore = sel + E;
+    unsigned char *taken = (unsigned char *)(gscore + G), *gtaken = taken + E;
+    int t = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (t >= T) return;
+    const float *lg = logits + (long)t * E;
+    const bool noaux = rp.method == DI_ROUTE_NOAUX_TC;
+    if (noaux) {
+        for (int e = lane; e < E; e += 32) {
+            s[e] = 1.0f / (1.0f + expf(-lg[e]));
+            sel[e] = s[e] + (bias ? bias[e] : 0.0f);
+        }
+    } else {
+        float mx = -FLT_MAX;
+        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        double sum = 0.0;
+        for (int e = lane; e < E; e += 32) sum += (s[e] = expf(lg[e] - mx));
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        for (int e = lane; e < E; e += 32) sel[e] = s[e] = (float)((double)s[e] / sum);
+    }
+    for (int e = lane; e < E; e += 32) taken[e] = 0;
+    __syncwarp();
+    int gs = E / G;
+    if (G > 1 && rp.method != DI_ROUTE_GREEDY && rp.topk_group < G) {
+        for (int gi = lane; gi < G; gi += 32) {
+            const float *v = sel + (long)gi * gs;
+            if (noaux) { /* sum of the two largest */
+                float a = -INFINITY, b = -INFINITY;
+                for (int i = 0; i < gs; i++) {
+                    if (v[i] > a) {
+                        b = a;
+                        a = v[i];
+                    } else if (v[i] > b) {
+                        b = v[i];
+                    }
+                }
+                gscore[gi] = gs >= 2 ? a + b : a;
+            } else { /* max */
+                float a = v[0];
+                for (int i = 1; i < gs; i++) a = v[i] > a ? v[i] : a;
+                gscore[gi] = a;
+            }
+            gtaken[gi] = 0;
+        }
+        __syncwarp();
+        for (int n = 0; n < rp.topk_group; n++) {
+            int best = warp_argmax(gscore, gtaken, G);
+            if (lane == 0 && best >= 0) gtaken[best] = 1;
+            __syncwarp();
+        }
+        float fill = noaux ? -INFINITY : 0.0f;
+        for (int e = lane; e < E; e += 32)
+            if (!gtaken[e / gs]) sel[e] = fill;
+        __syncwarp();
+    }
+    for (int n = 0; n < k; n++) {
+        int best = warp_argmax(sel, taken, E);
+        if (lane == 0 && best >= 0) taken[best] = 1;
+        __syncwarp();
+    }
+    /* emit in ascending expert order */
+    int32_t *io = idx_out + (long)t * k;
+    float *wo = w_out + (long)t * k;
+    int n = 0;
+    for (int b0 = 0; b0 < E && n < k; b0 += 32) {
+        int e = b0 + lane;
+        bool f = e < E && taken[e];
+        unsigned m = __ballot_sync(0xffffffffu, f);
+        if (f) {
+            int r = n + __popc(m & ((1u << lane) - 1u));
+            if (r < k) {
+                io[r] = e;
+                wo[r] = noaux ? s[e] : sel[e];
+            }
+        }
+        n += __popc(m);
+    }
+    __syncwarp();
+    if (lane == 0) {
+        double sum = 0.0;
+        for (int i = 0; i < k; i++) sum += wo[i];
+        float denom = (float)sum + 1e-20f;
+        for (int i = 0; i < k; i++) {
+            float w = wo[i];
+            if (rp.norm_topk_prob) w /= denom;
+            wo[i] = w * rp.routed_scaling_factor;
+        }
+    }
+}
+
+void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const void *x, const di_weight *W_g,
+                    const di_weight *bias, const di_route_params *rp, int T, float *scratch) {
+    cuda_state *st = cst(be);
+    int E = rp->n_experts, k = rp->top_k, G = rp->n_group > 0 ? rp->n_group : 1;
+    DI_ASSERT(W_g->rows == E && E <= DI_MAX_EXPERTS && k >= 1 && k <= E && E % G == 0);
+    DI_ASSERT(!bias || (bias->cols == E && bias->dtype == DI_DTYPE_F32));
+    if (T <= 0) return;
+    cuda_linear(st, scratch, E, 1, 0, (const bf16 *)x, W_g->cols, W_g, T);
+    int warps = E > 512 ? 2 : 4;
+    size_t per_warp = ((size_t)E * 8 + (size_t)G * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
+    k_route<<<ceil_div_i(T, warps), warps * 32, per_warp * warps, st->stream>>>(
+        scratch, bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w);
+    CUDA_LAUNCHED(st, "moe_route");
+}
+
+/* ---------------------------------------------------------------- experts ---- */
+
+typedef struct moe_scratch {
+    int32_t *offsets, *tile_off, *active, *perm, *slot_of;
+    bf16 *A, *Y;
+    /* batched path: every expert owns `cap` padded rows (cap <= MOE_LT_MAX_CAP) */
+    int32_t *pperm;       /* [E * cap] padded row -> token */
+    bf16 *Xp, *Hp, *Ap, *Yp; /* [E * cap] x [D], [2I], [I], [D] */
+} moe_scratch;
+
+enum { MOE_LT_MIN_T = 16, MOE_LT_MAX_CAP = 128 };
+
+static size_t carve(moe_scratch *ms, void *base, int Tk, int D, int I, int E, int cap) {
+    char *p = (char *)base;
+    size_t off = 0;
+#define TAKE(field, type, count)                                                                                       \
+    do {                                                                                                               \
+        if (ms) ms->field = (type *)(p + off);                                                                         \
+        off += align256((size_t)(count) * sizeof(type));                                                               \
+    } while (0)
+    TAKE(offsets, int32_t, E + 1);
+    TAKE(tile_off, int32_t, E + 1);
+    TAKE(active, int32_t, E + 1);
+    TAKE(perm, int32_t, Tk);
+    TAKE(slot_of, int32_t, Tk);
+    TAKE(A, bf16, (size_t)Tk * I);
+    TAKE(Y, bf16, (size_t)Tk * D);
+    size_t ec = (size_t)E * cap;
+    TAKE(pperm, int32_t, ec);
+    TAKE(Xp, bf16, ec * D);
+    TAKE(Hp, bf16, ec * 2 * I);
+    TAKE(Ap, bf16, ec * I);
+    TAKE(Yp, bf16, ec * D);
+#undef TAKE
+    return off;
+}
+
+static int lt_cap(int max_tokens) { return max_tokens < MOE_LT_MAX_CAP ? max_tokens : MOE_LT_MAX_CAP; }
+
+size_t cuda_moe_scratch_bytes(di_backend *be, int max_tokens, int k, int D, int I, int E) {
+    (void)be;
+    return carve(NULL, NULL, max_tokens * k, D, I, E, lt_cap(max_tokens));
+}
+
+/* One block: counts per expert, offsets, tile table (tiles of bm rows), the list of experts
+ * with tokens (active[0..n), n in active[E]), permutation. */
+__global__ void __launch_bounds__(1024) k_moe_permute(const int32_t *idx, int Tk, int k, int E, int bm,
+                                                      int32_t *offsets, int32_t *tile_off, int32_t *active,
+                                                      int32_t *perm, int32_t *slot_of, int cap) {
+    __shared__ int cnt[DI_MAX_EXPERTS], cur[DI_MAX_EXPERTS];
+    int tid = threadIdx.x;
+    for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int i = tid; i < Tk; i += blockDim.x) {
+        int e = idx[i];
+        if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (tid < 32) { /* warp 0: exclusive scans of counts and tile counts, active list */
+        int run = 0, trun = 0, arun = 0;
+        for (int b = 0; b < E; b += 32) {
+            int e = b + tid;
+            int c = e < E ? cnt[e] : 0, tc = (c + bm - 1) / bm;
+            unsigned has = __ballot_sync(0xffffffffu, c > 0);
+            if (c > 0) active[arun + __popc(has & ((1u << tid) - 1u))] = e;
+            arun += __popc(has);
+            int inc = c, tinc = tc;
+            for (int o = 1; o < 32; o <<= 1) {
+                int u = __shfl_up_sync(0xffffffffu, inc, o), tu = __shfl_up_sync(0xffffffffu, tinc, o);
+                if (tid >= o) {
+                    inc += u;
+                    tinc += tu;
+                }
+            }
+            if (e < E) {
+                offsets[e] = run + inc - c;
+                cur[e] = run + inc - c;
+                tile_off[e] = trun + tinc - tc;
+            }
+            run += __shfl_sync(0xffffffffu, inc, 31);
+            trun += __shfl_sync(0xffffffffu, tinc, 31);
+        }
+        if (tid == 0) {
+            offsets[E] = run;
+            tile_off[E] = trun;
+            active[E] = arun;
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < Tk; i += blockDim.x) {
+        int e = idx[i];
+        if (e < 0 || e >= E) continue;
+        int pos = atomicAdd(&cur[e], 1);
+        if (cap > 0) pos = e * cap + (pos - offsets[e]); /* padded: expert e owns rows e*cap.. */
+        perm[pos] = i / k;
+        slot_of[i] = pos;
+    }
+}
+
+/* Xp[r] = x[pperm[r]] for the padded rows that hold a token (others are never read back). */
+__global__ void k_moe_gather(bf16 *Xp, const bf16 *x, const int32_t *pperm, const int32_t *offsets, int cap, int D) {
+    int r = blockIdx.x, e = r / cap, j = r % cap;
+    if (j >= offsets[e + 1] - offsets[e]) return;
+    const uint4 *s = (const uint4 *)(x + (long)pperm[r] * D);
+    uint4 *d = (uint4 *)(Xp + (long)r * D);
+    for (int i = threadIdx.x; i < D / 8; i += blockDim.x) d[i] = s[i];
+}
+
+/* out[t, :] = sum_j w[t, j] * Y[slot_of[t*k + j], :] in j order (fp32). */
+__global__ void k_moe_combine(bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k, int D) {
+    int t = blockIdx.x;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float acc = 0.f;
+        for (int j = 0; j < k; j++) {
+            long row = slot_of[(long)t * k + j];
+            acc += w[(long)t * k + j] * __bfloat162float(Y[row * D + d]);
+        }
+        out[(long)t * D + d] = __float2bfloat16_rn(acc);
+    }
+}
+
+void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
+                      const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes) {
+    cuda_state *st = cst(be);
+    int E = gate_up->n, D = gate_up->cols, I = down->cols;
+    DI_ASSERT(gate_up->rows == 2 * I && down->n == E && down->rows == D && E <= DI_MAX_EXPERTS);
+    DI_ASSERT(scratch_bytes >= cuda_moe_scratch_bytes(be, T, k, D, I, E));
+    if (T <= 0) return;
+    int Tk = T * k;
+    moe_scratch ms;
+    /* the caller sized the scratch for some max_tokens >= T: the padded area holds lt_cap(T)
+     * rows per expert at least */
+    carve(&ms, scratch, Tk, D, I, E, lt_cap(T));
+    int avg = ceil_div_i(Tk, E);
+    int bm = avg >= 96 ? 128 : 64;
+    /* decode-sized batches: cuBLASLt strided-batched GEMMs over all experts with cap = T padded
+     * rows each (a token picks an expert at most once, so no expert overflows) */
+    int cap = T;
+    lt_shape g1 = {2 * I, D, cap, D, 2 * I, 0, 0, 0, E, (long)2 * I * D, (long)cap * D, (long)cap * 2 * I};
+    lt_shape g2 = {D, I, cap, I, D, 0, 0, 0, E, (long)D * I, (long)cap * I, (long)cap * D};
+    if (st->moe_lt && T >= MOE_LT_MIN_T && T <= MOE_LT_MAX_CAP && gate_up->dtype == DI_DTYPE_BF16 &&
+        down->dtype == DI_DTYPE_BF16 && D % 8 == 0 && I % 8 == 0 && lt_ready(st, &g1, ms.Xp, ms.Hp) &&
+        lt_ready(st, &g2, ms.Ap, ms.Yp)) {
+        k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active,
+                                                  ms.pperm, ms.slot_of, cap);
+        CUDA_LAUNCHED(st, "moe_permute");
+        k_moe_gather<<<E * cap, 128, 0, st->stream>>>(ms.Xp, (const bf16 *)x, ms.pperm, ms.offsets, cap, D);
+        CUDA_LAUNCHED(st, "moe_gather");
+        lt_run(st, &g1, gate_up->data, ms.Xp, ms.Hp);
+        cuda_silu_mul(be, ms.Ap, ms.Hp, E * cap, I);
+        lt_run(st, &g2, down->data, ms.Ap, ms.Yp);
+        k_moe_combine<<<T, 256, 0, st->stream>>>((bf16 *)out, ms.Yp, ms.slot_of, topk_w, k, D);
+        CUDA_LAUNCHED(st, "moe_combine");
+        return;
+    }
+    k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active, ms.perm,
+                                              ms.slot_of, 0);
+    CUDA_LAUNCHED(st, "moe_permute");
+    gemm_rows r1 = {ms.offsets, ms.perm, ms.tile_off, bm, Tk, T, ms.active, ms.active + E};
+    gemm_out o1 = {ms.A, I, 0, 0, 0, I};
+    cuda_gemm(st, &o1, (const bf16 *)x, D, 0, gate_up, &r1);
+    gemm_rows r2 = {ms.offsets, NULL, ms.tile_off, bm, Tk, T, ms.active, ms.active + E};
+    gemm_out o2 = {ms.Y, D, 0, 0, 0, 0};
+    cuda_gemm(st, &o2, ms.A, I, 0, down, &r2);
+    k_moe_combine<<<T, 256, 0, st->stream>>>((bf16 *)out, ms.Y, ms.slot_of, topk_w, k, D);
+    CUDA_LAUNCHED(st, "moe_combine");
+}

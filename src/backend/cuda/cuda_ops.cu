@@ -1,0 +1,212 @@
+/* cuda_ops.cu - the CUDA backend's row-wise ops: embedding, RMSNorm (plain and fused with the
+ * residual add), SiLU-mul, add, row gather, RoPE, and the paged latent-cache write / block copy.
+ *
+ * Owner: cuda. All memory-bound; one block (or warp) per row, 16-byte accesses when the row
+ * layout allows, fp32 arithmetic, bf16 storage. Semantics match the CPU backend (cpu_ops.c):
+ * RMSNorm statistics in fp32 over the bf16 inputs, y = w * (x * inv) rounded once to bf16;
+ * add_rmsnorm rounds h + delta to bf16 first and normalises the rounded row (the residual
+ * stream is bf16); RoPE angles are fp32 pos * inv_freq with cos/sin evaluated in double. */
+#include "backend/cuda/cuda_internal.h"
+
+static __device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result. */
+static __device__ float block_sum(float v, float *red) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    float s = 0.f;
+    for (int i = 0; i < nw; i++) s += red[i];
+    return s;
+}
+
+/* ---------------------------------------------------------------- embed / gather ---- */
+
+__global__ void k_copy_rows(bf16 *out, const bf16 *src, const int32_t *rows, int D, long ld_src) {
+    int t = blockIdx.x;
+    const bf16 *s = src + (long)rows[t] * ld_src;
+    bf16 *o = out + (long)t * D;
+    if ((D & 7) == 0 && (ld_src & 7) == 0) {
+        const uint4 *s4 = (const uint4 *)s;
+        uint4 *o4 = (uint4 *)o;
+        for (int i = threadIdx.x; i < D / 8; i += blockDim.x) o4[i] = s4[i];
+    } else {
+        for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = s[i];
+    }
+}
+
+void cuda_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T) {
+    cuda_state *st = cst(be);
+    DI_ASSERT(table->dtype == DI_DTYPE_BF16 && table->n == 1);
+    if (T <= 0) return;
+    k_copy_rows<<<T, 128, 0, st->stream>>>((bf16 *)out, (const bf16 *)table->data, ids, table->cols, table->cols);
+    CUDA_LAUNCHED(st, "embed");
+}
+
+void cuda_gather_rows(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D) {
+    cuda_state *st = cst(be);
+    if (n <= 0) return;
+    k_copy_rows<<<n, 128, 0, st->stream>>>((bf16 *)out, (const bf16 *)x, rows, D, D);
+    CUDA_LAUNCHED(st, "gather_rows");
+}
+
+/* ---------------------------------------------------------------- rmsnorm ---- */
+
+/* One block per row. delta != NULL: h = bf16(h + delta) first (written back), then the norm. */
+__global__ void k_rmsnorm(bf16 *out, long ldo, bf16 *h, long ldh, const bf16 *delta, const float *w, float eps,
+                          int D) {
+    __shared__ float red[32];
+    extern __shared__ float row[];  /* [D] fp32 copy of the (updated) row */
+    int t = blockIdx.x;
+    bf16 *hr = h + (long)t * ldh;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float v = __bfloat162float(hr[i]);
+        if (delta) {
+            bf16 r = __float2bfloat16_rn(v + __bfloat162float(delta[(long)t * D + i]));
+            hr[i] = r;
+            v = __bfloat162float(r);
+        }
+        row[i] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss, red);
+    float inv = (float)(1.0 / sqrt((double)ss / D + (double)eps));
+    bf16 *o = out + (long)t * ldo;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = __float2bfloat16_rn(w[i] * (row[i] * inv));
+}
+
+static int norm_threads(int D) {
+    int t = 128;
+    while (t < 1024 && t * 8 < D) t *= 2;
+    return t;
+}
+
+void cuda_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w, float eps, int T,
+                  int D) {
+    cuda_state *st = cst(be);
+    DI_ASSERT(w->dtype == DI_DTYPE_F32 && w->cols == D);
+    if (T <= 0) return;
+    /* in place is fine: each thread reads its elements into `row` before any write */
+    k_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
+        (bf16 *)out, ldo, (bf16 *)x, ldx, NULL, (const float *)w->data, eps, D);
+    CUDA_LAUNCHED(st, "rmsnorm");
+}
+
+void cuda_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w, float eps, int T,
+                      int D) {
+    cuda_state *st = cst(be);
+    DI_ASSERT(w->dtype == DI_DTYPE_F32 && w->cols == D && out != h);
+    if (T <= 0) return;
+    k_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
+        (bf16 *)out, D, (bf16 *)h, D, (const bf16 *)delta, (const float *)w->data, eps, D);
+    CUDA_LAUNCHED(st, "add_rmsnorm");
+}
+
+/* ---------------------------------------------------------------- silu_mul / add ---- */
+
+__global__ void k_silu_mul(bf16 *out, const bf16 *gu, int T, int I) {
+    long n = (long)T * I;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        long t = i / I, c = i % I;
+        float g = __bfloat162float(gu[t * 2 * I + c]), u = __bfloat162float(gu[t * 2 * I + I + c]);
+        out[i] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+    }
+}
+
+static int grid_for(long n, int threads) {
+    long b = (n + threads - 1) / threads;
+    return (int)(b < 4096 ? (b > 0 ? b : 1) : 4096);
+}
+
+void cuda_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
+    cuda_state *st = cst(be);
+    if (T <= 0 || I <= 0) return;
+    k_silu_mul<<<grid_for((long)T * I, 256), 256, 0, st->stream>>>((bf16 *)out, (const bf16 *)gu, T, I);
+    CUDA_LAUNCHED(st, "silu_mul");
+}
+
+__global__ void k_add(bf16 *y, const bf16 *x, long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(__bfloat162float(y[i]) + __bfloat162float(x[i]));
+}
+
+void cuda_add(di_backend *be, void *y, const void *x, size_t n) {
+    cuda_state *st = cst(be);
+    if (!n) return;
+    k_add<<<grid_for((long)n, 256), 256, 0, st->stream>>>((bf16 *)y, (const bf16 *)x, (long)n);
+    CUDA_LAUNCHED(st, "add");
+}
+
+/* ---------------------------------------------------------------- rope ---- */
+
+/* One block per token; threads over (head, pair). */
+__global__ void k_rope(bf16 *x, long ldx, int n_heads, int hs, const int32_t *positions, int dim, int interleave,
+                       float mscale, const float *inv_freq) {
+    extern __shared__ float cs[]; /* [half] cos, then [half] sin */
+    int t = blockIdx.x, half = dim / 2;
+    float pos = (float)positions[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float phi = __fmul_rn(pos, inv_freq[i]);
+        cs[i] = (float)cos((double)phi) * mscale;
+        cs[half + i] = (float)sin((double)phi) * mscale;
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < n_heads * half; j += blockDim.x) {
+        int h = j / half, i = j % half;
+        bf16 *v = x + (long)t * ldx + (long)h * hs;
+        int a = interleave ? 2 * i : i, b = interleave ? 2 * i + 1 : i + half;
+        float xa = __bfloat162float(v[a]), xb = __bfloat162float(v[b]);
+        float c = cs[i], s = cs[half + i];
+        v[a] = __float2bfloat16_rn(xa * c - xb * s);
+        v[b] = __float2bfloat16_rn(xb * c + xa * s);
+    }
+}
+
+void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions, int T,
+               const di_rope_params *rp) {
+    cuda_state *st = cst(be);
+    DI_ASSERT(rp->dim % 2 == 0);
+    if (T <= 0) return;
+    k_rope<<<T, 128, (size_t)rp->dim * sizeof(float), st->stream>>>((bf16 *)x, ldx, n_heads, hs, positions, rp->dim,
+                                                                   rp->interleave, rp->mscale, rp->inv_freq);
+    CUDA_LAUNCHED(st, "rope");
+}
+
+/* ---------------------------------------------------------------- KV cache ---- */
+
+__global__ void k_kv_write(bf16 *cache, const bf16 *kv, long ldkv, const int32_t *slots, int W) {
+    int t = blockIdx.x;
+    int slot = slots[t];
+    if (slot < 0) return;
+    bf16 *d = cache + (long)slot * W;
+    const bf16 *s = kv + (long)t * ldkv;
+    for (int i = threadIdx.x; i < W; i += blockDim.x) d[i] = s[i];
+}
+
+void cuda_kv_write(di_backend *be, void *cache, const void *kv, int ldkv, const int32_t *slot_mapping, int T,
+                   int W) {
+    cuda_state *st = cst(be);
+    if (T <= 0) return;
+    k_kv_write<<<T, 128, 0, st->stream>>>((bf16 *)cache, (const bf16 *)kv, ldkv, slot_mapping, W);
+    CUDA_LAUNCHED(st, "kv_write");
+}
+
+void cuda_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W, const int32_t *src,
+                         const int32_t *dst, int n) {
+    cuda_state *st = cst(be);
+    size_t block = (size_t)DI_KV_BLOCK_SIZE * W * sizeof(bf16);
+    for (int l = 0; l < n_layers; l++) {
+        char *base = (char *)cache + (size_t)l * layer_stride * sizeof(bf16);
+        for (int i = 0; i < n; i++)
+            if (src[i] != dst[i])
+                cuda_note(st, cudaMemcpyAsync(base + (size_t)dst[i] * block, base + (size_t)src[i] * block, block,
+                                              cudaMemcpyDeviceToDevice, st->stream),
+                          "kv_copy_blocks");
+    }
+}

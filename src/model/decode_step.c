@@ -1,0 +1,267 @@
+/* decode_step.c - the sampling step of the model (di_model_forward_sample): logits sampled on
+ * the device when the backend can (only tokens cross to the host), on the host otherwise; and
+ * CUDA-graph replay of pure decode steps, one graph per batch-size bucket.
+ *
+ * Owner: cuda (model extension). A decode step of n sequences with one token each is padded to
+ * the smallest bucket B >= n (padding tokens write no cache slot, attend to one position and
+ * are sampled greedily, their results dropped), its metadata uploaded into the model's fixed
+ * device buffers, and the bucket's graph launched. The first step of a bucket runs eagerly
+ * (creating every lazily built plan), the second captures the graph. Invariants: a graph
+ * depends only on B, never on contexts or tokens (the ops read all of those from device
+ * memory); everything here is allocated in di_model_step_setup at load. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "model/model_internal.h"
+#include "sampling/sampler.h"
+
+enum { N_BUCKETS = 14 };
+static const int k_buckets[N_BUCKETS] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256};
+
+typedef struct di_step_state {
+    int max_bucket;                 /* largest bucket this model can replay */
+    int graphs_on;
+    void *graph[N_BUCKETS];
+    unsigned char warm[N_BUCKETS];
+    int32_t *d_tokens, *d_status;   /* device [max_tokens] */
+    di_sample_row *d_rows;          /* device [max_tokens] */
+    /* host staging of a padded decode batch */
+    int32_t *ids, *pos, *slots, *start, *ctx, *bt, *lrows, *tok, *status;
+    di_sample_row *rows;
+    /* host fallback */
+    float *h_logits;                /* [h_logits_rows, vocab] */
+    int h_logits_rows;
+    di_sampler *sampler;
+} di_step_state;
+
+di_status di_model_step_setup(di_model *m) {
+    di_backend *be = m->be;
+    if (be->reserve) {
+        di_backend_reserve r = {m->max_tokens, m->max_seqs, m->cfg.vocab_size, m->mla};
+        DI_TRY(be->reserve(be, &r));
+    }
+    di_step_state *s = calloc(1, sizeof *s);
+    if (!s) return di_error(DI_ERR_NOMEM, "out of memory (step state)");
+    m->step = s;
+    int mb = 0;
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (k_buckets[i] <= m->max_seqs && k_buckets[i] <= m->max_tokens && k_buckets[i] <= m->logits_chunk)
+            mb = k_buckets[i];
+    s->max_bucket = mb;
+    const char *env = getenv("DEEPINFER_CUDA_GRAPHS");
+    s->graphs_on = be->graph_begin && mb > 0 && !(env && env[0] == '0');
+    if (!be->sample) return DI_OK;
+    size_t T = (size_t)m->max_tokens, B = (size_t)(mb > 0 ? mb : 1);
+    DI_TRY(be->alloc(be, T * sizeof(int32_t), (void **)&s->d_tokens));
+    DI_TRY(be->alloc(be, T * sizeof(int32_t), (void **)&s->d_status));
+    DI_TRY(be->alloc(be, T * sizeof(di_sample_row), (void **)&s->d_rows));
+    s->ids = calloc(B, sizeof(int32_t));
+    s->pos = calloc(B, sizeof(int32_t));
+    s->slots = calloc(B, sizeof(int32_t));
+    s->start = calloc(B + 1, sizeof(int32_t));
+    s->ctx = calloc(B, sizeof(int32_t));
+    s->bt = calloc(B * (size_t)m->max_blocks_per_seq, sizeof(int32_t));
+    s->lrows = calloc(B, sizeof(int32_t));
+    s->tok = calloc(T, sizeof(int32_t));
+    s->status = calloc(T, sizeof(int32_t));
+    s->rows = calloc(T, sizeof(di_sample_row));
+    if (!s->ids || !s->pos || !s->slots || !s->start || !s->ctx || !s->bt || !s->lrows || !s->tok || !s->status ||
+        !s->rows)
+        return di_error(DI_ERR_NOMEM, "out of memory (step staging)");
+    return DI_OK;
+}
+
+void di_model_step_free(di_model *m) {
+    di_step_state *s = m->step;
+    if (!s) return;
+    di_backend *be = m->be;
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (s->graph[i] && be->graph_free) be->graph_free(be, s->graph[i]);
+    be->free(be, s->d_tokens);
+    be->free(be, s->d_status);
+    be->free(be, s->d_rows);
+    free(s->ids);
+    free(s->pos);
+    free(s->slots);
+    free(s->start);
+    free(s->ctx);
+    free(s->bt);
+    free(s->lrows);
+    free(s->tok);
+    free(s->status);
+    free(s->rows);
+    free(s->h_logits);
+    di_sampler_free(s->sampler);
+    free(s);
+    m->step = NULL;
+}
+
+static di_status check_rows(const di_sample_row *rows, int n) {
+    for (int j = 0; j < n; j++) {
+        const di_sample_row *r = &rows[j];
+        if (!(r->temperature >= 0.0f) || !(r->top_p > 0.0f && r->top_p <= 1.0f) || !(r->min_p >= 0.0f && r->min_p <= 1.0f))
+            return di_error(DI_ERR_INVALID_ARG,
+                            "di_model_forward_sample: rows[%d]: temperature %g (expected >= 0), top_p %g (expected in (0, 1]), "
+                            "min_p %g (expected in [0, 1])", j, (double)r->temperature, (double)r->top_p, (double)r->min_p);
+    }
+    return DI_OK;
+}
+
+static di_status sample_status(const int32_t *status, int n) {
+    for (int j = 0; j < n; j++)
+        if (status[j] != DI_SAMPLE_OK)
+            return di_error(DI_ERR_BACKEND, "sampling row %d: %s", j,
+                            status[j] == DI_SAMPLE_ERR_NAN      ? "a logit is NaN or +inf"
+                            : status[j] == DI_SAMPLE_ERR_MASKED ? "every logit is -inf"
+                                                                : "no token has a non-zero probability");
+    return DI_OK;
+}
+
+/* Copies the sampled tokens back (one synchronisation); a failed row has token -1, and only
+ * then are the status codes fetched to name the reason. */
+static di_status fetch_tokens(di_model *m, int32_t *tokens, int n) {
+    di_backend *be = m->be;
+    di_step_state *s = m->step;
+    DI_TRY(be->download(be, tokens, s->d_tokens, (size_t)n * sizeof(int32_t)));
+    for (int j = 0; j < n; j++)
+        if (tokens[j] < 0) {
+            DI_TRY(be->download(be, s->status, s->d_status, (size_t)n * sizeof(int32_t)));
+            return sample_status(s->status, n);
+        }
+    return DI_OK;
+}
+
+/* ---------------------------------------------------------------- host fallback ---- */
+
+static di_status sample_host(di_model *m, const di_batch *b, const di_sample_row *rows, int32_t *tokens) {
+    di_step_state *s = m->step;
+    int V = m->cfg.vocab_size;
+    if (!s->sampler) DI_TRY(di_sampler_create(V, &s->sampler));
+    if (b->n_logits > s->h_logits_rows) { /* grows to the largest step seen, then stays */
+        float *p = realloc(s->h_logits, (size_t)b->n_logits * V * sizeof(float));
+        if (!p) return di_error(DI_ERR_NOMEM, "out of memory for %d x %d logits", b->n_logits, V);
+        s->h_logits = p;
+        s->h_logits_rows = b->n_logits;
+    }
+    DI_TRY(di_deepseek_forward(m, b, s->h_logits, NULL));
+    for (int j = 0; j < b->n_logits; j++) {
+        di_sampling_params p;
+        di_sampling_params_init(&p);
+        p.temperature = rows[j].temperature;
+        p.top_p = rows[j].top_p;
+        p.top_k = rows[j].top_k;
+        p.min_p = rows[j].min_p;
+        di_sample_request rq = {&p, rows[j].seed, rows[j].position, rows[j].stream, 0, NULL, NULL, NULL, 0};
+        DI_TRY(di_sampler_sample(s->sampler, s->h_logits + (size_t)j * V, &rq, &tokens[j], NULL));
+    }
+    return DI_OK;
+}
+
+/* ---------------------------------------------------------------- device ---- */
+
+/* final norm + lm_head for batch rows 0..n-1 (all tokens, in order) and the sample op */
+static void logits_and_sample(di_model *m, int n) {
+    di_backend *be = m->be;
+    di_step_state *s = m->step;
+    int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
+    be->rmsnorm(be, m->x, D, m->h, D, &m->final_norm, (float)m->cfg.rms_norm_eps, n, D);
+    be->matmul(be, m->logits, V, m->x, D, head, n, DI_MM_OUT_F32);
+    be->sample(be, s->d_tokens, s->d_status, m->logits, n, V, s->d_rows);
+}
+
+static int bucket_of(const di_step_state *s, int n) {
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (k_buckets[i] >= n && k_buckets[i] <= s->max_bucket) return i;
+    return -1;
+}
+
+static int graph_eligible(const di_model *m, const di_batch *b) {
+    const di_step_state *s = m->step;
+    if (!s->graphs_on || b->n_decode_seqs != b->n_seqs || b->n_tokens != b->n_seqs || b->n_logits != b->n_seqs)
+        return 0;
+    for (int j = 0; j < b->n_logits; j++)
+        if (b->logits_rows[j] != j) return 0;
+    return bucket_of(s, b->n_seqs) >= 0;
+}
+
+/* A decode step padded to bucket bi, replayed from (or captured into) its graph. */
+static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int32_t *tokens, int bi) {
+    di_backend *be = m->be;
+    di_step_state *s = m->step;
+    int n = b->n_seqs, B = k_buckets[bi], mb = m->max_blocks_per_seq;
+    memcpy(s->ids, b->token_ids, (size_t)n * sizeof(int32_t));
+    memcpy(s->pos, b->positions, (size_t)n * sizeof(int32_t));
+    memcpy(s->slots, b->slot_mapping, (size_t)n * sizeof(int32_t));
+    memcpy(s->ctx, b->seq_ctx_len, (size_t)n * sizeof(int32_t));
+    memcpy(s->rows, rows, (size_t)n * sizeof(di_sample_row));
+    for (int i = 0; i <= B; i++) s->start[i] = i;
+    for (int i = 0; i < n; i++) {
+        int used = (b->seq_ctx_len[i] + DI_KV_BLOCK_SIZE - 1) / DI_KV_BLOCK_SIZE;
+        memcpy(s->bt + (size_t)i * mb, b->block_table + (size_t)i * b->max_blocks, (size_t)used * sizeof(int32_t));
+    }
+    for (int i = n; i < B; i++) { /* padding: no cache write, one position, greedy */
+        s->ids[i] = 0;
+        s->pos[i] = 0;
+        s->slots[i] = -1;
+        s->ctx[i] = 1;
+        s->bt[(size_t)i * mb] = 0;
+        s->rows[i] = (di_sample_row){0.0f, 1.0f, 0.0f, 0, 0, 0, 0};
+    }
+    for (int i = 0; i < B; i++) s->lrows[i] = i;
+    di_batch pb = {B, s->ids, s->pos, s->slots, B, B, s->start, s->ctx, s->bt, mb, B, s->lrows};
+    di_attn_batch ab;
+    di_deepseek_upload_batch(m, &pb, &ab);
+    ab.max_ctx_len = mb * DI_KV_BLOCK_SIZE; /* a graph must not depend on the step's contexts */
+    be->upload(be, s->d_rows, s->rows, (size_t)B * sizeof(di_sample_row));
+    if (!s->graph[bi] && s->warm[bi] && be->graph_begin(be) == DI_OK) {
+        di_deepseek_layers(m, &ab, B, B);
+        logits_and_sample(m, B);
+        if (be->graph_end(be, &s->graph[bi]) != DI_OK) {
+            s->graph[bi] = NULL;
+            s->graphs_on = 0; /* capture failed (nothing ran): this and later steps run eagerly */
+            di_error_clear();
+        }
+    }
+    if (s->graph[bi]) {
+        DI_TRY(be->graph_launch(be, s->graph[bi]));
+    } else {
+        di_deepseek_layers(m, &ab, B, B);
+        logits_and_sample(m, B);
+        s->warm[bi] = 1;
+    }
+    return fetch_tokens(m, tokens, n);
+}
+
+/* Any batch: eager forward, then per chunk of logits rows: gather, norm, lm_head, sample. */
+static di_status step_eager(di_model *m, const di_batch *b, const di_sample_row *rows, int32_t *tokens) {
+    di_backend *be = m->be;
+    di_step_state *s = m->step;
+    int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
+    di_attn_batch ab;
+    di_deepseek_upload_batch(m, b, &ab);
+    di_deepseek_layers(m, &ab, b->n_decode_seqs, b->seq_start[b->n_decode_seqs]);
+    be->upload(be, s->d_rows, rows, (size_t)b->n_logits * sizeof(di_sample_row));
+    for (int r0 = 0; r0 < b->n_logits; r0 += m->logits_chunk) {
+        int n = b->n_logits - r0 < m->logits_chunk ? b->n_logits - r0 : m->logits_chunk;
+        be->upload(be, m->d_rows, b->logits_rows + r0, (size_t)n * sizeof(int32_t));
+        be->gather_rows(be, m->xg, m->h, m->d_rows, n, D);
+        be->rmsnorm(be, m->xg, D, m->xg, D, &m->final_norm, (float)m->cfg.rms_norm_eps, n, D);
+        be->matmul(be, m->logits, V, m->xg, D, head, n, DI_MM_OUT_F32);
+        be->sample(be, s->d_tokens + r0, s->d_status + r0, m->logits, n, V, s->d_rows + r0);
+    }   /* reusing m->logits / d_rows per chunk is safe: the stream orders every op */
+    return fetch_tokens(m, tokens, b->n_logits);
+}
+
+di_status di_model_forward_sample(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens) {
+    if (!m || !batch || (batch->n_logits && (!rows || !tokens)))
+        return di_error(DI_ERR_INVALID_ARG, "di_model_forward_sample: NULL argument");
+    DI_TRY(di_model_validate_batch(m, batch));
+    DI_TRY(check_rows(rows, batch->n_logits));
+    if (batch->n_logits == 0) return di_deepseek_forward(m, batch, NULL, NULL);
+    if (!m->be->sample) return sample_host(m, batch, rows, tokens);
+    if (graph_eligible(m, batch)) return step_graph(m, batch, rows, tokens, bucket_of(m->step, batch->n_seqs));
+    return step_eager(m, batch, rows, tokens);
+}

@@ -1,0 +1,246 @@
+/* cuda_test_util.h - helpers of the CPU-vs-CUDA parity tests: both backends, fresh random
+ * inputs every run (seed from the clock unless DI_TEST_SEED is set; printed), bf16 rounding on
+ * the host so both backends see identical operands, device buffers with dtype conversion, NaN
+ * poisoning of outputs before each GPU run, and the two error metrics every comparison reports:
+ * ||got - ref|| / ||ref|| and max|got - ref| / max|ref| (a NaN anywhere fails). */
+#ifndef DI_CUDA_TEST_UTIL_H
+#define DI_CUDA_TEST_UTIL_H
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "test_util.h"
+
+static di_backend *g_cpu, *g_gpu;
+static uint64_t g_state;
+
+static inline uint64_t t_u64(void) {
+    uint64_t z = (g_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static inline float t_unif(float a) { return a * (2.0f * (float)((t_u64() >> 40) * (1.0 / 16777216.0)) - 1.0f); }
+static inline int t_int(int n) { return (int)(t_u64() % (uint64_t)n); }
+
+static inline void t_seed(void) {
+    const char *e = getenv("DI_TEST_SEED");
+    g_state = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
+    fprintf(stderr, "seed %llu (DI_TEST_SEED to repeat)\n", (unsigned long long)g_state);
+}
+
+/* uniform in [-a, a), rounded to bf16 */
+static inline float *t_rand(size_t n, float a) {
+    float *v = (float *)malloc((n ? n : 1) * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = di_bf16_to_f32(di_f32_to_bf16(t_unif(a)));
+    return v;
+}
+
+static inline uint16_t *t_to_bf16(const float *f, size_t n) {
+    uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
+    for (size_t i = 0; i < n; i++) h[i] = di_f32_to_bf16(f[i]);
+    return h;
+}
+
+/* ---- GPU buffers ---- */
+static inline void *g_alloc(size_t bytes) {
+    void *p = NULL;
+    if (g_gpu->alloc(g_gpu, bytes ? bytes : 16, &p) != DI_OK) {
+        fprintf(stderr, "gpu alloc of %zu bytes failed: %s\n", bytes, di_last_error());
+        exit(2);
+    }
+    return p;
+}
+static inline void *g_act(const float *h, size_t n) {
+    uint16_t *b = t_to_bf16(h, n);
+    void *d = g_alloc(n * 2);
+    g_gpu->upload(g_gpu, d, b, n * 2);
+    g_gpu->sync(g_gpu);
+    free(b);
+    return d;
+}
+static inline void *g_raw(const void *h, size_t bytes) {
+    void *d = g_alloc(bytes);
+    g_gpu->upload(g_gpu, d, h, bytes);
+    g_gpu->sync(g_gpu);
+    return d;
+}
+static inline float *g_get_act(const void *d, size_t n) {
+    uint16_t *b = (uint16_t *)malloc((n ? n : 1) * 2);
+    float *f = (float *)malloc((n ? n : 1) * 4);
+    di_status s = g_gpu->download(g_gpu, b, d, n * 2);
+    if (s != DI_OK) fprintf(stderr, "download failed: %s\n", di_last_error());
+    for (size_t i = 0; i < n; i++) f[i] = s == DI_OK ? di_bf16_to_f32(b[i]) : NAN;
+    free(b);
+    return f;
+}
+static inline float *g_get_f32(const void *d, size_t n) {
+    float *f = (float *)malloc((n ? n : 1) * 4);
+    di_status s = g_gpu->download(g_gpu, f, d, n * 4);
+    if (s != DI_OK) {
+        fprintf(stderr, "download failed: %s\n", di_last_error());
+        for (size_t i = 0; i < n; i++) f[i] = NAN;
+    }
+    return f;
+}
+static inline void g_poison(void *d, size_t bytes) { g_gpu->memset(g_gpu, d, 0xff, bytes); }
+static inline void g_free(void *d) { g_gpu->free(g_gpu, d); }
+
+/* ---- metrics ---- */
+typedef struct { double l2, mx; int nan; } t_err;
+
+static inline t_err t_compare(const float *got, const float *ref, size_t n) {
+    t_err e = {0, 0, 0};
+    double dd = 0, rr = 0, md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]) || isinf(got[i])) e.nan++;
+        double d = (double)got[i] - ref[i];
+        dd += d * d;
+        rr += (double)ref[i] * ref[i];
+        if (fabs(d) > md) md = fabs(d);
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    e.l2 = rr > 0 ? sqrt(dd / rr) : sqrt(dd);
+    e.mx = mr > 0 ? md / mr : md;
+    if (e.nan) e.l2 = e.mx = NAN;
+    return e;
+}
+
+/* Prints "op  shape  l2  max" and checks both against their tolerances. */
+#define T_CHECK(what, got, ref, n, tol_l2, tol_max)                                                              \
+    do {                                                                                                         \
+        t_err e_ = t_compare((got), (ref), (n));                                                                 \
+        int ok_ = !e_.nan && e_.l2 <= (tol_l2) && e_.mx <= (tol_max);                                            \
+        fprintf(stderr, "  %-44s l2 %.2e  max %.2e%s\n", (what), e_.l2, e_.mx, ok_ ? "" : "   FAIL");             \
+        CHECK_MSG(ok_, "%s: ||d||/||ref|| %.3g (tol %.1g), max|d|/max|ref| %.3g (tol %.1g), %d non-finite", (what), \
+                  e_.l2, (double)(tol_l2), e_.mx, (double)(tol_max), e_.nan);                                     \
+    } while (0)
+
+/* bf16 tolerances: one rounding of the output (2^-9) plus fp32 accumulation-order noise */
+#define TOL_L2 8e-3
+#define TOL_MAX 2e-2
+
+/* ---- weights ---- */
+/* n matrices [rows, cols] of bf16 values (f32 copy in *ref if asked) uploaded to a backend. */
+typedef struct t_weight {
+    int n, rows, cols, fp8;
+    uint16_t **bf;       /* [n] bf16 data */
+    uint8_t **q;         /* [n] fp8 data */
+    float **sc;          /* [n] scales [ceil(rows/128)][ceil(cols/128)] */
+    float *deq;          /* [n, rows, cols] dequantized values */
+} t_weight;
+
+static inline t_weight t_weight_make(int n, int rows, int cols, int fp8, float amp) {
+    t_weight w = {n, rows, cols, fp8, NULL, NULL, NULL, NULL};
+    size_t per = (size_t)rows * cols;
+    w.deq = (float *)malloc(per * n * sizeof(float));
+    if (!fp8) {
+        w.bf = (uint16_t **)calloc((size_t)n, sizeof *w.bf);
+        for (int i = 0; i < n; i++) {
+            w.bf[i] = (uint16_t *)malloc(per * 2);
+            for (size_t j = 0; j < per; j++) {
+                w.bf[i][j] = di_f32_to_bf16(t_unif(amp));
+                w.deq[i * per + j] = di_bf16_to_f32(w.bf[i][j]);
+            }
+        }
+        return w;
+    }
+    int sr = (rows + 127) / 128, scn = (cols + 127) / 128;
+    w.q = (uint8_t **)calloc((size_t)n, sizeof *w.q);
+    w.sc = (float **)calloc((size_t)n, sizeof *w.sc);
+    for (int i = 0; i < n; i++) {
+        w.q[i] = (uint8_t *)malloc(per);
+        w.sc[i] = (float *)malloc((size_t)sr * scn * sizeof(float));
+        for (int j = 0; j < sr * scn; j++) w.sc[i][j] = amp / 448.0f * (0.5f + (float)(t_u64() % 1000) / 1000.0f);
+        for (size_t j = 0; j < per; j++) {
+            uint8_t b;
+            do b = (uint8_t)t_u64(); while ((b & 0x7f) == 0x7f); /* no NaN encodings */
+            w.q[i][j] = b;
+            int r = (int)(j / cols), c = (int)(j % cols);
+            w.deq[i * per + j] = di_fp8e4m3_to_f32(b) * w.sc[i][(r / 128) * scn + c / 128];
+        }
+    }
+    return w;
+}
+
+static inline di_weight t_weight_upload(di_backend *be, const t_weight *w, di_weight_layout layout) {
+    di_host_matrix *hm = (di_host_matrix *)calloc((size_t)w->n, sizeof *hm);
+    for (int i = 0; i < w->n; i++) {
+        hm[i].name = "test";
+        hm[i].dtype = w->fp8 ? DI_DTYPE_F8_E4M3 : DI_DTYPE_BF16;
+        hm[i].rows = w->rows;
+        hm[i].cols = w->cols;
+        hm[i].data = w->fp8 ? (const void *)w->q[i] : (const void *)w->bf[i];
+        hm[i].scale = w->fp8 ? w->sc[i] : NULL;
+        hm[i].block_rows = hm[i].block_cols = 128;
+    }
+    di_weight out;
+    di_status s = be->weight_upload(be, w->n, 1, hm, layout, &out);
+    free(hm);
+    if (s != DI_OK) {
+        fprintf(stderr, "weight_upload failed: %s\n", di_last_error());
+        memset(&out, 0, sizeof out);
+    }
+    return out;
+}
+
+static inline void t_weight_free(t_weight *w) {
+    for (int i = 0; i < w->n; i++) {
+        if (w->bf) free(w->bf[i]);
+        if (w->q) free(w->q[i]);
+        if (w->sc) free(w->sc[i]);
+    }
+    free(w->bf);
+    free(w->q);
+    free(w->sc);
+    free(w->deq);
+}
+
+/* an f32 vector weight (norm weights, router bias) */
+static inline di_weight t_vec_upload(di_backend *be, const float *v, int n) {
+    di_host_matrix hm = {"test", DI_DTYPE_F32, 0, 1, n, v, NULL, 0, 0};
+    di_weight out;
+    if (be->weight_upload(be, 1, 1, &hm, DI_WEIGHT_PLAIN, &out) != DI_OK) memset(&out, 0, sizeof out);
+    return out;
+}
+
+/* Creates both backends; returns 0 if there is no CUDA device (the caller fails the test). */
+static inline int t_backends(void) {
+    if (di_backend_create(&(di_backend_options){DI_DEVICE_CPU, 0, 0}, &g_cpu) != DI_OK) return 0;
+    di_status s = di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &g_gpu);
+    if (s != DI_OK) {
+        fprintf(stderr, "no CUDA backend: %s\n", di_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+/* Runs the named groups (argv) or all; each group is a function. */
+typedef struct t_group { const char *name; void (*fn)(void); } t_group;
+static inline int t_main(int argc, char **argv, const t_group *groups, int n) {
+    t_seed();
+    if (!t_backends()) {
+        fprintf(stderr, "FAIL: a CUDA device is required\n");
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        int run = argc < 2;
+        for (int a = 1; a < argc; a++) run |= !strcmp(argv[a], groups[i].name);
+        if (!run) continue;
+        fprintf(stderr, "-- %s\n", groups[i].name);
+        groups[i].fn();
+        di_status s = g_gpu->sync(g_gpu);
+        CHECK_MSG(s == DI_OK, "group %s left a device error: %s", groups[i].name, di_last_error());
+    }
+    di_backend_free(g_gpu);
+    di_backend_free(g_cpu);
+    fprintf(stderr, "%d checks, %d failures\n", g_test_checks, g_test_failures);
+    return g_test_failures ? 1 : (g_test_checks ? 0 : 1);
+}
+#endif

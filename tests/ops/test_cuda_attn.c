@@ -1,0 +1,384 @@
+/* test_cuda_attn.c - CPU vs CUDA parity of MLA decode attention (fast split-KV kernel at V2-Lite
+ * and V3 shapes, single-split batches, a sequence range, the generic kernel), MLA prefill
+ * attention (fast and generic, chunked prefill over cached context, several context windows),
+ * the MoE router (noaux_tc / greedy / group_limited_greedy) and grouped experts (small, tiled,
+ * fp8 and generic paths), and the device sampler against src/sampling bit for bit.
+ *
+ *   test_cuda_attn [decode] [prefill] [route] [experts] [sample]    (default: all) */
+#include "cuda_test_util.h"
+#include "sampling/sampler.h"
+
+#define ATOL_L2 1.2e-2
+#define ATOL_MAX 4e-2
+
+/* ---------------------------------------------------------------- paged batches ---- */
+
+typedef struct paged {
+    int S, T, W, max_blocks, n_blocks;
+    int32_t *pos, *slots, *start, *ctx, *bt;
+    float *cache;          /* [n_blocks * 64, W] host */
+    void *dcache;          /* device bf16 */
+    int32_t *dpos, *dslots, *dstart, *dctx, *dbt;
+    di_attn_batch hab, dab; /* host / device metadata */
+} paged;
+
+static void paged_make(paged *p, int S, const int *q_len, const int *ctx, int W) {
+    memset(p, 0, sizeof *p);
+    p->S = S;
+    p->W = W;
+    int mq = 0, mc = 0;
+    p->start = (int32_t *)calloc((size_t)S + 1, 4);
+    p->ctx = (int32_t *)calloc((size_t)S, 4);
+    for (int i = 0; i < S; i++) {
+        p->start[i + 1] = p->start[i] + q_len[i];
+        p->ctx[i] = ctx[i];
+        int nb = (ctx[i] + 63) / 64;
+        if (nb > p->max_blocks) p->max_blocks = nb;
+        p->n_blocks += nb;
+        mq = q_len[i] > mq ? q_len[i] : mq;
+        mc = ctx[i] > mc ? ctx[i] : mc;
+    }
+    p->T = p->start[S];
+    p->n_blocks += 3;
+    /* blocks handed out in a shuffled order */
+    int *perm = (int *)malloc((size_t)p->n_blocks * sizeof(int));
+    for (int i = 0; i < p->n_blocks; i++) perm[i] = i;
+    for (int i = p->n_blocks - 1; i > 0; i--) {
+        int j = t_int(i + 1), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    p->bt = (int32_t *)calloc((size_t)S * p->max_blocks, 4);
+    int next = 0;
+    for (int i = 0; i < S; i++)
+        for (int b = 0; b < (ctx[i] + 63) / 64; b++) p->bt[i * p->max_blocks + b] = perm[next++];
+    free(perm);
+    p->pos = (int32_t *)malloc((size_t)p->T * 4);
+    p->slots = (int32_t *)malloc((size_t)p->T * 4);
+    for (int i = 0; i < S; i++)
+        for (int j = 0; j < q_len[i]; j++) {
+            int t = p->start[i] + j, ps = ctx[i] - q_len[i] + j;
+            p->pos[t] = ps;
+            p->slots[t] = p->bt[i * p->max_blocks + ps / 64] * 64 + ps % 64;
+        }
+    p->cache = t_rand((size_t)p->n_blocks * 64 * W, 1.0f);
+    p->dcache = g_act(p->cache, (size_t)p->n_blocks * 64 * W);
+    p->dpos = (int32_t *)g_raw(p->pos, (size_t)p->T * 4);
+    p->dslots = (int32_t *)g_raw(p->slots, (size_t)p->T * 4);
+    p->dstart = (int32_t *)g_raw(p->start, ((size_t)S + 1) * 4);
+    p->dctx = (int32_t *)g_raw(p->ctx, (size_t)S * 4);
+    p->dbt = (int32_t *)g_raw(p->bt, (size_t)S * p->max_blocks * 4);
+    p->hab = (di_attn_batch){.positions = p->pos, .slot_mapping = p->slots, .seq_start = p->start, .seq_ctx_len = p->ctx,
+                             .block_table = p->bt, .n_tokens = p->T, .n_seqs = S, .max_blocks = p->max_blocks,
+                             .max_q_len = mq, .max_ctx_len = mc};
+    p->dab = p->hab;
+    p->dab.positions = p->dpos;
+    p->dab.slot_mapping = p->dslots;
+    p->dab.seq_start = p->dstart;
+    p->dab.seq_ctx_len = p->dctx;
+    p->dab.block_table = p->dbt;
+}
+
+static void paged_free(paged *p) {
+    free(p->pos); free(p->slots); free(p->start); free(p->ctx); free(p->bt); free(p->cache);
+    g_free(p->dcache); g_free(p->dpos); g_free(p->dslots); g_free(p->dstart); g_free(p->dctx); g_free(p->dbt);
+}
+
+/* ---------------------------------------------------------------- decode ---- */
+
+static void decode_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int sb, int se) {
+    int H = d.n_heads, r = d.kv_rank, dr = d.rope_dim, W = r + dr, hs = 128 + dr, ldq = H * hs;
+    paged p;
+    paged_make(&p, S, q_len, ctx, W);
+    int T = p.T;
+    float *qt = t_rand((size_t)T * H * r, 1.0f), *q = t_rand((size_t)T * ldq, 1.0f);
+    float *ref = (float *)calloc((size_t)T * H * r, 4);
+    g_cpu->mla_decode(g_cpu, ref, qt, q + 128, ldq, hs, p.cache, &p.hab, sb, se, &d);
+    void *dqt = g_act(qt, (size_t)T * H * r), *dq = g_act(q, (size_t)T * ldq), *dout = g_alloc((size_t)T * H * r * 2);
+    g_poison(dout, (size_t)T * H * r * 2);
+    g_gpu->mla_decode(g_gpu, dout, dqt, (uint16_t *)dq + 128, ldq, hs, p.dcache, &p.dab, sb, se, &d);
+    float *got = g_get_act(dout, (size_t)T * H * r);
+    int t0 = p.start[sb], t1 = p.start[se], untouched = 1;
+    for (int t = 0; t < T; t++)
+        if (t < t0 || t >= t1)
+            for (int j = 0; j < H * r; j++) untouched &= isnan(got[(size_t)t * H * r + j]);
+    char what[160];
+    snprintf(what, sizeof what, "mla_decode %s H%d T%d", name, H, t1 - t0);
+    T_CHECK(what, got + (size_t)t0 * H * r, ref + (size_t)t0 * H * r, (size_t)(t1 - t0) * H * r, ATOL_L2, ATOL_MAX);
+    CHECK_MSG(untouched, "%s: tokens outside the sequence range were written", what);
+    free(qt); free(q); free(ref); free(got); g_free(dqt); g_free(dq); g_free(dout);
+    paged_free(&p);
+}
+
+static void test_decode(void) {
+    int ql[5] = {1, 1, 3, 1, 2}, cx[5] = {1, 64, 65, 700, 3000};
+    di_mla_dims v2 = {16, 128, 64, 128, 512, 0.1352f}, v3 = {128, 128, 64, 128, 512, 0.1352f};
+    decode_case("v2-lite (split-KV)", 5, ql, cx, v2, 0, 5);
+    decode_case("v2-lite seqs 1..3", 5, ql, cx, v2, 1, 4);
+    decode_case("v3 (split-KV)", 5, ql, cx, v3, 0, 5);
+    int ql3[3] = {1, 4, 1}, cx3[3] = {4100, 33, 129};
+    decode_case("v3 long", 3, ql3, cx3, v3, 0, 3);
+    di_mla_dims v32 = {32, 128, 64, 128, 512, 0.2f};
+    decode_case("32 heads", 5, ql, cx, v32, 0, 5);
+    /* enough tokens for one split per token */
+    enum { NS = 300 };
+    int qn[NS], cn[NS];
+    for (int i = 0; i < NS; i++) {
+        qn[i] = 1;
+        cn[i] = 1 + t_int(200);
+    }
+    decode_case("v2-lite 300 seqs", NS, qn, cn, v2, 0, NS);
+    di_mla_dims tiny = {3, 16, 8, 16, 36, 0.3f};
+    decode_case("generic r36 rope8", 5, ql, cx, tiny, 0, 5);
+}
+
+/* ---------------------------------------------------------------- prefill ---- */
+
+static void prefill_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int sb, int se,
+                         int fp8) {
+    int H = d.n_heads, dn = d.nope_dim, dr = d.rope_dim, dv = d.v_dim, r = d.kv_rank, W = r + dr;
+    int qk = dn + dr, ldq = H * qk, kvw = H * (dn + dv);
+    paged p;
+    paged_make(&p, S, q_len, ctx, W);
+    int T = p.T;
+    float *q = t_rand((size_t)T * ldq, 1.0f);
+    t_weight wk = t_weight_make(1, kvw, r, fp8, 0.08f);
+    di_weight wc = t_weight_upload(g_cpu, &wk, DI_WEIGHT_PLAIN), wg = t_weight_upload(g_gpu, &wk, DI_WEIGHT_PLAIN);
+    size_t sc = g_cpu->mla_prefill_scratch_bytes(g_cpu, &d, T), sg = g_gpu->mla_prefill_scratch_bytes(g_gpu, &d, T);
+    void *hs = malloc(sc), *ds = g_alloc(sg);
+    float *ref = (float *)calloc((size_t)T * H * dv, 4);
+    g_cpu->mla_prefill(g_cpu, ref, q, ldq, p.cache, &wc, &p.hab, sb, se, &d, hs, sc);
+    void *dq = g_act(q, (size_t)T * ldq), *dout = g_alloc((size_t)T * H * dv * 2);
+    g_poison(dout, (size_t)T * H * dv * 2);
+    g_gpu->mla_prefill(g_gpu, dout, dq, ldq, p.dcache, &wg, &p.dab, sb, se, &d, ds, sg);
+    float *got = g_get_act(dout, (size_t)T * H * dv);
+    int t0 = p.start[sb], t1 = p.start[se], untouched = 1;
+    for (int t = 0; t < T; t++)
+        if (t < t0 || t >= t1)
+            for (int j = 0; j < H * dv; j++) untouched &= isnan(got[(size_t)t * H * dv + j]);
+    char what[160];
+    snprintf(what, sizeof what, "mla_prefill %s H%d T%d%s", name, H, t1 - t0, fp8 ? " fp8 W_kvb" : "");
+    T_CHECK(what, got + (size_t)t0 * H * dv, ref + (size_t)t0 * H * dv, (size_t)(t1 - t0) * H * dv, ATOL_L2, ATOL_MAX);
+    CHECK_MSG(untouched, "%s: tokens outside the sequence range were written", what);
+    free(q); free(ref); free(got); free(hs); g_free(ds); g_free(dq); g_free(dout);
+    g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg); t_weight_free(&wk);
+    paged_free(&p);
+}
+
+static void test_prefill(void) {
+    di_mla_dims v2 = {16, 128, 64, 128, 512, 0.1352f};
+    int ql[4] = {70, 5, 1, 200}, cx[4] = {130, 5, 129, 200};
+    prefill_case("v2-lite", 4, ql, cx, v2, 0, 4, 0);
+    prefill_case("v2-lite seqs 1..2", 4, ql, cx, v2, 1, 3, 0);
+    prefill_case("v2-lite", 4, ql, cx, v2, 0, 4, 1);
+    int ql2[2] = {8, 3}, cx2[2] = {5000, 3}; /* context beyond one window: several passes */
+    prefill_case("v2-lite ctx 5000", 2, ql2, cx2, v2, 0, 2, 0);
+    di_mla_dims v3 = {128, 128, 64, 128, 512, 0.1352f};
+    int ql3[2] = {40, 3}, cx3[2] = {100, 67};
+    prefill_case("v3", 2, ql3, cx3, v3, 0, 2, 0);
+    di_mla_dims t3 = {4, 24, 16, 20, 40, 0.25f}, odd = {3, 7, 4, 5, 11, 0.29f};
+    prefill_case("tiny-v3 dims (generic)", 4, ql, cx, t3, 0, 4, 0);
+    prefill_case("odd dims (generic)", 4, ql, cx, odd, 0, 4, 0);
+}
+
+/* ---------------------------------------------------------------- MoE ---- */
+
+static void route_case(const char *name, di_route_params rp, int T, int D, float bias_amp) {
+    int E = rp.n_experts, k = rp.top_k;
+    t_weight wg = t_weight_make(1, E, D, 0, 0.05f);
+    di_weight gc = t_weight_upload(g_cpu, &wg, DI_WEIGHT_PLAIN), gg = t_weight_upload(g_gpu, &wg, DI_WEIGHT_PLAIN);
+    float *bias = t_rand((size_t)E, bias_amp);
+    di_weight bc = t_vec_upload(g_cpu, bias, E), bg = t_vec_upload(g_gpu, bias, E);
+    float *x = t_rand((size_t)T * D, 1.0f);
+    int32_t *ic = (int32_t *)malloc((size_t)T * k * 4);
+    float *wc = (float *)malloc((size_t)T * k * 4), *scr = (float *)malloc((size_t)T * 2 * E * 4);
+    g_cpu->moe_route(g_cpu, ic, wc, x, &gc, bias_amp > 0 ? &bc : NULL, &rp, T, scr);
+    void *dx = g_act(x, (size_t)T * D), *di = g_alloc((size_t)T * k * 4), *dw = g_alloc((size_t)T * k * 4),
+         *ds = g_alloc((size_t)T * 2 * E * 4);
+    g_poison(di, (size_t)T * k * 4);
+    g_poison(dw, (size_t)T * k * 4);
+    g_gpu->moe_route(g_gpu, di, dw, dx, &gg, bias_amp > 0 ? &bg : NULL, &rp, T, ds);
+    int32_t *ig = (int32_t *)malloc((size_t)T * k * 4);
+    float *wgot = g_get_f32(dw, (size_t)T * k);
+    g_gpu->download(g_gpu, ig, di, (size_t)T * k * 4);
+    int mism = 0;
+    for (int i = 0; i < T * k; i++) mism += ig[i] != ic[i];
+    char what[160];
+    snprintf(what, sizeof what, "moe_route %s E%d k%d T%d: %d/%d indices differ", name, E, k, T, mism, T * k);
+    fprintf(stderr, "  %s\n", what);
+    CHECK_MSG(mism == 0, "%s", what);
+    snprintf(what, sizeof what, "moe_route %s weights", name);
+    T_CHECK(what, wgot, wc, (size_t)T * k, 1e-5, 1e-5);
+    free(ic); free(wc); free(scr); free(ig); free(wgot); free(x); free(bias);
+    g_free(dx); g_free(di); g_free(dw); g_free(ds);
+    g_cpu->weight_free(g_cpu, &gc); g_gpu->weight_free(g_gpu, &gg);
+    g_cpu->weight_free(g_cpu, &bc); g_gpu->weight_free(g_gpu, &bg); t_weight_free(&wg);
+}
+
+static void test_route(void) {
+    route_case("noaux_tc V3", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 50, 1024, 0.05f);
+    route_case("noaux_tc tiny", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 33, 160, 0.3f);
+    route_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 50, 2048, 0.0f);
+    route_case("group_limited", (di_route_params){DI_ROUTE_GROUP_LIMITED_GREEDY, 16, 3, 4, 2, 0, 2.0f}, 40, 96, 0.0f);
+    route_case("noaux_tc 1024", (di_route_params){DI_ROUTE_NOAUX_TC, 1024, 8, 16, 4, 1, 2.5f}, 9, 256, 0.05f);
+}
+
+static void experts_case(const char *name, int E, int k, int D, int I, int T, int fp8) {
+    t_weight gu = t_weight_make(E, 2 * I, D, fp8, 0.05f), dn = t_weight_make(E, D, I, fp8, 0.05f);
+    di_weight guc = t_weight_upload(g_cpu, &gu, DI_WEIGHT_PLAIN), gug = t_weight_upload(g_gpu, &gu, DI_WEIGHT_PLAIN);
+    di_weight dnc = t_weight_upload(g_cpu, &dn, DI_WEIGHT_PLAIN), dng = t_weight_upload(g_gpu, &dn, DI_WEIGHT_PLAIN);
+    CHECK_MSG(!fp8 || (gug.dtype == DI_DTYPE_F8_E4M3 && dng.dtype == DI_DTYPE_F8_E4M3), "%s: fp8 experts not kept fp8", name);
+    float *x = t_rand((size_t)T * D, 1.0f), *w = (float *)malloc((size_t)T * k * 4);
+    int32_t *idx = (int32_t *)malloc((size_t)T * k * 4);
+    for (int t = 0; t < T; t++) { /* k distinct experts, ascending; skewed toward low ids */
+        int n = 0;
+        while (n < k) {
+            int e = t_int(4) == 0 ? t_int(E < 4 ? E : 4) : t_int(E), dup = 0;
+            for (int j = 0; j < n; j++) dup |= idx[t * k + j] == e;
+            if (!dup) idx[t * k + n++] = e;
+        }
+        for (int a = 0; a < k; a++)
+            for (int b = a + 1; b < k; b++)
+                if (idx[t * k + b] < idx[t * k + a]) {
+                    int32_t tmp = idx[t * k + a];
+                    idx[t * k + a] = idx[t * k + b];
+                    idx[t * k + b] = tmp;
+                }
+        for (int j = 0; j < k; j++) w[t * k + j] = 0.1f + 0.5f * (float)(t_u64() % 1000) / 1000.0f;
+    }
+    size_t sc = g_cpu->moe_scratch_bytes(g_cpu, T, k, D, I, E), sg = g_gpu->moe_scratch_bytes(g_gpu, T, k, D, I, E);
+    void *hs = malloc(sc), *ds = g_alloc(sg);
+    float *ref = (float *)malloc((size_t)T * D * 4);
+    g_cpu->moe_experts(g_cpu, ref, x, idx, w, k, &guc, &dnc, T, hs, sc);
+    void *dx = g_act(x, (size_t)T * D), *di = g_raw(idx, (size_t)T * k * 4), *dw = g_raw(w, (size_t)T * k * 4);
+    void *dout = g_alloc((size_t)T * D * 2);
+    g_poison(dout, (size_t)T * D * 2);
+    g_gpu->moe_experts(g_gpu, dout, dx, di, dw, k, &gug, &dng, T, ds, sg);
+    float *got = g_get_act(dout, (size_t)T * D);
+    char what[160];
+    snprintf(what, sizeof what, "moe_experts %s E%d k%d D%d I%d T%d%s", name, E, k, D, I, T, fp8 ? " fp8" : "");
+    T_CHECK(what, got, ref, (size_t)T * D, TOL_L2, TOL_MAX);
+    free(x); free(w); free(idx); free(hs); free(ref); free(got);
+    g_free(ds); g_free(dx); g_free(di); g_free(dw); g_free(dout);
+    g_cpu->weight_free(g_cpu, &guc); g_gpu->weight_free(g_gpu, &gug);
+    g_cpu->weight_free(g_cpu, &dnc); g_gpu->weight_free(g_gpu, &dng);
+    t_weight_free(&gu); t_weight_free(&dn);
+}
+
+static void test_experts(void) {
+    /* 1: GEMV; 16..128: cuBLASLt batched (padded per expert); 129+: tiled grouped */
+    const int Ts[] = {1, 16, 64, 128, 129, 300, 1200};
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) experts_case("v2-lite", 64, 6, 2048, 1408, Ts[i], 0);
+    /* the same sizes through our grouped kernels (DEEPINFER_CUDA_MOE_LT=0) */
+    setenv("DEEPINFER_CUDA_MOE_LT", "0", 1);
+    di_backend *nolt = NULL, *save = g_gpu;
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &nolt));
+    unsetenv("DEEPINFER_CUDA_MOE_LT");
+    if (nolt) {
+        g_gpu = nolt;
+        experts_case("v2-lite no-lt", 64, 6, 2048, 1408, 16, 0);
+        experts_case("v2-lite no-lt", 64, 6, 2048, 1408, 64, 0);
+        g_gpu = save;
+        di_backend_free(nolt);
+    }
+    experts_case("fp8", 8, 2, 512, 256, 3, 1);
+    experts_case("fp8", 8, 2, 512, 256, 500, 1);
+    experts_case("tiny", 12, 3, 128, 40, 1, 0);
+    experts_case("tiny", 12, 3, 128, 40, 50, 0);
+    experts_case("generic", 4, 2, 36, 20, 17, 0);
+}
+
+/* ---------------------------------------------------------------- sampling ---- */
+
+static void test_sample(void) {
+    const int V = 129280, n = 14;
+    float *lg = (float *)malloc((size_t)n * V * 4);
+    for (int r = 0; r < n; r++) {
+        float *row = lg + (size_t)r * V;
+        float sharp = 1.0f + (float)(r % 4) * 3.0f;
+        for (int i = 0; i < V; i++) row[i] = t_unif(sharp);
+        for (int i = 0; i < 64; i++) row[t_int(V)] = row[t_int(V)]; /* exact ties */
+        row[t_int(V)] = sharp * 1.5f;                              /* a clear winner */
+        if (r % 3 == 1)
+            for (int i = 0; i < V / 3; i++) row[t_int(V)] = -INFINITY;
+    }
+    float *bad = lg + (size_t)(n - 1) * V, *masked = lg + (size_t)(n - 2) * V;
+    bad[77] = NAN;
+    for (int i = 0; i < V; i++) masked[i] = -INFINITY;
+    di_sample_row rows[14] = {
+        {0.0f, 1.0f, 0.0f, 0, 1, 5, 0},         /* greedy */
+        {1.0f, 1.0f, 0.0f, 0, 2, 6, 0},         /* plain */
+        {0.7f, 1.0f, 0.0f, 0, 3, 7, 1},         /* temperature */
+        {1.0f, 1.0f, 0.0f, 1, 4, 8, 0},         /* top-1 */
+        {0.9f, 1.0f, 0.0f, 50, 5, 9, 2},        /* top-k */
+        {1.0f, 0.9f, 0.0f, 50, 6, 10, 0},       /* top-k + top-p */
+        {1.0f, 0.9f, 0.0f, 0, 7, 11, 0},        /* top-p */
+        {0.8f, 0.5f, 0.05f, 0, 8, 12, 3},       /* top-p + min-p */
+        {1.0f, 1.0f, 0.1f, 0, 9, 13, 0},        /* min-p */
+        {1.3f, 0.95f, 0.01f, 1000, 10, 14, 0},  /* all */
+        {1.0f, 0.001f, 0.0f, 0, 11, 15, 0},     /* tiny top-p: first token only */
+        {2.0f, 1.0f, 0.0f, 100000, 12, 16, 0},  /* large k */
+        {1.0f, 1.0f, 0.0f, 0, 13, 17, 0},       /* all -inf: masked */
+        {1.0f, 1.0f, 0.0f, 0, 14, 18, 0},       /* NaN */
+    };
+    di_sampler *smp = NULL;
+    CHECK_OK(di_sampler_create(V, &smp));
+    float *dl = (float *)g_raw(lg, (size_t)n * V * 4);
+    void *dtok = g_alloc((size_t)n * 4), *dst = g_alloc((size_t)n * 4), *drows = g_alloc(sizeof rows);
+    for (int rep = 0; rep < 8 && smp; rep++) {
+        for (int r = 0; r < n; r++) {
+            rows[r].seed = t_u64();
+            rows[r].position = (uint32_t)t_u64();
+        }
+        g_gpu->upload(g_gpu, drows, rows, sizeof rows);
+        g_poison(dtok, (size_t)n * 4);
+        g_gpu->sample(g_gpu, (int32_t *)dtok, (int32_t *)dst, dl, n, V, (const di_sample_row *)drows);
+        int32_t tok[14], st[14];
+        g_gpu->download(g_gpu, tok, dtok, sizeof tok);
+        g_gpu->download(g_gpu, st, dst, sizeof st);
+        int same = 0;
+        for (int r = 0; r < n; r++) {
+            di_sampling_params p;
+            di_sampling_params_init(&p);
+            p.temperature = rows[r].temperature;
+            p.top_p = rows[r].top_p;
+            p.top_k = rows[r].top_k;
+            p.min_p = rows[r].min_p;
+            di_sample_request rq = {&p, rows[r].seed, rows[r].position, rows[r].stream, 0, NULL, NULL, NULL, 0};
+            int32_t want = -1;
+            di_status s = di_sampler_sample(smp, lg + (size_t)r * V, &rq, &want, NULL);
+            if (s != DI_OK) {
+                CHECK_MSG(st[r] != DI_SAMPLE_OK && tok[r] == -1, "row %d: CPU sampler fails (%s) but GPU gave %d status %d",
+                          r, di_last_error(), tok[r], st[r]);
+                same += st[r] != DI_SAMPLE_OK;
+                continue;
+            }
+            CHECK_MSG(st[r] == DI_SAMPLE_OK && tok[r] == want, "row %d rep %d: GPU token %d (status %d), CPU %d", r, rep,
+                      tok[r], st[r], want);
+            same += st[r] == DI_SAMPLE_OK && tok[r] == want;
+        }
+        fprintf(stderr, "  sample V=%d: %d/%d rows identical to the CPU sampler (rep %d)\n", V, same, n, rep);
+    }
+    di_sampler_free(smp);
+    g_free(dl); g_free(dtok); g_free(dst); g_free(drows);
+    free(lg);
+}
+
+static void reserve_gpu(void) {
+    di_backend_reserve r = {8192, 512, 129280, {128, 128, 64, 128, 512, 0.1f}};
+    CHECK_OK(g_gpu->reserve(g_gpu, &r));
+}
+
+int main(int argc, char **argv) {
+    const t_group groups[] = {{"reserve", reserve_gpu}, {"decode", test_decode}, {"prefill", test_prefill},
+                              {"route", test_route},     {"experts", test_experts}, {"sample", test_sample}};
+    int n = (int)(sizeof groups / sizeof groups[0]);
+    if (argc > 1) {
+        char **av = (char **)malloc((size_t)(argc + 1) * sizeof *av);
+        av[0] = argv[0];
+        av[1] = (char *)"reserve";
+        for (int i = 1; i < argc; i++) av[i + 1] = argv[i];
+        return t_main(argc + 1, av, groups, n);
+    }
+    return t_main(argc, argv, groups, n);
+}
