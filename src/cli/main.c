@@ -17,8 +17,6 @@ DECL(mkmodel)
 DECL(tokenize)
 DECL(detokenize)
 DECL(render)
-DECL(serve)
-DECL(bench)
 #undef DECL
 
 typedef struct {
@@ -42,8 +40,6 @@ int main(int argc, char **argv) {
         {"tokenize", di_cmd_tokenize, "text on stdin -> token ids"},
         {"detokenize", di_cmd_detokenize, "token ids on stdin -> text"},
         {"render", di_cmd_render, "render chat conversations with the model's chat format"},
-        {"serve", di_cmd_serve, "OpenAI/Anthropic-compatible HTTP server"},
-        {"bench", di_cmd_bench, "benchmarks"},
     };
     const size_t n = sizeof cmds / sizeof cmds[0];
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
