@@ -4,7 +4,12 @@
 #   DEST/bin/   deepinfer, the GPU tests (test_cuda_*), the CUDA benchmarks (bench_cuda_*),
 #               linked with RPATH $ORIGIN/../lib
 #   DEST/lib/   the Debian shared libraries they need (jansson, pcre2-8, utf8proc; found by ldd)
-#   DEST/src/   a source-tree stand-in: tests/data/golden and scripts/gpu (remote.sh)
+#   DEST/src/   a source-tree stand-in: tests/data/golden, tests/data/golden_pycoder (manifest and
+#               the unpacked logits), tests/data/ppl/slice.json and scripts/gpu (remote.sh)
+# bin/, lib/ and the data are then packed into DEST/bundle.tar.xz (~4 MB instead of ~45 MB: every
+# binary holds the same CUDA code, which xz's window stores once) and only DEST/src/scripts stays
+# unpacked; remote.sh unpacks the bundle in place. DI_GPU_NO_BUNDLE=1 keeps the plain tree.
+# The trained model models/pycoder-moe is not staged: it travels with the checkout.
 # cuBLASLt is NOT shipped (500 MB): remote.sh finds the GPU machine's own.
 # Then, on the GPU machine, from the repository root:  bash DEST/src/scripts/gpu/remote.sh [what]
 # (with the device tool: carry DEST; see docs/cuda.md "Device workflow").
@@ -26,5 +31,12 @@ for bin in "$dest"/bin/*; do
 done | sort -u | while read -r path; do cp -L "$path" "$dest/lib/$(basename "$path")"; done
 [ -f "$dest/lib/libjansson.so.4" ] || { echo "build.sh: libjansson not found by ldd" >&2; exit 1; }
 cp -r "$root/tests/data/golden" "$dest/src/tests/data/"
+mkdir -p "$dest/src/tests/data/golden_pycoder" "$dest/src/tests/data/ppl"
+cp "$root/tests/data/golden_pycoder/golden_pycoder.json" "$build"/tests/data/golden_pycoder/*.bin \
+    "$dest/src/tests/data/golden_pycoder/"
+cp "$root/tests/data/ppl/slice.json" "$dest/src/tests/data/ppl/"
 cp "$root"/scripts/gpu/*.sh "$dest/src/scripts/gpu/"
+if [ "${DI_GPU_NO_BUNDLE:-0}" != 1 ]; then
+    (cd "$dest" && tar -cf - bin lib src/tests | xz -9 -T1 >bundle.tar.xz && rm -rf bin lib src/tests)
+fi
 echo "staged $(du -sh "$dest" | cut -f1) into $dest"

@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
 # scripts/gpu/remote.sh - runs on the GPU machine, over the tree staged by scripts/gpu/build.sh:
-# the CPU-vs-CUDA op parity tests, the golden-logits and greedy-generation checks on the GPU,
-# the op benchmarks (ceilings, MLA decode, small GEMMs, MoE) and the end-to-end benchmark on the
-# v2lite-8l model, which it generates there with `deepinfer mkmodel` (never carried).
+# the CPU-vs-CUDA op parity tests, the golden-logits and greedy-generation checks on the GPU
+# (random tiny models, and the trained models/pycoder-moe), the engine with device sampling, the
+# op benchmarks (ceilings, MLA decode, small GEMMs, MoE) and the end-to-end benchmarks on the
+# v2lite-8l model (bench_cuda_e2e and `deepinfer generate`), which it generates there with
+# `deepinfer mkmodel` (never carried).
 #
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
-#   steps: info ops attn model bench e2e compare    (default: info ops attn model bench e2e)
+#   steps: info pycoder ops attn model bench e2e engine compare
+#          (default: info pycoder ops attn model bench e2e engine)
 #   env:   OUT (logs; default /tmp/gpu-out), DI_GPU_TMP (scratch; default /tmp/di-gpu),
-#          BENCH_ARGS (extra bench_cuda_e2e arguments), STEP_TIMEOUT (seconds per step, 300)
+#          BENCH_ARGS (extra bench_cuda_e2e arguments), STEP_TIMEOUT (seconds per step, 300),
+#          DEADLINE (seconds from the start after which no step starts and running steps are
+#          cut; 0 = none), ENGINE_BATCHES (default "1 16 64 256"), ENGINE_HOST=0 (skip the
+#          host-sampling runs of the engine step), ENGINE_MODEL / ENGINE_DEVICE (default: the
+#          v2lite-8l made here, cuda; a tiny model and cpu dry-run the step on any machine),
+#          PYCODER_TIMEOUT / ENGINE_TIMEOUT (seconds per step of those groups; 120 / 90)
 # Output: $OUT/summary.txt (one line per step with its exit code and time), $OUT/tests.log,
 # $OUT/bench.log, $OUT/sanitizer.log (compute-sanitizer rerun of a step that faulted).
+# The staged binaries may come packed in DEST/bundle.tar.xz (build.sh does that: the CUDA code
+# in every binary is the same, and xz's window removes the repeats); it is unpacked in place.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 G=$(cd "$here/../../.." && pwd)
-[ -x "$G/bin/deepinfer" ] || G=$(pwd)/.gpu
+[ -f "$G/bundle.tar.xz" ] || [ -x "$G/bin/deepinfer" ] || G=$(pwd)/.gpu
+if [ -f "$G/bundle.tar.xz" ] && [ ! -x "$G/bin/deepinfer" ]; then
+    tar -xJf "$G/bundle.tar.xz" -C "$G" 2>/dev/null ||
+        python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$G/bundle.tar.xz" "$G"
+fi
 [ -x "$G/bin/deepinfer" ] || { echo "remote.sh: no staged tree (run scripts/gpu/build.sh and carry .gpu)" >&2; exit 1; }
+ROOT=$(cd "$G/.." && pwd)
 OUT=${OUT:-/tmp/gpu-out}
 TMP=${DI_GPU_TMP:-/tmp/di-gpu}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
+DEADLINE=${DEADLINE:-0}
+T_START=$(date +%s)
 mkdir -p "$OUT" "$TMP"
 
 # cuBLASLt 13 from the machine's own CUDA install (not shipped)
@@ -27,31 +44,61 @@ if [ -z "$lt" ]; then
 fi
 export LD_LIBRARY_PATH="$G/lib${lt:+:$(dirname "$lt")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export DI_SOURCE_DIR="$G/src" DI_BIN="$G/bin/deepinfer" DI_BUILD_DIR="$TMP"
+# the trained model travels with the checkout; its golden logits are staged unpacked
+[ -d "$ROOT/models/pycoder-moe" ] && export DI_PYCODER_MODEL="$ROOT/models/pycoder-moe"
+export DI_GOLDEN_PYCODER_DIR="$G/src/tests/data/golden_pycoder"
 cd "$G/src"
 
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
 
 # run_step NAME LOG CMD...: time-limited, output appended to LOG; a device fault is rerun under
 # compute-sanitizer (memcheck) into sanitizer.log so one call both finds and locates it
+# seconds a step may take: STEP_TIMEOUT, cut to what DEADLINE leaves (0: do not start)
+step_limit() {
+    local lim=$1
+    if [ "$DEADLINE" -gt 0 ]; then
+        local left=$((DEADLINE - ($(date +%s) - T_START) - 5))
+        [ "$left" -lt "$lim" ] && lim=$left
+        [ "$lim" -lt 10 ] && lim=0
+    fi
+    echo "$lim"
+}
+
 run_step() {
     local name=$1 log=$2
     shift 2
+    local lim
+    lim=$(step_limit "$STEP_TIMEOUT")
+    if [ "$lim" -le 0 ]; then
+        summary "$(printf '%-28s skipped (deadline)' "$name")"
+        return 0
+    fi
     echo "==== $name: $*" >>"$OUT/$log"
     local t0=$(date +%s%N)
-    timeout -k 10 "$STEP_TIMEOUT" "$@" >>"$OUT/$log" 2>&1
+    timeout -k 5 "$lim" "$@" >>"$OUT/$log" 2>&1
     local rc=$?
+    LAST_RC=$rc
     local ms=$((($(date +%s%N) - t0) / 1000000))
     summary "$(printf '%-28s rc=%-3s %4d.%03ds' "$name" "$rc" $((ms / 1000)) $((ms % 1000)))"
     if [ "$rc" -ne 0 ] && tail -n 60 "$OUT/$log" | grep -qiE 'illegal|misaligned|out of bounds|unspecified launch|cuda backend:'; then
-        if command -v compute-sanitizer >/dev/null; then
+        lim=$(step_limit 240)
+        if command -v compute-sanitizer >/dev/null && [ "$lim" -gt 0 ]; then
             echo "==== $name under compute-sanitizer" >>"$OUT/sanitizer.log"
-            timeout -k 10 240 compute-sanitizer --tool memcheck --print-limit 20 "$@" 2>&1 | head -n 300 >>"$OUT/sanitizer.log"
+            timeout -k 5 "$lim" compute-sanitizer --tool memcheck --print-limit 20 "$@" 2>&1 | head -n 300 >>"$OUT/sanitizer.log"
         fi
     fi
     return 0
 }
 
-steps=${*:-info ops attn model bench e2e}
+# v2lite-8l (DeepSeek-V2-Lite shapes, 8 layers, V3 vocabulary; ~9.4 GB), made here once
+v2lite() {
+    if [ ! -f "$TMP/v2lite-8l/config.json" ]; then
+        run_step mkmodel.v2lite-8l bench.log "$G/bin/deepinfer" mkmodel --preset v2lite-8l --seed 1 --out "$TMP/v2lite-8l"
+    fi
+    [ -f "$TMP/v2lite-8l/config.json" ]
+}
+
+steps=${*:-info pycoder ops attn model bench e2e engine}
 for s in $steps; do
     case $s in
     info)
@@ -68,6 +115,11 @@ for s in $steps; do
     attn)
         for g in decode prefill route experts sample; do run_step "attn.$g" tests.log "$G/bin/test_cuda_attn" "$g"; done
         ;;
+    pycoder)
+        for g in golden routing greedy sampling; do
+            STEP_TIMEOUT=${PYCODER_TIMEOUT:-120} run_step "pycoder.$g" tests.log "$G/bin/test_cuda_pycoder" "$g"
+        done
+        ;;
     model)
         run_step model.golden tests.log "$G/bin/test_cuda_model" golden
         run_step model.generate tests.log "$G/bin/test_cuda_model" generate
@@ -76,10 +128,34 @@ for s in $steps; do
     bench)
         run_step bench.ops bench.log "$G/bin/bench_cuda_ops"
         ;;
+    engine)
+        # the real engine (`deepinfer generate`) at batch B: B random 128-token prompts, 128 new
+        # tokens each (greedy, EOS ignored), all prefilled in one step; the summary line gives
+        # tok/s over the whole run and TPOT (B / TPOT = decode tok/s). Device sampling (default
+        # on CUDA), then host sampling (DEEPINFER_DEVICE_SAMPLING=0) for comparison.
+        emodel=${ENGINE_MODEL:-$TMP/v2lite-8l}
+        [ -n "${ENGINE_MODEL:-}" ] || v2lite || continue
+        vocab=$(grep -o '"vocab_size": *[0-9]*' "$emodel/config.json" | grep -o '[0-9]*$')
+        awk -v V="${vocab:-1000}" 'BEGIN { srand(1); for (i = 0; i < 256; i++) { printf "{\"prompt_token_ids\": ["; \
+             for (j = 0; j < 128; j++) printf "%s%d", (j ? "," : ""), 2 + int(rand() * (V - 2)); print "]}" } }' \
+            >"$TMP/engine_prompts.jsonl"
+        LAST_RC=0
+        for sampling in device host; do
+            [ "$sampling" = host ] && [ "${ENGINE_HOST:-1}" = 0 ] && continue
+            for b in ${ENGINE_BATCHES:-1 16 64 256}; do
+                head -n "$b" "$TMP/engine_prompts.jsonl" >"$TMP/engine_p$b.jsonl"
+                [ "$LAST_RC" = 124 ] || [ "$LAST_RC" = 137 ] && continue # a run hung: skip the rest
+                echo "(engine: batch $b, $sampling sampling)" >>"$OUT/bench.log"
+                STEP_TIMEOUT=${ENGINE_TIMEOUT:-90} DEEPINFER_DEVICE_SAMPLING=$([ "$sampling" = device ] && echo 1 || echo 0) \
+                    run_step "engine.b$b.$sampling" bench.log "$G/bin/deepinfer" generate --device "${ENGINE_DEVICE:-cuda}" \
+                    --model "$emodel" --input "$TMP/engine_p$b.jsonl" --output "$TMP/engine_o$b.jsonl" \
+                    --max-tokens 128 --ignore-eos --temperature 0 --max-batch-tokens 32768 --max-seqs 256 \
+                    --kv-blocks 1100 --max-model-len 320
+            done
+        done
+        ;;
     e2e | compare)
-        if [ ! -f "$TMP/v2lite-8l/config.json" ]; then
-            run_step mkmodel.v2lite-8l bench.log "$G/bin/deepinfer" mkmodel --preset v2lite-8l --seed 1 --out "$TMP/v2lite-8l"
-        fi
+        v2lite || continue
         if [ "$s" = e2e ]; then
             # shellcheck disable=SC2086
             run_step bench.e2e bench.log "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" ${BENCH_ARGS:-}
@@ -98,7 +174,7 @@ for s in $steps; do
 done
 # the last lines of each log, so the call's own output shows the outcome
 for f in tests.log bench.log; do
-    [ -f "$OUT/$f" ] && { echo "---- $f (failures and tables)"; grep -E 'FAIL|failed|ceiling|tok/s|of roofline|checks,|golden:|generate:|routing|==== ' "$OUT/$f" | tail -n 150; }
+    [ -f "$OUT/$f" ] && { echo "---- $f (failures and tables)"; grep -E 'FAIL|failed|ceiling|tok/s|of roofline|checks,|golden:|generate:|routing|pycoder|sampling|differ from|TPOT|\(engine|==== ' "$OUT/$f" | tail -n 150; }
 done
 echo "---- summary"
 cat "$OUT/summary.txt"

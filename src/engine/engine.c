@@ -3,7 +3,10 @@
  * di_engine_step reads like the story it tells: reap the requests reported last time,
  * schedule, run (copies + forward), commit the filled blocks to the prefix cache, sample and
  * append each sampled token (forking the completions of n > 1 requests off the leader's
- * logits row), then report every request that changed.
+ * logits row), then report every request that changed. When the executor can sample (the
+ * model on the GPU) and every row of the step needs only what di_sample_row carries, the
+ * forward and the sampling run together in the executor and only token ids come back; the
+ * tokens are the same either way (same sampler specification, same (seed, position, stream)).
  *
  * Owns: the executor, the optional codec, the block manager, scheduler, runner, sampler and
  * the active requests. Invariant: a request is in `active` from enqueue until the step after
@@ -63,6 +66,12 @@ di_status di_engine_create_with(const di_engine_params *p, di_executor *ex, di_c
     if (s == DI_OK) s = di_scheduler_create(&sc, e->bm, &e->sched);
     if (s == DI_OK) s = di_runner_create(e->max_batch_tokens, e->max_seqs, max_blocks_per_seq, &e->runner);
     if (s == DI_OK) s = di_sampler_create(e->ex.vocab_size, &e->sampler);
+    if (s == DI_OK && e->ex.forward_sample) {
+        e->srows = calloc((size_t)e->max_seqs, sizeof *e->srows);
+        e->stokens = calloc((size_t)e->max_seqs, sizeof *e->stokens);
+        e->sstatus = calloc((size_t)e->max_seqs, sizeof *e->sstatus);
+        if (!e->srows || !e->stokens || !e->sstatus) s = di_error(DI_ERR_NOMEM, "engine: out of memory");
+    }
     if (s != DI_OK) {
         di_engine_free(e);
         return s;
@@ -112,6 +121,9 @@ void di_engine_free(di_engine *e) {
     for (int i = 0; i < e->n_active; i++) di_req_free(e, e->active[i]);
     free(e->active);
     free(e->outs);
+    free(e->srows);
+    free(e->stokens);
+    free(e->sstatus);
     di_sampler_free(e->sampler);
     di_runner_free(e->runner);
     di_scheduler_free(e->sched);
@@ -375,6 +387,48 @@ static di_status sample_entry(di_engine *e, di_seq *seq, const float *row, uint6
     return di_engine_append_token(e, q, seq->index, tok, q->params.logprobs >= 0 ? &lp : NULL, now);
 }
 
+/* Whether seq's next token can be drawn from a di_sample_row alone: no penalties, logit bias,
+ * logprobs, active min_tokens mask, and not the first draw of an n > 1 request (all of its
+ * completions draw from one row). */
+static int row_fits_executor(const di_engine *e, const di_seq *seq) {
+    const di_req *q = seq->req;
+    const di_sampling_params *p = &q->params;
+    const di_completion *c = &q->comp[seq->index];
+    if (c->finish != DI_FINISH_NONE) return 1; /* computed, not sampled */
+    if (p->logprobs >= 0 || di_penalties_active(p) || p->n_logit_bias > 0) return 0;
+    if (c->n_gen < p->min_tokens && (p->n_stop_token_ids > 0 || (!p->ignore_eos && e->ex.n_eos > 0))) return 0;
+    return !(seq->index == 0 && q->n > 1 && !q->forked);
+}
+
+static int step_fits_executor(const di_engine *e, const di_step_plan *plan) {
+    if (!e->ex.forward_sample || !e->ex.device_sampling) return 0;
+    for (int i = 0; i < plan->n_seqs; i++)
+        if (plan->sample[i] && !row_fits_executor(e, plan->seqs[i])) return 0;
+    return 1;
+}
+
+static const char *sample_failure(int32_t code) {
+    return code == DI_SAMPLE_ERR_NAN ? "a logit is NaN or +inf"
+           : code == DI_SAMPLE_ERR_MASKED ? "every token is masked (all logits -inf)"
+                                          : "no token has a non-zero probability";
+}
+
+/* The step's forward with the sampling inside the executor; on success e->stokens[row] and
+ * e->sstatus[row] hold each sampled row's outcome (rows numbered as the runner's row_of). */
+static di_status run_sampling_step(di_engine *e, const di_step_plan *plan, const int32_t **row_of) {
+    int k = 0;
+    for (int i = 0; i < plan->n_seqs; i++) {
+        if (!plan->sample[i]) continue;
+        const di_seq *seq = plan->seqs[i];
+        const di_req *q = seq->req;
+        const di_sampling_params *p = &q->params;
+        e->srows[k++] = (di_sample_row){p->temperature, p->top_p, p->min_p, p->top_k, q->seed, (uint32_t)seq->len,
+                                        (uint32_t)seq->index};
+    }
+    DI_TRY(di_runner_run_sample(e->runner, &e->ex, plan, e->srows, e->stokens, e->sstatus, row_of));
+    return DI_OK;
+}
+
 static void report(di_engine *e, size_t *n_outs) {
     uint64_t now = di_now_ns();
     size_t n = 0;
@@ -405,15 +459,19 @@ di_status di_engine_step(di_engine *e, const di_request_output *const **outs, si
             return di_error(DI_ERR_INTERNAL, "engine: no sequence could be scheduled (%d waiting, %d running)",
                             di_scheduler_n_waiting(e->sched), di_scheduler_n_running(e->sched));
     } else {
-        const float *logits;
+        const float *logits = NULL;
         const int32_t *row_of;
-        di_status s = di_runner_run(e->runner, &e->ex, plan, &logits, &row_of);
+        const int in_executor = step_fits_executor(e, plan);
+        di_status s = in_executor ? run_sampling_step(e, plan, &row_of)
+                                  : di_runner_run(e->runner, &e->ex, plan, &logits, &row_of);
         if (s != DI_OK) {
             /* nothing was computed: take back the plan's progress so the state stays consistent */
             for (int i = 0; i < plan->n_seqs; i++) plan->seqs[i]->n_computed = plan->start[i];
             return di_error_context(s, "engine: forward pass of step %llu", (unsigned long long)e->stats.steps);
         }
         e->stats.steps++;
+        if (in_executor) e->steps_sampled_in_executor++;
+        else e->steps_sampled_on_host++;
         e->stats.computed_tokens += (uint64_t)plan->n_tokens;
         e->stats.prefix_hit_tokens += (uint64_t)plan->prefix_hit_tokens;
         now = di_now_ns();
@@ -426,7 +484,13 @@ di_status di_engine_step(di_engine *e, const di_request_output *const **outs, si
                 q->cached_tokens = seq->n_cached_first;
             }
             if (row_of[i] < 0 || q->comp[seq->index].finish != DI_FINISH_NONE) continue;
-            s = sample_entry(e, seq, logits + (size_t)row_of[i] * e->ex.vocab_size, now);
+            if (!in_executor) {
+                s = sample_entry(e, seq, logits + (size_t)row_of[i] * e->ex.vocab_size, now);
+            } else if (e->stokens[row_of[i]] >= 0) {
+                s = di_engine_append_token(e, q, seq->index, e->stokens[row_of[i]], NULL, now);
+            } else {
+                s = di_error(DI_ERR_BACKEND, "sampling in the executor: %s", sample_failure(e->sstatus[row_of[i]]));
+            }
             if (s != DI_OK) {
                 /* this request cannot continue; the others go on */
                 if (err == DI_OK) err = di_error_context(s, "engine: request %lld", (long long)q->id);

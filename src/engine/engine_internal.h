@@ -75,6 +75,10 @@ struct di_engine {
     const di_request_output **outs;  /* [cap_active] this step's report */
     int64_t next_id;
     di_engine_stats stats;
+    /* sampling inside the executor (ex.forward_sample, e.g. on the GPU): [max_seqs] each */
+    di_sample_row *srows;
+    int32_t *stokens, *sstatus;
+    uint64_t steps_sampled_in_executor, steps_sampled_on_host;
 };
 
 /* The engine's tokenizer (NULL without one). */

@@ -1,6 +1,9 @@
 /* exec_model.c - the executor over the real model (model/model.h): di_model_forward into a
- * host logits buffer sized [max_seqs, vocab] at load, di_model_copy_blocks for copy-on-write.
- * EOS ids come from config.json (eos_token_id, an int or a list). */
+ * host logits buffer sized [max_seqs, vocab] at load, di_model_forward_sample_rows for steps the
+ * engine samples inside the model (on CUDA: on the device, decode steps from CUDA graphs; see
+ * executor.h), di_model_copy_blocks for copy-on-write. EOS ids come from config.json
+ * (eos_token_id, an int or a list). device_sampling: on for CUDA; DEEPINFER_DEVICE_SAMPLING=0/1
+ * overrides (read once here). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +20,11 @@ static di_status m_forward(void *ctx, const di_batch *b, const float **logits) {
     DI_TRY(di_model_forward(x->m, b, x->logits));
     *logits = x->logits;
     return DI_OK;
+}
+
+static di_status m_forward_sample(void *ctx, const di_batch *b, const di_sample_row *rows, int32_t *tokens,
+                                  int32_t *status) {
+    return di_model_forward_sample_rows(((model_exec *)ctx)->m, b, rows, tokens, status);
 }
 
 static di_status m_copy(void *ctx, const int32_t *src, const int32_t *dst, int n) {
@@ -53,6 +61,9 @@ di_status di_executor_model_create(const char *dir, const di_model_options *opts
     out->max_model_len = opts->max_context > 0 ? opts->max_context : c->max_position_embeddings;
     for (int i = 0; i < c->n_eos && i < DI_EXECUTOR_MAX_EOS; i++) out->eos_ids[out->n_eos++] = c->eos_token_ids[i];
     out->forward = m_forward;
+    out->forward_sample = m_forward_sample;
+    const char *env = getenv("DEEPINFER_DEVICE_SAMPLING");
+    out->device_sampling = env && *env ? env[0] != '0' : opts->device == DI_DEVICE_CUDA;
     out->copy_blocks = m_copy;
     out->destroy = m_destroy;
     return DI_OK;

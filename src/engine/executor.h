@@ -2,7 +2,9 @@
  * logits rows, a KV block copy for copy-on-write, and a few facts (vocab, KV pool size, EOS).
  *
  * Owner: engine. Three implementations:
- *   di_executor_model_create  the real model (model/model.h: di_model_forward, di_model_copy_blocks)
+ *   di_executor_model_create  the real model (model/model.h: di_model_forward, di_model_copy_blocks,
+ *                             and di_model_forward_sample_rows: device sampling, on by default
+ *                             on CUDA; DEEPINFER_DEVICE_SAMPLING=0 / 1 forces it off / on)
  *   di_executor_fake_create   a deterministic synthetic model with its own paged "KV pool" that
  *                             checks every slot / block-table entry and computes logits from the
  *                             whole context read back through the block table (tests)
@@ -25,6 +27,16 @@ typedef struct di_executor {
     int n_eos;
     int32_t eos_ids[DI_EXECUTOR_MAX_EOS];
     di_status (*forward)(void *ctx, const di_batch *batch, const float **logits);
+    /* Optional (NULL: absent): the forward pass with the sampling done by the executor
+     * (di_model_forward_sample_rows: on CUDA the logits never leave the device, decode steps
+     * replay CUDA graphs). rows[j] holds the parameters of logits row j; tokens[j] receives its
+     * token, status[j] DI_SAMPLE_OK or a DI_SAMPLE_ERR_* code (then tokens[j] = -1). An error
+     * return means the forward itself failed. The engine calls it instead of forward when
+     * `device_sampling` is set and every row of the step needs nothing beyond di_sample_row
+     * (no penalties, logit bias, min_tokens mask, logprobs, or n > 1 first draw). */
+    di_status (*forward_sample)(void *ctx, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
+                                int32_t *status);
+    int device_sampling;
     di_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int n);
     void (*destroy)(void *ctx);
 } di_executor;
@@ -32,7 +44,9 @@ typedef struct di_executor {
 /* Frees the executor's context (no-op on a zeroed struct). */
 void di_executor_destroy(di_executor *ex);
 
-/* Loads the model in dir (model/model.h) sized for the engine's limits. */
+/* Loads the model in dir (model/model.h) sized for the engine's limits. device_sampling is
+ * on for CUDA, off for the CPU (where di_model_forward_sample_rows samples on the host with
+ * the same sampler: forcing it on there exercises the engine's device path in CPU tests). */
 di_status di_executor_model_create(const char *dir, const di_model_options *opts, di_executor *out);
 
 /* ---- synthetic executors ---- */

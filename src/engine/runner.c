@@ -150,3 +150,13 @@ di_status di_runner_run(di_runner *r, di_executor *ex, const di_step_plan *p, co
     const di_batch *b = di_runner_prepare(r, p);
     return ex->forward(ex->ctx, b, logits);
 }
+
+di_status di_runner_run_sample(di_runner *r, di_executor *ex, const di_step_plan *p, const di_sample_row *rows,
+                               int32_t *tokens, int32_t *status, const int32_t **row_of) {
+    *row_of = r->row_of;
+    if (!ex->forward_sample) return di_error(DI_ERR_UNSUPPORTED, "runner: the executor cannot sample");
+    if (p->n_copies > 0) DI_TRY(ex->copy_blocks(ex->ctx, p->copy_src, p->copy_dst, p->n_copies));
+    if (p->n_seqs == 0) return DI_OK;
+    const di_batch *b = di_runner_prepare(r, p);
+    return ex->forward_sample(ex->ctx, b, rows, tokens, status);
+}

@@ -23,4 +23,9 @@ const di_batch *di_runner_prepare(di_runner *r, const di_step_plan *plan);
 /* prepare + copies + forward. *logits: [batch n_logits, vocab], *row_of: [plan n_seqs]. */
 di_status di_runner_run(di_runner *r, di_executor *ex, const di_step_plan *plan, const float **logits,
                         const int32_t **row_of);
+/* prepare + copies + ex->forward_sample: rows[j] are the sampling parameters of logits row j
+ * (rows are numbered like row_of: plan entries that sample, in plan order); tokens[j] and
+ * status[j] receive each row's token and DI_SAMPLE_* code. */
+di_status di_runner_run_sample(di_runner *r, di_executor *ex, const di_step_plan *plan, const di_sample_row *rows,
+                               int32_t *tokens, int32_t *status, const int32_t **row_of);
 #endif

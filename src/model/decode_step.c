@@ -9,6 +9,7 @@
  * (creating every lazily built plan), the second captures the graph. Invariants: a graph
  * depends only on B, never on contexts or tokens (the ops read all of those from device
  * memory); everything here is allocated in di_model_step_setup at load. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,22 +120,34 @@ static di_status sample_status(const int32_t *status, int n) {
 }
 
 /* Copies the sampled tokens back (one synchronisation); a failed row has token -1, and only
- * then are the status codes fetched to name the reason. */
-static di_status fetch_tokens(di_model *m, int32_t *tokens, int n) {
+ * then are the status codes fetched (into status, or to name the reason of the error). */
+static di_status fetch_tokens(di_model *m, int32_t *tokens, int32_t *status, int n) {
     di_backend *be = m->be;
     di_step_state *s = m->step;
     DI_TRY(be->download(be, tokens, s->d_tokens, (size_t)n * sizeof(int32_t)));
+    if (status) memset(status, 0, (size_t)n * sizeof(int32_t));
     for (int j = 0; j < n; j++)
         if (tokens[j] < 0) {
-            DI_TRY(be->download(be, s->status, s->d_status, (size_t)n * sizeof(int32_t)));
-            return sample_status(s->status, n);
+            DI_TRY(be->download(be, status ? status : s->status, s->d_status, (size_t)n * sizeof(int32_t)));
+            return status ? DI_OK : sample_status(s->status, n);
         }
     return DI_OK;
 }
 
 /* ---------------------------------------------------------------- host fallback ---- */
 
-static di_status sample_host(di_model *m, const di_batch *b, const di_sample_row *rows, int32_t *tokens) {
+/* The DI_SAMPLE_ERR_* code of a row the host sampler refused (it refuses only these three). */
+static int32_t host_failure(const float *x, int V) {
+    int all_masked = 1;
+    for (int i = 0; i < V; i++) {
+        if (x[i] != x[i] || x[i] == INFINITY) return DI_SAMPLE_ERR_NAN;
+        all_masked &= x[i] == -INFINITY;
+    }
+    return all_masked ? DI_SAMPLE_ERR_MASKED : DI_SAMPLE_ERR_ZERO;
+}
+
+static di_status sample_host(di_model *m, const di_batch *b, const di_sample_row *rows, int32_t *tokens,
+                             int32_t *status) {
     di_step_state *s = m->step;
     int V = m->cfg.vocab_size;
     if (!s->sampler) DI_TRY(di_sampler_create(V, &s->sampler));
@@ -153,7 +166,14 @@ static di_status sample_host(di_model *m, const di_batch *b, const di_sample_row
         p.top_k = rows[j].top_k;
         p.min_p = rows[j].min_p;
         di_sample_request rq = {&p, rows[j].seed, rows[j].position, rows[j].stream, 0, NULL, NULL, NULL, 0};
-        DI_TRY(di_sampler_sample(s->sampler, s->h_logits + (size_t)j * V, &rq, &tokens[j], NULL));
+        const float *x = s->h_logits + (size_t)j * V;
+        di_status st = di_sampler_sample(s->sampler, x, &rq, &tokens[j], NULL);
+        if (status) status[j] = DI_SAMPLE_OK;
+        if (st == DI_OK) continue;
+        if (!status) return st;
+        di_error_clear();
+        tokens[j] = -1;
+        status[j] = host_failure(x, V);
     }
     return DI_OK;
 }
@@ -187,7 +207,8 @@ static int graph_eligible(const di_model *m, const di_batch *b) {
 }
 
 /* A decode step padded to bucket bi, replayed from (or captured into) its graph. */
-static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int32_t *tokens, int bi) {
+static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int32_t *tokens,
+                            int32_t *status, int bi) {
     di_backend *be = m->be;
     di_step_state *s = m->step;
     int n = b->n_seqs, B = k_buckets[bi], mb = m->max_blocks_per_seq;
@@ -231,11 +252,12 @@ static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row 
         logits_and_sample(m, B);
         s->warm[bi] = 1;
     }
-    return fetch_tokens(m, tokens, n);
+    return fetch_tokens(m, tokens, status, n);
 }
 
 /* Any batch: eager forward, then per chunk of logits rows: gather, norm, lm_head, sample. */
-static di_status step_eager(di_model *m, const di_batch *b, const di_sample_row *rows, int32_t *tokens) {
+static di_status step_eager(di_model *m, const di_batch *b, const di_sample_row *rows, int32_t *tokens,
+                            int32_t *status) {
     di_backend *be = m->be;
     di_step_state *s = m->step;
     int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
@@ -252,16 +274,28 @@ static di_status step_eager(di_model *m, const di_batch *b, const di_sample_row 
         be->matmul(be, m->logits, V, m->xg, D, head, n, DI_MM_OUT_F32);
         be->sample(be, s->d_tokens + r0, s->d_status + r0, m->logits, n, V, s->d_rows + r0);
     }   /* reusing m->logits / d_rows per chunk is safe: the stream orders every op */
-    return fetch_tokens(m, tokens, b->n_logits);
+    return fetch_tokens(m, tokens, status, b->n_logits);
 }
 
-di_status di_model_forward_sample(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens) {
+static di_status forward_sample(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
+                                int32_t *status) {
     if (!m || !batch || (batch->n_logits && (!rows || !tokens)))
         return di_error(DI_ERR_INVALID_ARG, "di_model_forward_sample: NULL argument");
     DI_TRY(di_model_validate_batch(m, batch));
     DI_TRY(check_rows(rows, batch->n_logits));
     if (batch->n_logits == 0) return di_deepseek_forward(m, batch, NULL, NULL);
-    if (!m->be->sample) return sample_host(m, batch, rows, tokens);
-    if (graph_eligible(m, batch)) return step_graph(m, batch, rows, tokens, bucket_of(m->step, batch->n_seqs));
-    return step_eager(m, batch, rows, tokens);
+    if (!m->be->sample) return sample_host(m, batch, rows, tokens, status);
+    if (graph_eligible(m, batch)) return step_graph(m, batch, rows, tokens, status, bucket_of(m->step, batch->n_seqs));
+    return step_eager(m, batch, rows, tokens, status);
+}
+
+di_status di_model_forward_sample(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens) {
+    return forward_sample(m, batch, rows, tokens, NULL);
+}
+
+di_status di_model_forward_sample_rows(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
+                                       int32_t *status) {
+    if (batch && batch->n_logits && !status)
+        return di_error(DI_ERR_INVALID_ARG, "di_model_forward_sample_rows: NULL status");
+    return forward_sample(m, batch, rows, tokens, status);
 }

@@ -104,6 +104,14 @@ di_status di_model_mtp_forward(di_model *m, int k, const di_batch *batch, const 
  * Parameter errors name the row; NaN / fully masked logits are DI_ERR_BACKEND. */
 di_status di_model_forward_sample(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens);
 
+/* di_model_forward_sample with per-row outcomes (the engine's device-sampling path): status[j]
+ * = DI_SAMPLE_OK, or the DI_SAMPLE_ERR_* code (backend.h) of a row that could not be sampled
+ * (NaN / +inf logit, every logit -inf, no non-zero weight), whose token is then -1. The other
+ * rows are sampled and the forward (KV writes) has run; the return value is an error only for
+ * a NULL argument, an invalid batch or rows (nothing ran) or a failed forward. */
+di_status di_model_forward_sample_rows(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
+                                       int32_t *status);
+
 /* The backend the model runs on (ops tests, benchmarks). */
 di_backend *di_model_backend(di_model *m);
 #endif

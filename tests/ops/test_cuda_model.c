@@ -67,6 +67,23 @@ static const char *case_dir(json_t *c, char *dir, size_t n) {
     return dir;
 }
 
+/* DeepSeek-V3.2 checkpoints (sparse attention: the indexer has no CUDA implementation yet) are
+ * reported as not run, never counted as passing. */
+static int cuda_unsupported(const char *dir) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cfg = NULL;
+    if (di_json_load_file(path, &cfg) != DI_OK) {
+        di_error_clear();
+        return 0;
+    }
+    const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+    int v32 = mt && !strcmp(mt, "deepseek_v32");
+    json_decref(cfg);
+    if (v32) fprintf(stderr, "  %s: not run: DeepSeek-V3.2 sparse attention is not implemented on CUDA\n", dir);
+    return v32;
+}
+
 /* ---------------------------------------------------------------- golden ---- */
 
 static void test_golden(void) {
@@ -79,7 +96,7 @@ static void test_golden(void) {
     const double tol = 2e-2;
     size_t ci;
     json_t *c;
-    int n_cmp = 0, n_cases = 0;
+    int n_cmp = 0, n_cases = 0, n_unsupported = 0;
     double worst = 0;
     json_array_foreach(json_object_get(man, "cases"), ci, c) {
         const char *name = json_string_value(json_object_get(c, "name"));
@@ -90,6 +107,10 @@ static void test_golden(void) {
         char dir[4096];
         if (!case_dir(c, dir, sizeof dir)) {
             CHECK_MSG(0, "%s: mkmodel failed", name);
+            continue;
+        }
+        if (cuda_unsupported(dir)) {
+            n_unsupported++;
             continue;
         }
         n_cases++;
@@ -130,7 +151,7 @@ static void test_golden(void) {
                     int top_ok = 0;
                     for (long i = 0; i < n_ref; i++) {
                         double d = fabs((double)got[i] - ref[i]);
-                        if (!(d <= maxd)) maxd = d;
+                        if (!(d <= maxd) && maxd == maxd) maxd = d; /* a NaN sticks */
                         dd += d * d;
                     }
                     for (long t = 0; t < n_ids; t++) {
@@ -157,8 +178,8 @@ static void test_golden(void) {
         free(idstr);
         free(ref);
     }
-    fprintf(stderr, "  golden: %d comparisons over %d cases, worst max|d|/max|ref| %.3e (bound 2e-2)\n", n_cmp, n_cases,
-            worst);
+    fprintf(stderr, "  golden: %d comparisons over %d cases (%d V3.2 cases not run), worst max|d|/max|ref| %.3e (bound "
+                    "2e-2)\n", n_cmp, n_cases, n_unsupported, worst);
     CHECK(n_cmp == 2 * n_cases && n_cases >= 10);
     json_decref(man);
 }
@@ -232,7 +253,7 @@ static void test_generate(void) {
     json_t *c;
     json_array_foreach(json_object_get(man, "cases"), ci, c) {
         char dir[4096];
-        if (!case_dir(c, dir, sizeof dir)) continue;
+        if (!case_dir(c, dir, sizeof dir) || cuda_unsupported(dir)) continue;
         int seen = 0;
         for (int i = 0; i < n_done; i++) seen |= !strcmp(done[i], dir);
         if (seen || n_done >= 32) continue;
@@ -347,7 +368,7 @@ static double tok_err(const float *got, const float *ref, long V, double maxref)
     double md = 0;
     for (long v = 0; v < V; v++) {
         double d = fabs((double)got[v] - ref[v]);
-        if (!(d <= md)) md = d;
+        if (!(d <= md) && md == md) md = d; /* a NaN sticks */
     }
     return md / maxref;
 }
@@ -366,7 +387,7 @@ static void test_routing(void) {
         json_t *ids = json_object_get(c, "ids");
         int n = (int)json_array_size(ids);
         char dir[4096], refpath[1024];
-        if (!case_dir(c, dir, sizeof dir)) continue;
+        if (!case_dir(c, dir, sizeof dir) || cuda_unsupported(dir)) continue;
         snprintf(refpath, sizeof refpath, "tests/data/golden/%s", logits);
         float *ref = NULL;
         if (read_f32(test_src_path(refpath), &ref) != (long)n * V) {
@@ -458,7 +479,7 @@ static void test_generate_routed(void) {
     json_t *c;
     json_array_foreach(json_object_get(man, "cases"), ci, c) {
         char dir[4096];
-        if (!case_dir(c, dir, sizeof dir)) continue;
+        if (!case_dir(c, dir, sizeof dir) || cuda_unsupported(dir)) continue;
         int seen = 0;
         for (int i = 0; i < n_done; i++) seen |= !strcmp(done[i], dir);
         if (seen || n_done >= 32) continue;
@@ -592,7 +613,7 @@ static void compare_model(const char *dir) {
     double md = 0, mr = 0, dd = 0, rr = 0;
     for (size_t i = 0; i < (size_t)P * V; i++) {
         double d = fabs((double)lg[i] - lc[i]);
-        if (!(d <= md)) md = d;
+        if (!(d <= md) && md == md) md = d; /* a NaN sticks */
         mr = fmax(mr, fabs(lc[i]));
         dd += d * d;
         rr += (double)lc[i] * lc[i];
