@@ -45,6 +45,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", default=os.path.join(root, "models", "pycoder-moe"))
     p.add_argument("--ppl-dir", default=os.path.join(root, "tests", "data", "ppl"))
+    p.add_argument("--heldout-archive", default="heldout.tar.gz",
+                   help="the held-out texts as returned by the training run (not in the repository)")
     p.add_argument("--run", default=os.path.join(HERE, "runs", "h200-2026-11-29", "run.json"))
     p.add_argument("--heldout", action="store_true", help="also recompute the full held-out numbers")
     p.add_argument("--threads", type=int, default=0)
@@ -163,7 +165,8 @@ def main():
             run = json.load(f)
         with open(os.path.join(args.ppl_dir, "heldout_files.txt")) as f:
             names = [l.rstrip("\n") for l in f if l.strip()]
-        with tarfile.open(os.path.join(args.ppl_dir, "heldout.tar.gz")) as tf:
+        # heldout.tar.gz comes back from the training run (run_device.sh); it is not committed
+        with tarfile.open(args.heldout_archive) as tf:
             members = sorted(m.name for m in tf.getmembers() if m.isfile())
             texts = [tf.extractfile(m).read().decode("utf-8") for m in members]
         check(len(texts) == len(names), f"held-out archive has {len(texts)} files, list {len(names)}")
