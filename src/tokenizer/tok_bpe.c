@@ -203,8 +203,7 @@ static di_status missing_char(const di_tokenizer *t, tok_ws *ws, size_t *n, unk_
         size_t k;
         for (k = 0; k < sn; k++)
             if (t->fallback_id[(uint8_t)s[k]] < 0) break;
-        if (k == sn) {
-            DI_TRY(flush_unk(ws, n, u));
+        if (k == sn) { /* HF adds these without flushing a pending unk first: keep that order */
             for (k = 0; k < sn; k++) DI_TRY(add_sym(ws, n, t->fallback_id[(uint8_t)s[k]]));
             return DI_OK;
         }

@@ -23,10 +23,30 @@
 #include "core/threadpool.h"
 #include "tokenizer/tokenizer.h"
 
+/* Decodes one UTF-8 character at s (n >= 1 bytes available): returns its length and sets *cp,
+ * or 0 if invalid (strict RFC 3629). Inline fast path for the 1- and 2-byte cases. */
+int di_utf8_decode(const unsigned char *s, size_t len, uint32_t *cp);
+static inline int tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
+    unsigned c = s[0];
+    if (c < 0x80) { *cp = c; return 1; }
+    if (c >= 0xc2 && c <= 0xdf && n >= 2 && (s[1] & 0xc0) == 0x80) { *cp = ((c & 0x1f) << 6) | (s[1] & 0x3f); return 2; }
+    return di_utf8_decode(s, n, cp);
+}
+
 /* ---- growable byte buffer ---- */
 typedef struct tok_buf { char *p; size_t n, cap; } tok_buf;
-di_status tok_buf_reserve(tok_buf *b, size_t extra);
-di_status tok_buf_put(tok_buf *b, const void *s, size_t n);
+di_status tok_buf_grow(tok_buf *b, size_t extra);
+static inline di_status tok_buf_reserve(tok_buf *b, size_t extra) {
+    return b->n + extra + 1 <= b->cap ? DI_OK : tok_buf_grow(b, extra);
+}
+/* Appends n bytes; the buffer stays NUL-terminated (the NUL is not counted in n). */
+static inline di_status tok_buf_put(tok_buf *b, const void *s, size_t n) {
+    if (b->n + n + 1 > b->cap) DI_TRY(tok_buf_grow(b, n));
+    if (n) __builtin_memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+    return DI_OK;
+}
 void tok_buf_free(tok_buf *b);
 
 /* ---- regex (Oniguruma/Ruby syntax and Unicode semantics as used by HF, run on PCRE2 JIT) ---- */
@@ -106,7 +126,13 @@ typedef struct tok_norm {
 } tok_norm;
 
 /* ---- pre-tokenizer stages ---- */
-typedef enum { TOK_ST_SPLIT, TOK_ST_DIGITS, TOK_ST_PREFIX_SPACE } tok_stage_kind;
+typedef enum {
+    TOK_ST_SPLIT,        /* Split: regex / string pattern */
+    TOK_ST_CHARS,        /* a character predicate (Digits, WhitespaceSplit) */
+    TOK_ST_WORDS,        /* Whitespace: runs of \w and of [^\w\s] (Rust regex classes) */
+    TOK_ST_PREFIX_SPACE  /* ByteLevel add_prefix_space */
+} tok_stage_kind;
+typedef enum { TOK_PRED_NUMERIC, TOK_PRED_WHITESPACE } tok_char_pred;
 typedef enum {
     TOK_SPLIT_REMOVED, TOK_SPLIT_ISOLATED, TOK_SPLIT_MERGED_PREV, TOK_SPLIT_MERGED_NEXT, TOK_SPLIT_CONTIGUOUS
 } tok_split_behavior;
@@ -114,12 +140,15 @@ typedef struct tok_stage {
     tok_stage_kind kind;
     tok_split_behavior behavior;
     int invert;
-    tok_regex *re; /* TOK_ST_SPLIT */
+    tok_regex *re;      /* TOK_ST_SPLIT */
+    tok_char_pred pred; /* TOK_ST_CHARS */
 } tok_stage;
 
 /* ---- added tokens ---- */
 typedef struct tok_added {
     char *content; uint32_t len;   /* as written in tokenizer.json */
+    char *pattern; uint32_t plen;  /* what is matched and decoded: the normalized content when
+                                      `normalized` (HF 0.23 decodes such tokens in that form) */
     int32_t id;
     uint8_t special, lstrip, rstrip, single_word, normalized;
 } tok_added;
@@ -138,6 +167,13 @@ typedef struct tok_splits { tok_split *v; size_t n, cap; } tok_splits;
 
 /* ---- post-processing / decoding ---- */
 typedef enum { TOK_DEC_NONE, TOK_DEC_BYTELEVEL } tok_decoder_kind;
+
+/* merge table slot: key = left << 32 | right (UINT64_MAX = empty) */
+typedef struct tok_merge { uint64_t key; uint32_t rank; int32_t merged; } tok_merge;
+static inline size_t tok_merge_slot(uint64_t key, size_t mask) {
+    uint64_t h = key * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 32) & mask;
+}
 
 /* ---- per-call workspace ---- */
 typedef struct tok_cache_slot { uint64_t hash; uint32_t key_off, key_len, ids_off, ids_len; } tok_cache_slot;
@@ -171,13 +207,13 @@ struct di_tokenizer {
     char *dec_blob;               /* ByteLevel-decoded bytes by id */
     uint32_t *dec_off, *dec_len;
     uint8_t *id_flags;            /* [n_ids] TOK_ID_* */
-    /* model vocab map: string -> id, open addressing on ids (slot = id + 1, 0 empty) */
-    uint32_t *vmap; size_t vmap_mask;
+    /* model vocab map: string -> id, open addressing (slot = hash tag << 32 | id + 1, 0 empty) */
+    uint64_t *vmap; size_t vmap_mask;
     uint32_t n_model_vocab;       /* entries in model.vocab (HF's get_vocab_size) */
     uint32_t n_model_ids;         /* highest model vocab id + 1 */
     char *mstr_blob; uint32_t *mstr_off, *mstr_len; /* model vocab strings by id */
     /* merges: (left id, right id) -> (rank, merged id) */
-    uint64_t *mkeys; uint64_t *mvals; size_t mmask; size_t n_merges;
+    tok_merge *merges; size_t mmask; size_t n_merges;
     /* BPE options */
     int byte_level;               /* a ByteLevel pre-tokenizer maps bytes to the byte alphabet */
     int ignore_merges, fuse_unk, byte_fallback;
@@ -219,12 +255,11 @@ di_status tok_merges_init(di_tokenizer *t, size_t n_merges);
 di_status tok_merges_add(di_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t merged);
 static inline int tok_merges_get(const di_tokenizer *t, int32_t a, int32_t b, uint32_t *rank, int32_t *merged) {
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    uint64_t h = key * 0x9e3779b97f4a7c15ull;
-    size_t j = (size_t)(h >> 20) & t->mmask;
+    size_t j = tok_merge_slot(key, t->mmask);
     for (;;) {
-        uint64_t k = t->mkeys[j];
-        if (k == key) { *rank = (uint32_t)(t->mvals[j] >> 32); *merged = (int32_t)(uint32_t)t->mvals[j]; return 1; }
-        if (k == UINT64_MAX) return 0;
+        const tok_merge *m = &t->merges[j];
+        if (m->key == key) { *rank = m->rank; *merged = m->merged; return 1; }
+        if (m->key == UINT64_MAX) return 0;
         j = (j + 1) & t->mmask;
     }
 }
@@ -238,13 +273,17 @@ di_status tok_json_skip_ws(tok_json_cursor *c);
 di_status tok_json_skip_value(tok_json_cursor *c);
 /* Parses a JSON string at c->p into buf (decoded UTF-8, NUL-terminated); *out points into buf. */
 di_status tok_json_string(tok_json_cursor *c, tok_buf *buf, const char **out, size_t *len);
+/* Like tok_json_string, but points into the JSON text itself when the string needs no decoding
+ * (then it is not NUL-terminated). */
+di_status tok_json_string_ref(tok_json_cursor *c, tok_buf *buf, const char **out, size_t *len);
 /* Appends the decoded string to buf (buf->n grows by its length; a NUL follows, uncounted). */
 di_status tok_json_string_append(tok_json_cursor *c, tok_buf *buf);
 di_status tok_json_expect(tok_json_cursor *c, char ch);
 di_status tok_json_fail(const tok_json_cursor *c, const char *what);
 
 /* tok_load_model.c */
-di_status tok_load_model(di_tokenizer *t, const char *json, size_t len, const char *where);
+/* Reads the "model" value at the cursor and advances past it. */
+di_status tok_load_model(di_tokenizer *t, tok_json_cursor *c);
 /* tok_load_pipeline.c: normalizer / pre_tokenizer / post_processor / decoder (jansson values) */
 typedef struct json_t json_t;
 di_status tok_load_normalizer(di_tokenizer *t, json_t *v, const char *where);

@@ -14,6 +14,11 @@
 
 #define MAX_DEPTH 256
 
+/* bytes that end the plain-ASCII fast path of a string: quote, backslash, controls, non-ASCII */
+static const unsigned char g_special[256] = {
+    [0 ... 0x1f] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xff] = 1,
+};
+
 di_status tok_json_fail(const tok_json_cursor *c, const char *what) {
     size_t off = (size_t)(c->p - c->base);
     if (c->p >= c->end)
@@ -62,11 +67,7 @@ static di_status scan_string(tok_json_cursor *c, tok_buf *buf) {
     for (;;) {
         const char *run = c->p;
         /* fast path: plain ASCII characters */
-        while (c->p < c->end) {
-            unsigned char ch = (unsigned char)*c->p;
-            if (ch == '"' || ch == '\\' || ch < 0x20 || ch >= 0x80) break;
-            c->p++;
-        }
+        while (c->p < c->end && !g_special[(unsigned char)*c->p]) c->p++;
         if (buf && c->p > run) DI_TRY(tok_buf_put(buf, run, (size_t)(c->p - run)));
         if (c->p >= c->end) return tok_json_fail(c, "unterminated string");
         unsigned char ch = (unsigned char)*c->p;
@@ -74,7 +75,7 @@ static di_status scan_string(tok_json_cursor *c, tok_buf *buf) {
         if (ch < 0x20) return tok_json_fail(c, "control character in string (must be escaped)");
         if (ch >= 0x80) {
             uint32_t cp;
-            int n = di_utf8_decode((const unsigned char *)c->p, (size_t)(c->end - c->p), &cp);
+            int n = tok_utf8_next((const unsigned char *)c->p, (size_t)(c->end - c->p), &cp);
             if (!n) return tok_json_fail(c, "invalid UTF-8 in string");
             if (buf) DI_TRY(tok_buf_put(buf, c->p, (size_t)n));
             c->p += n;
@@ -127,6 +128,33 @@ static di_status scan_string(tok_json_cursor *c, tok_buf *buf) {
 
 di_status tok_json_string(tok_json_cursor *c, tok_buf *buf, const char **out, size_t *len) {
     tok_json_skip_ws(c);
+    buf->n = 0;
+    DI_TRY(scan_string(c, buf));
+    *out = buf->p;
+    *len = buf->n;
+    return DI_OK;
+}
+
+di_status tok_json_string_ref(tok_json_cursor *c, tok_buf *buf, const char **out, size_t *len) {
+    tok_json_skip_ws(c);
+    if (c->p < c->end && *c->p == '"') {
+        /* zero-copy when the string is plain ASCII without escapes (the common case) */
+        const char *q = c->p + 1;
+        for (;;) {
+            while (q < c->end && !g_special[(unsigned char)*q]) q++;
+            if (q >= c->end || (unsigned char)*q < 0x80) break;
+            uint32_t cp;
+            int n = tok_utf8_next((const unsigned char *)q, (size_t)(c->end - q), &cp);
+            if (!n) break; /* invalid UTF-8: the slow path reports it */
+            q += n;
+        }
+        if (q < c->end && *q == '"') {
+            *out = c->p + 1;
+            *len = (size_t)(q - c->p - 1);
+            c->p = q + 1;
+            return DI_OK;
+        }
+    }
     buf->n = 0;
     DI_TRY(scan_string(c, buf));
     *out = buf->p;

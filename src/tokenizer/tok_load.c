@@ -95,35 +95,44 @@ static di_status load_added(di_tokenizer *t, json_t *arr, const char *where) {
     return st;
 }
 
+/* The normalized form of each normalized=true added token: it is what HF matches in the
+ * normalized text and what it returns when decoding the token. */
+static di_status added_patterns(di_tokenizer *t) {
+    tok_ws *ws = NULL;
+    di_status st = DI_OK;
+    for (size_t i = 0; i < t->n_added && st == DI_OK; i++) {
+        tok_added *a = &t->added[i];
+        if (!a->normalized || !t->n_norms) {
+            a->pattern = a->content;
+            a->plen = a->len;
+            continue;
+        }
+        if (!ws && !(ws = tok_ws_acquire(t))) { st = di_error(DI_ERR_NOMEM, "out of memory"); break; }
+        st = tok_normalize(t, a->content, a->len, ws, &ws->norm);
+        if (st != DI_OK) break;
+        a->pattern = malloc(ws->norm.n + 1);
+        if (!a->pattern) { st = di_error(DI_ERR_NOMEM, "out of memory"); break; }
+        memcpy(a->pattern, ws->norm.p, ws->norm.n);
+        a->pattern[ws->norm.n] = '\0';
+        a->plen = (uint32_t)ws->norm.n;
+    }
+    tok_ws_release(t, ws);
+    return st;
+}
+
 /* Tries: special tokens first, then the others (HF's order); normalized tokens are matched in
- * their normalized form. */
+ * their normalized form, and one that normalizes to nothing never matches. */
 static di_status build_tries(di_tokenizer *t) {
     tok_trie_init(&t->raw_trie);
     tok_trie_init(&t->norm_trie);
     tok_trie_init(&t->empty_trie);
-    tok_ws *ws = NULL;
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < t->n_added; i++) {
             tok_added *a = &t->added[i];
             if (a->special != (pass == 0)) continue;
-            if (!a->normalized) {
-                DI_TRY(tok_trie_add(&t->raw_trie, a->content, a->len, (int32_t)i));
-                continue;
-            }
-            if (t->n_norms && !ws && !(ws = tok_ws_acquire(t))) return di_error(DI_ERR_NOMEM, "out of memory");
-            if (t->n_norms) {
-                di_status st = tok_normalize(t, a->content, a->len, ws, &ws->norm);
-                if (st != DI_OK) { tok_ws_release(t, ws); return st; }
-                if (ws->norm.n) {
-                    st = tok_trie_add(&t->norm_trie, ws->norm.p, ws->norm.n, (int32_t)i);
-                    if (st != DI_OK) { tok_ws_release(t, ws); return st; }
-                }
-            } else {
-                DI_TRY(tok_trie_add(&t->norm_trie, a->content, a->len, (int32_t)i));
-            }
+            DI_TRY(tok_trie_add(a->normalized ? &t->norm_trie : &t->raw_trie, a->pattern, a->plen, (int32_t)i));
         }
     }
-    tok_ws_release(t, ws);
     return DI_OK;
 }
 
@@ -154,31 +163,46 @@ static di_status build_tables(di_tokenizer *t) {
     for (size_t i = 0; i < t->n_added && st == DI_OK; i++) {
         tok_added *a = &t->added[i];
         t->str_off[a->id] = (uint32_t)sb.n;
-        t->str_len[a->id] = a->len;
-        t->id_flags[a->id] |= TOK_ID_ADDED | (a->special ? TOK_ID_SPECIAL : 0);
-        st = tok_buf_put(&sb, a->content, a->len);
+        t->str_len[a->id] = a->plen;
+        t->id_flags[a->id] |= TOK_ID_ADDED;
+        st = tok_buf_put(&sb, a->pattern, a->plen);
         if (st == DI_OK) st = tok_buf_put(&sb, "", 1);
     }
+    /* HF skips a token when decoding with skip_special_tokens if its string (as decoded) is the
+     * content of a special added token */
+    di_strmap *specials = st == DI_OK ? di_strmap_create(t->n_added) : NULL;
+    if (st == DI_OK && !specials) st = di_error(DI_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < t->n_added && st == DI_OK; i++)
+        if (t->added[i].special && di_strmap_put(specials, t->added[i].content, t->added[i].len, 1) != 0)
+            st = di_error(DI_ERR_NOMEM, "out of memory");
+    for (uint32_t id = 0; id < n_ids && st == DI_OK && t->n_added; id++)
+        if (t->str_len[id] != UINT32_MAX && di_strmap_get(specials, sb.p + t->str_off[id], t->str_len[id], NULL))
+            t->id_flags[id] |= TOK_ID_SPECIAL;
+    di_strmap_free(specials);
     /* ByteLevel decoding of every token: characters back to bytes, or the UTF-8 itself when
      * a character is outside the byte alphabet */
+    if (st == DI_OK) st = tok_buf_reserve(&db, sb.n);
     for (uint32_t id = 0; id < n_ids && st == DI_OK; id++) {
         t->dec_off[id] = (uint32_t)db.n;
         t->dec_len[id] = 0;
         if (t->str_len[id] == UINT32_MAX) continue;
-        const char *s = sb.p + t->str_off[id];
-        size_t len = t->str_len[id], i = 0, start = db.n;
-        int ok = 1;
-        while (i < len && st == DI_OK) {
-            uint32_t cp;
-            int l = di_utf8_decode((const unsigned char *)s + i, len - i, &cp);
-            int b = l ? tok_bytelevel_byte(cp) : -1;
-            if (b < 0) { ok = 0; break; }
-            char c = (char)b;
-            st = tok_buf_put(&db, &c, 1);
+        const unsigned char *s = (const unsigned char *)sb.p + t->str_off[id];
+        size_t len = t->str_len[id], i = 0;
+        if ((st = tok_buf_reserve(&db, len)) != DI_OK) break;
+        char *o = db.p + db.n;
+        size_t k = 0;
+        while (i < len) {
+            uint32_t cp = s[i];
+            int l = 1;
+            if (cp >= 0x80 && !(l = tok_utf8_next(s + i, len - i, &cp))) break;
+            int b = tok_bytelevel_byte(cp);
+            if (b < 0) break;
+            o[k++] = (char)b;
             i += (size_t)l;
         }
-        if (!ok) { db.n = start; st = tok_buf_put(&db, s, len); }
-        t->dec_len[id] = (uint32_t)(db.n - start);
+        if (i < len) { memcpy(o, s, len); k = len; } /* a character outside the byte alphabet */
+        db.n += k;
+        t->dec_len[id] = (uint32_t)k;
         if (db.n > 0xffffffffu) st = di_error(DI_ERR_UNSUPPORTED, "%s: vocabulary text larger than 4 GB", t->path);
     }
     if (st == DI_OK && !sb.p) st = tok_buf_put(&sb, "", 0);
@@ -286,8 +310,18 @@ static di_status load_json(di_tokenizer *t, const char *buf, size_t len) {
         if ((st = tok_json_string(&c, &key, &k, &kn)) != DI_OK || (st = tok_json_expect(&c, ':')) != DI_OK) break;
         tok_json_skip_ws(&c);
         const char *v = c.p;
+        if (!strcmp(k, "model")) { /* the bulk of the file: read straight into the tables */
+            if (spans[0].at) { st = di_error(DI_ERR_FORMAT, "%s: key 'model' appears twice", where); break; }
+            if ((st = tok_load_model(t, &c)) != DI_OK) break;
+            spans[0].at = v;
+            tok_json_skip_ws(&c);
+            if (c.p < c.end && *c.p == ',') { c.p++; continue; }
+            if (c.p < c.end && *c.p == '}') { c.p++; break; }
+            st = tok_json_fail(&c, "expected ',' or '}' in the top-level object");
+            break;
+        }
         if ((st = tok_json_skip_value(&c)) != DI_OK) break;
-        for (int i = 0; i < 6; i++)
+        for (int i = 1; i < 6; i++)
             if (!strcmp(k, spans[i].name)) {
                 if (spans[i].at) { st = di_error(DI_ERR_FORMAT, "%s: key '%s' appears twice", where, k); break; }
                 spans[i].at = v;
@@ -307,13 +341,13 @@ static di_status load_json(di_tokenizer *t, const char *buf, size_t len) {
     }
     if (st != DI_OK) return st;
     if (!spans[0].at) return di_error(DI_ERR_FORMAT, "%s: no 'model' object", where);
-    DI_TRY(tok_load_model(t, spans[0].at, spans[0].len, where));
     json_t *j[6] = {0};
     for (int i = 1; i < 6 && st == DI_OK; i++)
         if (spans[i].at) st = parse_span(&spans[i], where, &j[i]);
     char w[512];
     if (st == DI_OK) { snprintf(w, sizeof w, "%s: normalizer", where); st = tok_load_normalizer(t, j[1], w); }
     if (st == DI_OK) st = load_added(t, j[2], where);
+    if (st == DI_OK) st = added_patterns(t);
     if (st == DI_OK) { snprintf(w, sizeof w, "%s: pre_tokenizer", where); st = tok_load_pre_tokenizer(t, j[3], w); }
     if (st == DI_OK) { snprintf(w, sizeof w, "%s: post_processor", where); st = tok_load_post_processor(t, j[4], w); }
     if (st == DI_OK) { snprintf(w, sizeof w, "%s: decoder", where); st = tok_load_decoder(t, j[5], w); }
@@ -367,9 +401,12 @@ void di_tokenizer_free(di_tokenizer *t) {
     free(t->id_flags);
     free(t->vmap);
     free(t->mstr_blob); free(t->mstr_off); free(t->mstr_len);
-    free(t->mkeys); free(t->mvals);
+    free(t->merges);
     free(t->cont_prefix); free(t->end_suffix); free(t->unk_token);
-    for (size_t i = 0; i < t->n_added; i++) free(t->added[i].content);
+    for (size_t i = 0; i < t->n_added; i++) {
+        if (t->added[i].pattern != t->added[i].content) free(t->added[i].pattern);
+        free(t->added[i].content);
+    }
     free(t->added);
     di_strmap_free(t->added_map);
     tok_trie_free(&t->raw_trie);

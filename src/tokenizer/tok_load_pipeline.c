@@ -3,8 +3,8 @@
  *
  * Supported (anything else is DI_ERR_UNSUPPORTED naming the component and its JSON path):
  *   normalizer:     Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Strip
- *   pre_tokenizer:  Sequence, Split (String/Regex, every behavior, invert), Digits,
- *                   ByteLevel (with or without its regex; must come last)
+ *   pre_tokenizer:  Sequence, Split (String/Regex, every behavior, invert), Digits, Whitespace,
+ *                   WhitespaceSplit, ByteLevel (with or without its regex; must come last)
  *   post_processor: ByteLevel, TemplateProcessing, RobertaProcessing, BertProcessing, Sequence
  *   decoder:        ByteLevel (alone or as the only member of a Sequence), none
  * Nested Sequences are flattened, which is what HF's sequential application amounts to. */
@@ -152,8 +152,21 @@ static di_status pretok_rec(di_tokenizer *t, json_t *v, const char *where, int d
     if (!strcmp(type, "Digits")) {
         int individual = 0;
         DI_TRY(di_json_opt_bool(v, "individual_digits", where, &individual));
-        s.kind = TOK_ST_DIGITS;
+        s.kind = TOK_ST_CHARS;
+        s.pred = TOK_PRED_NUMERIC;
         s.behavior = individual ? TOK_SPLIT_ISOLATED : TOK_SPLIT_CONTIGUOUS;
+        return add_stage(t, s);
+    }
+    if (!strcmp(type, "WhitespaceSplit")) {
+        s.kind = TOK_ST_CHARS;
+        s.pred = TOK_PRED_WHITESPACE;
+        s.behavior = TOK_SPLIT_REMOVED;
+        return add_stage(t, s);
+    }
+    if (!strcmp(type, "Whitespace")) { /* \w+|[^\w\s]+ kept, the rest removed */
+        s.kind = TOK_ST_WORDS;
+        s.behavior = TOK_SPLIT_REMOVED;
+        s.invert = 1;
         return add_stage(t, s);
     }
     if (!strcmp(type, "ByteLevel")) {

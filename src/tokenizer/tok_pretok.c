@@ -1,10 +1,13 @@
 /* tok_pretok.c - pre-tokenizer stages over lists of pieces: Split (regex, with every HF
- * behavior and `invert`), Digits (char::is_numeric, isolated or contiguous) and the ByteLevel
- * prefix space. The ByteLevel byte mapping itself happens in the BPE step.
+ * behavior and `invert`), Digits (char::is_numeric, isolated or contiguous), Whitespace,
+ * WhitespaceSplit and the ByteLevel prefix space. The ByteLevel byte mapping itself happens in the BPE step.
  *
  * Each stage maps every input piece to sub-pieces exactly as HF's NormalizedString::split does:
  * the pattern's matches and the gaps between them cover the piece, `invert` swaps the two,
  * the behavior decides what is kept or merged, and empty pieces are dropped.
+ *
+ * Whitespace (runs of \\w / of [^\\w\\s], whitespace dropped) and WhitespaceSplit (whitespace
+ * dropped) use the Rust regex / char::is_whitespace character sets HF uses.
  *
  * Segment-parallel mode (tok_pretokenize_parallel): pieces are processed in batches on the
  * thread pool, and a large piece is cut into chunks that are scanned concurrently. Each chunk
@@ -42,19 +45,34 @@ static di_status mlist_push(tok_mlist *m, size_t s, size_t e) {
     return DI_OK;
 }
 
-/* All matches of the stage's pattern in subj[0..n). */
+static int char_pred(tok_char_pred pred, uint32_t cp) {
+    if (pred == TOK_PRED_NUMERIC) return (cp >= '0' && cp <= '9') || (cp >= 0x80 && tok_uc_is_numeric(cp));
+    return cp == ' ' || (cp >= 9 && cp <= 13) || (cp >= 0x80 && tok_uc_is_whitespace(cp));
+}
+
+/* All matches of the stage's pattern in subj[from..to) (the subject is subj[0..n)). */
 static di_status find_matches(const tok_stage *st, tok_ws *ws, const char *subj, size_t n, size_t from, size_t to,
                               tok_mlist *out) {
-    if (st->kind == TOK_ST_DIGITS) {
-        size_t i = from;
+    if (st->kind == TOK_ST_CHARS || st->kind == TOK_ST_WORDS) {
+        size_t i = from, run = 0;
+        int run_class = 0; /* TOK_ST_WORDS: 0 none, 1 word run, 2 other run */
         while (i < to) {
-            unsigned char c = (unsigned char)subj[i];
-            uint32_t cp = c;
-            int l = 1;
-            if (c >= 0x80 && !(l = di_utf8_decode((const unsigned char *)subj + i, n - i, &cp))) l = 1;
-            if ((c >= '0' && c <= '9') || (c >= 0x80 && tok_uc_is_numeric(cp))) DI_TRY(mlist_push(out, i, i + (size_t)l));
+            uint32_t cp;
+            int l = tok_utf8_next((const unsigned char *)subj + i, n - i, &cp);
+            if (!l) { l = 1; cp = 0xFFFD; }
+            if (st->kind == TOK_ST_CHARS) {
+                if (char_pred(st->pred, cp)) DI_TRY(mlist_push(out, i, i + (size_t)l));
+            } else {
+                int cls = char_pred(TOK_PRED_WHITESPACE, cp) ? 0 : tok_uc_is_word(cp) ? 1 : 2;
+                if (cls != run_class) {
+                    if (run_class) DI_TRY(mlist_push(out, run, i));
+                    run_class = cls;
+                    run = i;
+                }
+            }
             i += (size_t)l;
         }
+        if (st->kind == TOK_ST_WORDS && run_class) DI_TRY(mlist_push(out, run, i));
         return DI_OK;
     }
     tok_find_iter it = {from, 0, 0};
@@ -251,7 +269,7 @@ static void run_task(void *vctx, size_t i, int tid) {
         const char *s = c->seg + p.off;
         size_t n = PIECE_LEN(p), pos = tk->lo;
         tk->st = DI_OK;
-        if (c->st->kind == TOK_ST_DIGITS) {
+        if (c->st->kind == TOK_ST_CHARS) {
             tk->st = find_matches(c->st, ws, s, n, tk->lo, tk->hi, &tk->m);
         } else {
             for (;;) {
@@ -271,7 +289,7 @@ static void run_task(void *vctx, size_t i, int tid) {
 static di_status stitch(const tok_stage *st, tok_ws *ws, const char *s, size_t n, ptask *chunks, size_t k,
                         tok_mlist *out) {
     out->n = 0;
-    if (st->kind == TOK_ST_DIGITS) { /* per-character matches: concatenation is exact */
+    if (st->kind == TOK_ST_CHARS) { /* per-character matches: concatenation is exact */
         for (size_t j = 0; j < k; j++)
             for (size_t i = 0; i + 1 < chunks[j].m.n; i += 2) DI_TRY(mlist_push(out, chunks[j].m.v[i], chunks[j].m.v[i + 1]));
         return DI_OK;
@@ -319,7 +337,8 @@ static size_t char_start(const char *s, size_t pos) {
 static di_status stage_parallel(const tok_stage *st, tok_ws **wss, int n_ws, di_threadpool *pool, const char *seg,
                                 const tok_pieces *in, tok_pieces *out) {
     if (st->kind == TOK_ST_PREFIX_SPACE) return tok_stage_apply(st, wss[0], seg, in->v, in->n, out);
-    int chunkable = st->kind == TOK_ST_DIGITS || (!st->re->can_be_empty && !st->re->anchored_g);
+    int chunkable = st->kind == TOK_ST_CHARS ||
+                    (st->kind == TOK_ST_SPLIT && !st->re->can_be_empty && !st->re->anchored_g);
 #define IS_BIG(p) (chunkable && PIECE_LEN(p) >= BIG_PIECE && !PIECE_SP(p))
     /* plan tasks */
     size_t n_tasks = 0, cap = 64;

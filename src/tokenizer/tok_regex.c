@@ -108,21 +108,57 @@ static di_status put_complement(tok_buf *o, const uint32_t *r, size_t n_pairs) {
     return DI_OK;
 }
 
-/* Emits class items (no brackets) for property p, negated or not. */
-static di_status put_prop_items(tok_buf *o, const tok_uc_prop *p, int negated) {
-    if (negated) return put_complement(o, p->ranges, p->n_ranges);
+/* Class items for property p go to `items`; code points HF has beyond PCRE2's own property go to
+ * `extra` (as ranges), so the caller can test them in a separate pure-range class: PCRE2
+ * rejects a character outside such a class with one min/max comparison, while a long range
+ * list inside a class with \p{..} would be scanned for every non-matching character. */
+static di_status put_prop_items(tok_buf *items, tok_buf *extra, const tok_uc_prop *p, int negated) {
+    if (negated) return put_complement(items, p->ranges, p->n_ranges);
     if (p->superset && pcre_tables_match()) {
-        DI_TRY(tok_buf_put(o, p->pcre_base, strlen(p->pcre_base)));
-        return put_ranges(o, p->extra, p->n_extra);
+        DI_TRY(tok_buf_put(items, p->pcre_base, strlen(p->pcre_base)));
+        return put_ranges(extra, p->extra, p->n_extra);
     }
-    return put_ranges(o, p->ranges, p->n_ranges);
+    return put_ranges(items, p->ranges, p->n_ranges);
 }
 
-static di_status put_prop(tok_buf *o, const tok_uc_prop *p, int negated, int in_class) {
-    if (in_class) return put_prop_items(o, p, negated);
-    DI_TRY(tok_buf_put(o, negated ? "[^" : "[", negated ? 2 : 1));
-    DI_TRY(put_prop_items(o, p, 0));
-    return tok_buf_put(o, "]", 1);
+/* Emits a complete class from its items and extras: [items] when there are no extras, else
+ * (?:[items]|[extras]) or, negated, (?:(?![extras])[^items]). */
+static di_status put_class(tok_buf *o, const tok_buf *items, const tok_buf *extra, int negated) {
+    if (!extra->n) {
+        DI_TRY(tok_buf_put(o, negated ? "[^" : "[", negated ? 2 : 1));
+        DI_TRY(tok_buf_put(o, items->p, items->n));
+        return tok_buf_put(o, "]", 1);
+    }
+    if (negated) {
+        DI_TRY(tok_buf_put(o, "(?:(?![", 7));
+        DI_TRY(tok_buf_put(o, extra->p, extra->n));
+        DI_TRY(tok_buf_put(o, "])[^", 4));
+        DI_TRY(tok_buf_put(o, items->p, items->n));
+        return tok_buf_put(o, "])", 2);
+    }
+    DI_TRY(tok_buf_put(o, "(?:[", 4));
+    DI_TRY(tok_buf_put(o, items->p, items->n));
+    DI_TRY(tok_buf_put(o, "]|[", 3));
+    DI_TRY(tok_buf_put(o, extra->p, extra->n));
+    return tok_buf_put(o, "])", 2);
+}
+
+typedef struct {
+    tok_buf out;          /* the translated pattern */
+    tok_buf items, extra; /* the class being translated */
+    int in_class, negated;
+} xlat;
+
+/* A property: inside a class it adds to the class; outside it becomes a class of its own. */
+static di_status put_prop(xlat *x, const tok_uc_prop *p, int negated) {
+    if (x->in_class) return put_prop_items(&x->items, &x->extra, p, negated);
+    tok_buf items = {0}, extra = {0};
+    di_status st = put_prop_items(&items, &extra, p, 0);
+    if (st == DI_OK) st = tok_buf_put(&items, "", 0);
+    if (st == DI_OK) st = put_class(&x->out, &items, &extra, negated);
+    tok_buf_free(&items);
+    tok_buf_free(&extra);
+    return st;
 }
 
 static di_status bad(const char *where, size_t off, const char *what) {
@@ -134,8 +170,10 @@ static int is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= '
 static size_t utf8_len(unsigned char c) { return c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1; }
 
 /* Translates one escape at s[i] == '\\'; returns the number of pattern bytes consumed (0 = error). */
-static di_status translate_escape(const char *s, size_t n, size_t i, int in_class, const char *where, tok_buf *o,
-                                  size_t *used, int *uses_g) {
+static di_status translate_escape(const char *s, size_t n, size_t i, xlat *x, const char *where, size_t *used,
+                                  int *uses_g) {
+    int in_class = x->in_class;
+    tok_buf *o = in_class ? &x->items : &x->out;
     if (i + 1 >= n) return bad(where, i, "pattern ends with a backslash");
     char e = s[i + 1];
     const tok_uc_prop *p;
@@ -151,7 +189,7 @@ static di_status translate_escape(const char *s, size_t n, size_t i, int in_clas
         if (nlen && name[0] == '^') { neg = !neg; name++; nlen--; }
         *used = (size_t)(close + 1 - (s + i));
         p = lookup_prop(name, nlen);
-        if (p) return put_prop(o, p, neg, in_class);
+        if (p) return put_prop(x, p, neg);
         /* a property we have no table for (e.g. a rare script): PCRE2's own definition */
         DI_TRY(tok_buf_put(o, neg ? "\\P{" : "\\p{", 3));
         DI_TRY(tok_buf_put(o, name, nlen));
@@ -162,7 +200,7 @@ static di_status translate_escape(const char *s, size_t n, size_t i, int in_clas
         p = tok_uc_prop_find(&key, 1);
         if (!p) return di_error(DI_ERR_INTERNAL, "tokenizer: missing Unicode table for \\%c", key);
         *used = 2;
-        return put_prop(o, p, e != key, in_class);
+        return put_prop(x, p, e != key);
     }
     case 'h':
         *used = 2;
@@ -198,27 +236,43 @@ static di_status translate_escape(const char *s, size_t n, size_t i, int in_clas
 }
 
 di_status tok_regex_translate_ex(const char *s, size_t n, const char *where, char **out, size_t *out_len, int *uses_g) {
-    tok_buf o = {0};
-    di_status st = tok_buf_reserve(&o, n + 16);
-    int in_class = 0;
+    xlat x = {0};
+    di_status st = tok_buf_reserve(&x.out, n + 16);
     size_t i = 0;
     *uses_g = 0;
     while (st == DI_OK && i < n) {
         char c = s[i];
         size_t used = 1;
+        tok_buf *o = x.in_class ? &x.items : &x.out;
         if (c == '\\') {
-            st = translate_escape(s, n, i, in_class, where, &o, &used, uses_g);
-        } else if (in_class) {
+            st = translate_escape(s, n, i, &x, where, &used, uses_g);
+        } else if (x.in_class) {
             if (c == ']') {
-                in_class = 0;
-                st = tok_buf_put(&o, "]", 1);
+                x.in_class = 0;
+                st = tok_buf_put(&x.items, "", 0);
+                if (st == DI_OK) st = put_class(&x.out, &x.items, &x.extra, x.negated);
             } else if (c == '[') {
                 if (i + 1 < n && s[i + 1] == ':') {
+                    /* POSIX bracket class: HF's (Oniguruma's Unicode) set, as explicit ranges */
                     const char *end = NULL;
                     for (size_t j = i + 2; j + 1 < n; j++)
                         if (s[j] == ':' && s[j + 1] == ']') { end = s + j + 2; break; }
-                    if (!end) st = bad(where, i, "unterminated POSIX class");
-                    else { used = (size_t)(end - (s + i)); st = tok_buf_put(&o, s + i, used); }
+                    if (!end) {
+                        st = bad(where, i, "unterminated POSIX class");
+                    } else {
+                        used = (size_t)(end - (s + i));
+                        const char *nm = s + i + 2;
+                        size_t nl = used - 4;
+                        int neg = nl && nm[0] == '^';
+                        char key[32];
+                        const tok_uc_prop *p = NULL;
+                        if (nl - (size_t)neg < 20) {
+                            snprintf(key, sizeof key, "posix_%.*s", (int)(nl - (size_t)neg), nm + neg);
+                            p = tok_uc_prop_find(key, strlen(key));
+                        }
+                        if (p) st = neg ? put_complement(o, p->ranges, p->n_ranges) : put_ranges(o, p->ranges, p->n_ranges);
+                        else st = bad(where, i, "unknown POSIX class");
+                    }
                 } else {
                     st = bad(where, i, "nested character class (not supported)");
                 }
@@ -227,14 +281,16 @@ di_status tok_regex_translate_ex(const char *s, size_t n, const char *where, cha
             } else {
                 used = utf8_len((unsigned char)c);
                 if (i + used > n) used = n - i;
-                st = tok_buf_put(&o, s + i, used);
+                st = tok_buf_put(o, s + i, used);
             }
         } else if (c == '[') {
-            in_class = 1;
-            st = tok_buf_put(&o, "[", 1);
+            x.in_class = 1;
+            x.negated = 0;
+            x.items.n = 0;
+            x.extra.n = 0;
+            if (i + 1 < n && s[i + 1] == '^') { x.negated = 1; used++; }
             /* a ']' right after '[' or '[^' is a literal in both syntaxes */
-            if (st == DI_OK && i + 1 < n && s[i + 1] == '^') { st = tok_buf_put(&o, "^", 1); used++; }
-            if (st == DI_OK && i + used < n && s[i + used] == ']') { st = tok_buf_put(&o, "\\]", 2); used++; }
+            if (i + used < n && s[i + used] == ']') { st = tok_buf_put(&x.items, "\\]", 2); used++; }
         } else if (c == '(' && i + 2 < n && s[i + 1] == '?') {
             size_t j = i + 2;
             if (s[j] == '~') { st = bad(where, i, "absent operator (?~...) (not supported)"); break; }
@@ -242,11 +298,11 @@ di_status tok_regex_translate_ex(const char *s, size_t n, const char *where, cha
             size_t k = j;
             while (k < n && (s[k] == 'i' || s[k] == 'm' || s[k] == 'x' || s[k] == '-')) k++;
             if (k > j && k < n && (s[k] == ':' || s[k] == ')')) {
-                st = tok_buf_put(&o, "(?", 2);
-                for (size_t q = j; q < k && st == DI_OK; q++) st = tok_buf_put(&o, s[q] == 'm' ? "s" : s + q, 1);
+                st = tok_buf_put(o, "(?", 2);
+                for (size_t q = j; q < k && st == DI_OK; q++) st = tok_buf_put(o, s[q] == 'm' ? "s" : s + q, 1);
                 used = k - i;
             } else {
-                st = tok_buf_put(&o, "(?", 2);
+                st = tok_buf_put(o, "(?", 2);
                 used = 2;
             }
         } else if (c == '{' && i + 1 < n && s[i + 1] == ',') {
@@ -254,23 +310,26 @@ di_status tok_regex_translate_ex(const char *s, size_t n, const char *where, cha
             size_t j = i + 2;
             while (j < n && s[j] >= '0' && s[j] <= '9') j++;
             if (j > i + 2 && j < n && s[j] == '}') {
-                st = tok_buf_put(&o, "{0,", 3);
-                if (st == DI_OK) st = tok_buf_put(&o, s + i + 2, j - i - 1);
+                st = tok_buf_put(o, "{0,", 3);
+                if (st == DI_OK) st = tok_buf_put(o, s + i + 2, j - i - 1);
                 used = j + 1 - i;
             } else {
-                st = tok_buf_put(&o, "\\{", 2);
+                st = tok_buf_put(o, "\\{", 2);
             }
         } else {
             used = utf8_len((unsigned char)c);
             if (i + used > n) used = n - i;
-            st = tok_buf_put(&o, s + i, used);
+            st = tok_buf_put(o, s + i, used);
         }
         i += used;
     }
-    if (st == DI_OK && in_class) st = bad(where, n, "unterminated character class");
-    if (st != DI_OK) { tok_buf_free(&o); return st; }
-    *out = o.p;
-    *out_len = o.n;
+    if (st == DI_OK && x.in_class) st = bad(where, n, "unterminated character class");
+    if (st == DI_OK) st = tok_buf_put(&x.out, "", 0);
+    tok_buf_free(&x.items);
+    tok_buf_free(&x.extra);
+    if (st != DI_OK) { tok_buf_free(&x.out); return st; }
+    *out = x.out.p;
+    *out_len = x.out.n;
     return DI_OK;
 }
 

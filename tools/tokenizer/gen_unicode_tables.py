@@ -40,6 +40,10 @@ PROPS = [(n, "\\p{%s}" % n, "\\p{%s}" % n) for n in GC + SCRIPTS]
 PROPS += [("s", "\\s", "\\x{9}-\\x{D}\\x{85}\\p{Z}"),
           ("d", "\\d", "\\p{Nd}"),
           ("w", "\\w", "\\p{L}\\p{M}\\p{Nd}\\p{Pc}")]
+# POSIX bracket classes: always emitted as explicit ranges (no PCRE2 base)
+POSIX = ["alpha", "digit", "alnum", "upper", "lower", "space", "punct", "word", "xdigit", "cntrl", "graph", "print",
+         "blank"]
+PROPS += [("posix_" + n, "[[:%s:]]" % n, None) for n in POSIX]
 
 
 def build_probe():
@@ -182,15 +186,15 @@ def main():
     entries = []
     for name, onig, base in PROPS:
         hf = hf_regex_set(onig)
-        pc = set(int(x, 16) for x in probe(exe, "pcre", "[%s]" % base).split())
-        superset = pc <= hf
+        pc = set(int(x, 16) for x in probe(exe, "pcre", "[%s]" % base).split()) if base else set(ALL)
+        superset = pc <= hf and base is not None
         extra = hf - pc if superset else set()
         sys.stderr.write("%-10s hf=%d pcre=%d superset=%s extra=%d\n" % (name, len(hf), len(pc), superset, len(extra)))
         cname = "p_" + name
         out.append(c_ranges(cname, ranges(hf)))
         out.append(c_ranges("x_" + name, ranges(extra)))
         entries.append('    {"%s", "%s", %s, %d, %s, %d, %d},\n' % (
-            name, base.replace("\\", "\\\\"), cname, len(ranges(hf)), "x_" + name, len(ranges(extra)), int(superset)))
+            name, (base or "").replace("\\", "\\\\"), cname, len(ranges(hf)), "x_" + name, len(ranges(extra)), int(superset)))
     out.append("\nstatic const tok_uc_prop props[] = {\n%s};\n\n" % "".join(entries))
     out.append("const tok_uc_prop *tok_uc_prop_find(const char *name, size_t len) {\n"
                "    for (size_t i = 0; i < sizeof props / sizeof props[0]; i++)\n"
