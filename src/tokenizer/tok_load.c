@@ -362,6 +362,15 @@ static di_status load_json(di_tokenizer *t, const char *buf, size_t len) {
     return st;
 }
 
+static di_tokenizer *tok_alloc(const char *name) {
+    di_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->path = strdup(name);
+    if (!t->path) { free(t); return NULL; }
+    t->bos_id = t->eos_id = t->unk_id = -1;
+    return t;
+}
+
 di_status di_tokenizer_load(const char *path, di_tokenizer **out) {
     *out = NULL;
     if (!path) return di_error(DI_ERR_INVALID_ARG, "tokenizer: NULL path");
@@ -376,17 +385,27 @@ di_status di_tokenizer_load(const char *path, di_tokenizer **out) {
         if (dir && slash) *slash = '\0';
         else if (dir) { free(dir); dir = strdup("."); }
     }
-    di_tokenizer *t = calloc(1, sizeof *t);
-    if (!file || !dir || !t) { free(file); free(dir); free(t); return di_error(DI_ERR_NOMEM, "out of memory"); }
-    t->path = file;
-    t->bos_id = t->eos_id = t->unk_id = -1;
+    di_tokenizer *t = file ? tok_alloc(file) : NULL;
+    free(file);
+    if (!dir || !t) { free(dir); di_tokenizer_free(t); return di_error(DI_ERR_NOMEM, "out of memory"); }
     char *buf = NULL;
     size_t len = 0;
-    di_status st = di_read_file(file, &buf, &len, MAX_FILE);
+    di_status st = di_read_file(t->path, &buf, &len, MAX_FILE);
     if (st == DI_OK) st = load_json(t, buf, len);
     free(buf);
     if (st == DI_OK) st = load_config(t, dir);
     free(dir);
+    if (st != DI_OK) { di_tokenizer_free(t); return st; }
+    *out = t;
+    return DI_OK;
+}
+
+di_status di_tokenizer_load_json(const char *json, size_t len, const char *name, di_tokenizer **out) {
+    *out = NULL;
+    if (!json && len) return di_error(DI_ERR_INVALID_ARG, "tokenizer: NULL JSON buffer");
+    di_tokenizer *t = tok_alloc(name ? name : "tokenizer.json");
+    if (!t) return di_error(DI_ERR_NOMEM, "out of memory");
+    di_status st = load_json(t, json ? json : "", len);
     if (st != DI_OK) { di_tokenizer_free(t); return st; }
     *out = t;
     return DI_OK;

@@ -32,6 +32,9 @@ enum {
 /* `path` is a directory holding tokenizer.json (and optionally tokenizer_config.json) or the
  * tokenizer.json file itself. */
 di_status di_tokenizer_load(const char *path, di_tokenizer **out);
+/* Loads tokenizer.json content from memory (no tokenizer_config.json); `name` is used in error
+ * messages. */
+di_status di_tokenizer_load_json(const char *json, size_t len, const char *name, di_tokenizer **out);
 void di_tokenizer_free(di_tokenizer *t);
 
 /* Appends the ids of text[0..len) to *out (on error nothing is appended). Thread-safe: any
