@@ -5,8 +5,9 @@
  * Unicode versions: HF's normalization tables are older than utf8proc's. Code points HF's
  * tables do not know (tok_uc_norm_opaque) are left untouched by HF, which makes them act as
  * starters that compose with nothing; we copy them through and normalize the runs between
- * them, which gives HF's result. Text whose characters all have no decomposition, no
- * composition and combining class 0 ("inert", e.g. ASCII, CJK ideographs) is copied as is.
+ * them, which gives HF's result. Text is normalized in units that start at a "boundary"
+ * character (see boundary()); units of one unchanged character (most of ASCII, CJK, ...) are
+ * copied without calling utf8proc.
  *
  * Invariant: input and output are valid UTF-8; the output buffer is replaced. */
 #include <stdlib.h>
@@ -20,11 +21,16 @@ static int is_hangul(uint32_t cp) {
     return (cp >= 0x1100 && cp <= 0x11FF) || (cp >= 0xA960 && cp <= 0xA97F) || (cp >= 0xAC00 && cp <= 0xD7FF);
 }
 
-static int inert(uint32_t cp) {
+/* A "boundary" character starts a new normalization unit: combining class 0, no (canonical or
+ * compatibility) decomposition, and never the second character of a composition. Nothing
+ * before it can combine with it or move past it, so NFx(a + b) = NFx(a) + NFx(b) when b starts
+ * with one. Hangul is composed algorithmically: treat it all as non-boundary. */
+static int boundary(uint32_t cp) {
     if (cp < 0x80) return 1;
     if (is_hangul(cp)) return 0;
     const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
-    return p->combining_class == 0 && p->decomp_seqindex == UINT16_MAX && p->comb_index == UINT16_MAX;
+    return p->combining_class == 0 && p->decomp_seqindex == UINT16_MAX &&
+           (p->comb_index == UINT16_MAX || p->comb_index < 0x8000);
 }
 
 /* Normalizes one run without opaque code points, appending to out. */
@@ -52,35 +58,37 @@ static di_status unicode_norm(tok_norm_kind kind, const char *s, size_t n, tok_b
     case TOK_NORM_NFKC: opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
     default: opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
     }
+    /* A boundary character followed by another boundary character (or the end) is unchanged
+     * and is copied; everything else is normalized by utf8proc one unit at a time, a unit being
+     * a boundary character (or the start) and the non-boundary characters after it.
+     * HF-opaque code points are copied as they are and end a unit (HF sees them as starters
+     * that compose with nothing). */
     out->n = 0;
-    /* fast path: nothing to do */
+    DI_TRY(tok_buf_reserve(out, n));
     size_t i = 0;
-    int all_inert = 1;
     while (i < n) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x80) { i++; continue; }
-        uint32_t cp;
-        int l = di_utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        uint32_t cp, nx = 0;
+        int l = tok_utf8_next((const unsigned char *)s + i, n - i, &cp);
         if (!l) return di_error(DI_ERR_INTERNAL, "tokenizer: invalid UTF-8 reached the normalizer");
-        if (!inert(cp)) { all_inert = 0; break; }
-        i += (size_t)l;
-    }
-    if (all_inert) return tok_buf_put(out, s, n);
-    size_t run = 0;
-    i = 0;
-    while (i < n) {
-        uint32_t cp;
-        int l = di_utf8_decode((const unsigned char *)s + i, n - i, &cp);
-        if (!l) return di_error(DI_ERR_INTERNAL, "tokenizer: invalid UTF-8 reached the normalizer");
-        if (tok_uc_norm_opaque(cp)) {
-            DI_TRY(unicode_run(s + run, i - run, opts, tmp, out));
+        int opaque = cp >= 0x80 && tok_uc_norm_opaque(cp);
+        int b = opaque || boundary(cp);
+        size_t j = i + (size_t)l;
+        int ln = j < n ? tok_utf8_next((const unsigned char *)s + j, n - j, &nx) : 0;
+        if (b && (opaque || !ln || tok_uc_norm_opaque(nx) || boundary(nx))) { /* unchanged */
             DI_TRY(tok_buf_put(out, s + i, (size_t)l));
-            run = i + (size_t)l;
+            i = j;
+            continue;
         }
-        i += (size_t)l;
+        /* a unit: this character and the non-boundary characters after it */
+        while (j < n) {
+            int lj = tok_utf8_next((const unsigned char *)s + j, n - j, &nx);
+            if (!lj) return di_error(DI_ERR_INTERNAL, "tokenizer: invalid UTF-8 reached the normalizer");
+            if (tok_uc_norm_opaque(nx) || boundary(nx)) break;
+            j += (size_t)lj;
+        }
+        DI_TRY(unicode_run(s + i, j - i, opts, tmp, out));
+        i = j;
     }
-    DI_TRY(unicode_run(s + run, n - run, opts, tmp, out));
-    if (!out->p) DI_TRY(tok_buf_put(out, "", 0));
     return DI_OK;
 }
 
