@@ -19,6 +19,7 @@
 void tok_trie_init(tok_trie *tr) {
     memset(tr, 0, sizeof *tr);
     for (int i = 0; i < 256; i++) tr->root[i] = -1;
+    tr->first_byte = -1;
 }
 
 static di_status new_node(tok_trie *tr, uint8_t byte, int32_t *out) {
@@ -55,6 +56,10 @@ di_status tok_trie_add(tok_trie *tr, const char *s, size_t n, int32_t token) {
     }
     if (tr->nodes[cur].token < 0) tr->nodes[cur].token = token;
     tr->count++;
+    int firsts = 0, last = -1;
+    for (int b = 0; b < 256; b++)
+        if (tr->root[b] >= 0) { firsts++; last = b; }
+    tr->first_byte = firsts == 1 ? last : -1;
     return DI_OK;
 }
 
@@ -115,8 +120,17 @@ di_status tok_added_split(const di_tokenizer *t, const tok_trie *trie, const cha
         if (n) DI_TRY(push_split(out, 0, n, -1));
         return DI_OK;
     }
+    /* most tokenizers start every added token with the same byte ('<'): memchr finds candidates */
+    int single = trie->first_byte >= 0;
     while (pos < n) {
-        if (trie->root[(uint8_t)text[pos]] < 0) { pos++; continue; }
+        if (single) {
+            const char *q = memchr(text + pos, trie->first_byte, n - pos);
+            if (!q) break;
+            pos = (size_t)(q - text);
+        } else if (trie->root[(uint8_t)text[pos]] < 0) {
+            pos++;
+            continue;
+        }
         size_t end = 0;
         int32_t k = longest_at(trie, text, n, pos, &end);
         if (k < 0) { pos++; continue; }

@@ -76,11 +76,8 @@ static di_status encode_segment(const di_tokenizer *t, tok_ws *ws, const char *s
 }
 
 /* ---- segments: the text cut at added tokens ---- */
-typedef struct { int32_t token; int norm; size_t off, len; } segment; /* token >= 0: an added token id */
-typedef struct {
-    segment *v; size_t n, cap;
-    tok_buf normtext; /* normalized pieces, when there is a normalizer */
-} segments;
+typedef tok_segment segment;
+typedef tok_segments segments;
 
 static di_status seg_push(segments *s, int32_t token, int norm, size_t off, size_t len) {
     if (s->n == s->cap) {
@@ -139,21 +136,22 @@ static const char *seg_text(const segments *s, const char *text, const segment *
     return g->norm ? s->normtext.p + g->off : text + g->off;
 }
 
-static void segments_free(segments *s) {
-    free(s->v);
-    tok_buf_free(&s->normtext);
+/* Segments live in the workspace and are reused by the next call. */
+static segments *segments_reset(tok_ws *ws) {
+    ws->segs.n = 0;
+    ws->segs.normtext.n = 0;
+    return &ws->segs;
 }
 
 static di_status encode_serial(const di_tokenizer *t, tok_ws *ws, const char *text, size_t len, unsigned flags,
                                di_ids *out) {
-    segments segs = {0};
-    di_status st = cut_segments(t, ws, text, len, flags, &segs);
-    for (size_t i = 0; i < segs.n && st == DI_OK; i++) {
-        segment *g = &segs.v[i];
+    segments *segs = segments_reset(ws);
+    di_status st = cut_segments(t, ws, text, len, flags, segs);
+    for (size_t i = 0; i < segs->n && st == DI_OK; i++) {
+        segment *g = &segs->v[i];
         if (g->token >= 0) st = di_ids_push(out, g->token);
-        else st = encode_segment(t, ws, seg_text(&segs, text, g), g->len, out);
+        else st = encode_segment(t, ws, seg_text(segs, text, g), g->len, out);
     }
-    segments_free(&segs);
     return st;
 }
 
@@ -269,8 +267,9 @@ static di_status encode_long_segment(ectx *c, di_threadpool *pool, int n_ws, con
 
 static di_status encode_parallel(const di_tokenizer *t, tok_ws **wss, int n_ws, di_threadpool *pool, const char *text,
                                  size_t len, unsigned flags, di_ids *out) {
-    segments segs = {0};
-    di_status st = cut_segments(t, wss[0], text, len, flags, &segs);
+    segments *sp = segments_reset(wss[0]);
+    di_status st = cut_segments(t, wss[0], text, len, flags, sp);
+    segments segs = *sp; /* read-only from here on */
     ectx c = {.t = t, .wss = wss, .segs = &segs, .text = text};
     atomic_init(&c.failed, 0);
     etask *tasks = st == DI_OK ? calloc(segs.n + 1, sizeof *tasks) : NULL;
@@ -292,7 +291,6 @@ static di_status encode_parallel(const di_tokenizer *t, tok_ws **wss, int n_ws, 
         }
     }
     free(tasks);
-    segments_free(&segs);
     return st;
 }
 

@@ -159,11 +159,17 @@ typedef struct tok_trie {
     tok_trie_node *nodes; size_t n, cap;
     int32_t root[256];            /* first-level children by byte (-1 none) */
     size_t count;                 /* patterns added */
+    int first_byte;               /* the only first byte of all patterns, or -1 */
 } tok_trie;
 void tok_trie_init(tok_trie *tr);
 
 typedef struct tok_split { uint32_t off, len; int32_t token; } tok_split; /* token -1 = text */
 typedef struct tok_splits { tok_split *v; size_t n, cap; } tok_splits;
+
+/* The text cut at added tokens: token >= 0 is an added token's id, else text at off/len in the
+ * input (norm = 0) or in the normalized text buffer (norm = 1). */
+typedef struct tok_segment { int32_t token; int norm; size_t off, len; } tok_segment;
+typedef struct tok_segments { tok_segment *v; size_t n, cap; tok_buf normtext; } tok_segments;
 
 /* ---- post-processing / decoding ---- */
 typedef enum { TOK_DEC_NONE, TOK_DEC_BYTELEVEL } tok_decoder_kind;
@@ -186,6 +192,7 @@ typedef struct tok_ws {
     tok_mlist ml;                   /* matches of one piece */
     tok_elist el;                   /* splits of one piece */
     tok_splits raw_splits, norm_splits; /* added-token splits */
+    tok_segments segs;              /* the call's segments */
     /* BPE scratch: symbols of one word as a linked list, pair ranks, merge heap (2 * sym_cap) */
     int32_t *sym_id, *sym_prev, *sym_next; uint32_t *sym_rank; size_t sym_cap;
     uint64_t *heap;

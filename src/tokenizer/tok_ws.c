@@ -29,6 +29,8 @@ void tok_ws_free(tok_ws *ws) {
     free(ws->el.v);
     free(ws->raw_splits.v);
     free(ws->norm_splits.v);
+    free(ws->segs.v);
+    tok_buf_free(&ws->segs.normtext);
     free(ws->sym_id);
     free(ws->sym_prev);
     free(ws->sym_next);
