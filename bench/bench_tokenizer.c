@@ -7,13 +7,15 @@
  *   load_ms      min / median of N loads of the tokenizer
  *   serial       single-thread di_tokenizer_encode over all documents: MB/s, tokens/s
  *   parallel T   di_tokenizer_encode_parallel of all documents concatenated into one input on
- *                a T-thread pool: MB/s and speedup over T=1
+ *                a T-thread pool: MB/s, speedup over T=1, and process CPU time / wall time (the
+ *                cores actually used: below T means other processes took the CPUs)
  *   ids          number of ids and their FNV-1a hash (to compare with Hugging Face's)
  * Used by bench/tokenizer_vs_hf.py, which runs HF `tokenizers` on the same input in the same run. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/mmap_file.h"
 #include "core/threadpool.h"
@@ -21,6 +23,12 @@
 #include "tokenizer/tokenizer.h"
 
 typedef struct { const char *p; size_t n; } doc;
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -127,19 +135,21 @@ int main(int argc, char **argv) {
         int nt = atoi(p);
         if (nt < 1) break;
         di_threadpool *pool = di_threadpool_create(nt);
-        double bt = 1e30;
+        double bt = 1e30, bcpu = 0;
         for (int r = 0; r < repeat; r++) {
             ids.n = 0;
-            double t0 = di_now_s();
+            double t0 = di_now_s(), c0 = cpu_s();
             if (di_tokenizer_encode_parallel(t, all, total, DI_TOK_HF, pool, &ids) != DI_OK) {
                 fprintf(stderr, "bench_tokenizer: %s\n", di_last_error());
                 return 1;
             }
             double dt = di_now_s() - t0;
-            if (dt < bt) bt = dt;
+            if (dt < bt) { bt = dt; bcpu = cpu_s() - c0; }
         }
         if (nt == 1 || base == 0) base = bt;
-        printf("parallel threads %d MB/s %.2f speedup %.2f ids %zu\n", nt, total / bt / 1e6, base / bt, ids.n);
+        /* cpu/wall: how many cores the run kept busy (near T when nothing else competes) */
+        printf("parallel threads %d MB/s %.2f speedup %.2f cpu/wall %.2f ids %zu\n", nt, total / bt / 1e6, base / bt,
+               bcpu / bt, ids.n);
         di_threadpool_free(pool);
         p = strchr(p, ',');
         if (!p) break;

@@ -130,6 +130,7 @@ def run_ours(build, tok, corpus, repeat):
             res["hash"] = f[3]
         elif f[0] == "parallel":
             res["par%s" % f[2]] = float(f[4])
+            res["cpu%s" % f[2]] = float(f[8])
     return res, out
 
 
@@ -185,7 +186,8 @@ def main():
         print("  load time:        deepinfer %7.1f ms   HF %7.1f ms" % (ours["load_ms"], hf["load_ms"]))
         print("  1 thread:         deepinfer %7.2f MB/s HF %7.2f MB/s   ratio %.2fx" % (ours["mbs"], hf["mbs"], ours["mbs"] / hf["mbs"]))
         print("  parallel, 1 thr:  deepinfer %7.2f MB/s" % ours.get("par1", 0))
-        print("  parallel, 2 thr:  deepinfer %7.2f MB/s   scaling %.2fx" % (ours.get("par2", 0), ours.get("par2", 0) / max(ours.get("par1", 1e-9), 1e-9)))
+        print("  parallel, 2 thr:  deepinfer %7.2f MB/s   scaling %.2fx (cores busy %.2f)" % (
+            ours.get("par2", 0), ours.get("par2", 0) / max(ours.get("par1", 1e-9), 1e-9), ours.get("cpu2", 0)))
         print("  ids:              deepinfer %d (%s)  HF %d (%s)  %s" % (ours["ids"], ours["hash"], hf["ids"], hf["hash"],
                                                                    "identical" if same else "DIFFERENT"))
     sys.exit(0 if ok else 1)

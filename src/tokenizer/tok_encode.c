@@ -56,15 +56,76 @@ static di_status ids_append(di_ids *dst, const int32_t *src, size_t n) {
     return DI_OK;
 }
 
-static di_status check_input(const char *text, size_t len, unsigned flags) {
+/* Offset of the first invalid UTF-8 byte in s[0..n), or n; 8 ASCII bytes per step. */
+static size_t utf8_first_invalid(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            if (!(w & 0x8080808080808080ull)) { i += 8; continue; }
+        }
+        uint32_t cp;
+        int l = tok_utf8_next(p + i, n - i, &cp);
+        if (!l) return i;
+        i += (size_t)l;
+    }
+    return n;
+}
+
+static di_status check_flags(const char *text, size_t len, unsigned flags) {
     if (flags & ~(unsigned)(DI_TOK_SAFE | DI_TOK_ADD_SPECIAL))
         return di_error(DI_ERR_INVALID_ARG, "tokenizer: unknown encode flags 0x%x", flags);
     if (!text && len) return di_error(DI_ERR_INVALID_ARG, "tokenizer: NULL text with length %zu", len);
-    size_t bad;
-    if (len && !di_utf8_valid(text, len, &bad))
-        return di_error(DI_ERR_FORMAT, "tokenizer: input is not valid UTF-8: invalid byte 0x%02x at byte offset %zu",
-                        (unsigned char)text[bad], bad);
     return DI_OK;
+}
+
+static di_status utf8_error(const char *text, size_t bad) {
+    return di_error(DI_ERR_FORMAT, "tokenizer: input is not valid UTF-8: invalid byte 0x%02x at byte offset %zu",
+                    (unsigned char)text[bad], bad);
+}
+
+static di_status check_input(const char *text, size_t len, unsigned flags) {
+    DI_TRY(check_flags(text, len, flags));
+    size_t bad = len ? utf8_first_invalid(text, len) : 0;
+    return bad < len ? utf8_error(text, bad) : DI_OK;
+}
+
+/* The same check on a thread pool: chunks start at non-continuation bytes, so a sequence is
+ * never split; the first invalid byte of the earliest bad chunk is reported. */
+typedef struct { const char *s; size_t n, chunk; size_t *bad; } vctx;
+
+/* Chunk boundary i: i * chunk moved back to the start of its character (at most 3 bytes, which
+ * is all a valid character needs; both neighbours compute the same boundary). */
+static size_t vbound(const vctx *c, size_t i) {
+    size_t x = i * c->chunk;
+    if (x >= c->n) return c->n;
+    for (int k = 0; k < 3 && x > 0 && ((unsigned char)c->s[x] & 0xc0) == 0x80; k++) x--;
+    return x;
+}
+
+static void validate_chunk(void *vc, size_t i, int tid) {
+    vctx *c = vc;
+    (void)tid;
+    size_t a = vbound(c, i), b = vbound(c, i + 1);
+    size_t r = b > a ? utf8_first_invalid(c->s + a, b - a) : 0;
+    c->bad[i] = b > a && r < b - a ? a + r : SIZE_MAX;
+}
+
+static di_status check_input_parallel(const char *text, size_t len, unsigned flags, di_threadpool *pool) {
+    DI_TRY(check_flags(text, len, flags));
+    size_t k = (size_t)di_threadpool_size(pool) * 4, chunk = (len + k - 1) / k;
+    if (chunk < 4096) return check_input(text, len, flags);
+    size_t *bad = malloc(k * sizeof *bad);
+    if (!bad) return di_error(DI_ERR_NOMEM, "tokenizer: out of memory");
+    vctx c = {text, len, chunk, bad};
+    di_threadpool_run(pool, k, validate_chunk, &c);
+    size_t first = SIZE_MAX;
+    for (size_t i = 0; i < k; i++)
+        if (bad[i] < first) first = bad[i];
+    free(bad);
+    return first == SIZE_MAX ? DI_OK : utf8_error(text, first);
 }
 
 /* One text segment (no added tokens in it): pre-tokenize, then BPE each piece. */
@@ -298,7 +359,7 @@ di_status di_tokenizer_encode_parallel(const di_tokenizer *t, const char *text, 
                                        di_threadpool *pool, di_ids *out) {
     int n_ws = di_threadpool_size(pool);
     if (n_ws <= 1 || len < PAR_MIN_BYTES) return di_tokenizer_encode(t, text, len, flags, out);
-    DI_TRY(check_input(text, len, flags));
+    DI_TRY(check_input_parallel(text, len, flags, pool));
     tok_ws **wss = calloc((size_t)n_ws, sizeof *wss);
     if (!wss) return di_error(DI_ERR_NOMEM, "tokenizer: out of memory (workspaces)");
     di_status st = DI_OK;

@@ -120,6 +120,30 @@ static void test_invalid_utf8(void) {
         }
         di_ids_free(&ids);
     }
+    /* long inputs (validated in parallel chunks): the first bad byte wherever it falls */
+    size_t big = 300000;
+    char *txt = malloc(big);
+    for (size_t i = 0; i < big; i++) txt[i] = "ab \xc3\xa9"[i % 5]; /* "ab é" repeated, valid */
+    size_t at[] = {0, 1, 37500, 37501, 37502, 74999, 150000, big - 2, big - 1};
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+        char save = txt[at[k]], save2 = txt[at[k] / 2];
+        txt[at[k]] = (char)0xff;
+        if (k == 4) txt[at[k] / 2] = (char)0x80; /* two bad bytes: the first one counts */
+        size_t first = 0; /* reference: core's validator */
+        CHECK(!di_utf8_valid(txt, big, &first));
+        di_ids ids = {0};
+        char want[64];
+        snprintf(want, sizeof want, "byte offset %zu", first);
+        CHECK_EQ_INT(di_tokenizer_encode_parallel(g_ds, txt, big, DI_TOK_HF, pool, &ids), DI_ERR_FORMAT);
+        CHECK_MSG(has(di_last_error(), want) && ids.n == 0, "%s", di_last_error());
+        txt[at[k]] = save;
+        txt[at[k] / 2] = save2;
+        di_ids_free(&ids);
+    }
+    di_ids ok = {0};
+    CHECK_OK(di_tokenizer_encode_parallel(g_ds, txt, big, DI_TOK_HF, pool, &ok));
+    di_ids_free(&ok);
+    free(txt);
     di_threadpool_free(pool);
 }
 
