@@ -309,6 +309,10 @@ di_status tok_added_split(const di_tokenizer *t, const tok_trie *trie, const cha
 
 /* tok_normalize.c: applies all normalizers to s[0..n) into out (replaced). */
 di_status tok_normalize(const di_tokenizer *t, const char *s, size_t n, tok_ws *ws, tok_buf *out);
+/* The same on a pool, in chunks cut where normalization cannot act across (one NFx form or
+ * Lowercase; anything else runs serially). */
+di_status tok_normalize_parallel(const di_tokenizer *t, tok_ws **wss, int n_ws, di_threadpool *pool, const char *s,
+                                 size_t n, tok_buf *out);
 
 /* tok_pretok.c: pre-tokenizes seg[0..n) into final pieces (ws->pa). */
 di_status tok_pretokenize(const di_tokenizer *t, tok_ws *ws, const char *seg, size_t n, tok_pieces **out);
@@ -321,6 +325,25 @@ di_status tok_stage_apply(const tok_stage *st, tok_ws *ws, const char *seg, cons
 /* Test hooks: work sizes of the segment-parallel encoder (0 = default). */
 void tok_pretok_set_sizes(size_t batch_bytes, size_t big_piece);
 void tok_parallel_set_sizes(size_t min_bytes, size_t task_bytes, size_t batch_bytes, size_t big_piece);
+
+/* tok_encode.c: the building blocks of encoding */
+di_status tok_ids_append(di_ids *dst, const int32_t *src, size_t n);
+size_t tok_utf8_first_invalid(const char *s, size_t n); /* n if valid */
+di_status tok_utf8_error(const char *text, size_t bad);
+di_status tok_check_flags(const char *text, size_t len, unsigned flags);
+di_status tok_check_input(const char *text, size_t len, unsigned flags); /* flags + UTF-8 */
+di_status tok_wrap(const di_tokenizer *t, unsigned flags, int pre, di_ids *out); /* BOS / EOS */
+int tok_is_safe(const di_tokenizer *t, unsigned flags);
+di_status tok_seg_push(tok_segments *s, int32_t token, int norm, size_t off, size_t len);
+di_status tok_cut_raw(const di_tokenizer *t, tok_ws *ws, const char *text, size_t len, unsigned flags); /* -> ws->raw_splits */
+di_status tok_cut_normalized(const di_tokenizer *t, tok_ws *ws, const char *s, size_t n, int norm, size_t base, int safe,
+                             tok_segments *out);
+di_status tok_cut_piece(const di_tokenizer *t, tok_ws *ws, const char *text, tok_split sp, int safe, tok_segments *out);
+di_status tok_encode_segment(const di_tokenizer *t, tok_ws *ws, const char *seg, size_t n, di_ids *out);
+di_status tok_encode_segments(const di_tokenizer *t, tok_ws *ws, const tok_segments *segs, size_t lo, size_t hi,
+                              const char *text, di_ids *out);
+di_status tok_encode_raw(const di_tokenizer *t, tok_ws *ws, const tok_split *raw, size_t lo, size_t hi, const char *text,
+                         int safe, di_ids *out);
 
 /* tok_bpe.c */
 di_status tok_bpe_piece(const di_tokenizer *t, tok_ws *ws, const char *seg, tok_piece p, di_ids *out);

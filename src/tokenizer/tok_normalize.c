@@ -194,3 +194,61 @@ di_status tok_normalize(const di_tokenizer *t, const char *s, size_t n, tok_ws *
     }
     return DI_OK;
 }
+
+/* ---- on a thread pool ---- */
+typedef struct {
+    const di_tokenizer *t;
+    tok_ws **wss;
+    const char *s;
+    const size_t *cut; /* chunk k = s[cut[k], cut[k + 1]) */
+    tok_buf *outs;
+    di_status *st;
+} nctx;
+
+static void norm_chunk(void *vc, size_t k, int tid) {
+    nctx *c = vc;
+    c->st[k] = tok_normalize(c->t, c->s + c->cut[k], c->cut[k + 1] - c->cut[k], c->wss[tid], &c->outs[k]);
+}
+
+/* Whether NFx(a + b) = NFx(a) + NFx(b) (or the same for Lowercase) when b starts at s[i]. */
+static int safe_cut(const di_tokenizer *t, const char *s, size_t n, size_t i) {
+    if (i >= n) return 1;
+    if (((unsigned char)s[i] & 0xc0) == 0x80) return 0;
+    if (t->norms[0].kind == TOK_NORM_LOWERCASE) return 1;
+    uint32_t cp;
+    if (!tok_utf8_next((const unsigned char *)s + i, n - i, &cp)) return 0;
+    return tok_uc_norm_opaque(cp) || boundary(cp);
+}
+
+di_status tok_normalize_parallel(const di_tokenizer *t, tok_ws **wss, int n_ws, di_threadpool *pool, const char *s,
+                                 size_t n, tok_buf *out) {
+    /* chunking is exact for one Unicode normalization form or Lowercase alone */
+    int chunkable = t->n_norms == 1 && t->norms[0].kind != TOK_NORM_REPLACE && t->norms[0].kind != TOK_NORM_PREPEND &&
+                    t->norms[0].kind != TOK_NORM_STRIP;
+    size_t k = (size_t)n_ws * 4;
+    if (!chunkable || n_ws < 2 || n < k * 4096) return tok_normalize(t, s, n, wss[0], out);
+    size_t *cut = malloc((k + 1) * sizeof *cut);
+    tok_buf *outs = calloc(k, sizeof *outs);
+    di_status *st = calloc(k, sizeof *st);
+    di_status rc = cut && outs && st ? DI_OK : di_error(DI_ERR_NOMEM, "tokenizer: out of memory");
+    if (rc == DI_OK) {
+        cut[0] = 0;
+        for (size_t i = 1; i < k; i++) {
+            size_t p = i * (n / k);
+            if (p < cut[i - 1]) p = cut[i - 1];
+            while (p < n && !safe_cut(t, s, n, p)) p++;
+            cut[i] = p;
+        }
+        cut[k] = n;
+        nctx c = {t, wss, s, cut, outs, st};
+        di_threadpool_run(pool, k, norm_chunk, &c);
+        out->n = 0;
+        for (size_t i = 0; i < k && rc == DI_OK; i++) rc = st[i];
+        for (size_t i = 0; i < k && rc == DI_OK; i++) rc = tok_buf_put(out, outs[i].p ? outs[i].p : "", outs[i].n);
+    }
+    for (size_t i = 0; outs && i < k; i++) tok_buf_free(&outs[i]);
+    free(outs);
+    free(cut);
+    free(st);
+    return rc;
+}
