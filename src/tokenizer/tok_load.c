@@ -9,8 +9,9 @@
  * transformers).
  *
  * Added-token ids follow HF: a token whose content is in the model vocab takes that id, others
- * get the next id after the vocab; tokenizer.json's ids must agree, else the file is rejected
- * (HF would silently renumber). */
+ * get the next id after the vocab. A different id in tokenizer.json is replaced (with a
+ * warning) as HF does, unless that id already belongs to another vocab token (then HF's tables
+ * become inconsistent and the file is refused). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +73,17 @@ static di_status load_added(di_tokenizer *t, json_t *arr, const char *where) {
         int64_t want = vid >= 0 ? vid : (max_added < 0 ? t->n_model_vocab
                                          : (max_added >= t->n_model_vocab ? max_added + 1 : t->n_model_vocab));
         if (id != want) {
-            st = di_error(DI_ERR_UNSUPPORTED, "%s: '%s' has id %lld but Hugging Face tokenizers would assign id %lld "
-                          "(inconsistent added token ids are not supported)", w, content, (long long)id, (long long)want);
-            break;
+            /* HF renumbers (with a warning); when the new id already belongs to another vocab token
+             * HF's own tables end up inconsistent, so such files are refused */
+            if (vid < 0 && want < t->n_model_ids && t->mstr_len[want] != UINT32_MAX) {
+                st = di_error(DI_ERR_UNSUPPORTED, "%s: '%s' has id %lld, but Hugging Face tokenizers would give it id %lld, "
+                              "which is already the vocab token '%.*s' (inconsistent added token ids are not supported)",
+                              w, content, (long long)id, (long long)want, (int)t->mstr_len[want], t->mstr_blob + t->mstr_off[want]);
+                break;
+            }
+            DI_LOG_W("%s: '%s' has id %lld; using id %lld as Hugging Face tokenizers does", w, content, (long long)id,
+                     (long long)want);
+            id = want;
         }
         if (want > max_added) max_added = want;
         tok_added *a = &t->added[t->n_added];

@@ -436,10 +436,24 @@ static void test_errors(void) {
     CHECK_EQ_INT(LOAD_STR("[1, 2]"), DI_ERR_FORMAT);
     CHECK_EQ_INT(LOAD_STR("{\"added_tokens\": 5, \"model\": {\"vocab\": {}, \"merges\": []}}"), DI_ERR_FORMAT);
     CHECK(has(di_last_error(), "added_tokens"));
-    /* an added token whose id disagrees with the id HF would give it */
-    CHECK_EQ_INT(LOAD_STR("{\"added_tokens\": [{\"id\": 7, \"content\": \"<x>\"}], \"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}}"),
+    /* an added token whose id disagrees with the id HF gives it: renumbered as HF does
+     * (HF: encode("a<x>a") -> [0, 1, 0]) unless the id HF gives already belongs to a vocab token */
+    CHECK_OK(LOAD_STR("{\"added_tokens\": [{\"id\": 7, \"content\": \"<x>\", \"special\": true, \"normalized\": false}], "
+                      "\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}}"));
+    {
+        char p2[600];
+        snprintf(p2, sizeof p2, "%s/tokenizer.json", g_tmpdir);
+        di_tokenizer *t2 = NULL;
+        di_ids ids = {0};
+        CHECK_OK(di_tokenizer_load(p2, &t2));
+        if (t2) CHECK_OK(di_tokenizer_encode(t2, "a<x>a", 5, DI_TOK_HF, &ids));
+        CHECK(ids.n == 3 && ids.data[0] == 0 && ids.data[1] == 1 && ids.data[2] == 0);
+        di_ids_free(&ids);
+        di_tokenizer_free(t2);
+    }
+    CHECK_EQ_INT(LOAD_STR("{\"added_tokens\": [{\"id\": 7, \"content\": \"<x>\"}], \"model\": {\"vocab\": {\"a\": 0, \"b\": 3, \"c\": 1}, \"merges\": []}}"),
                  DI_ERR_UNSUPPORTED);
-    CHECK(has(di_last_error(), "would assign id 1"));
+    CHECK(has(di_last_error(), "already the vocab token"));
     /* missing file / directory */
     CHECK_EQ_INT(di_tokenizer_load("/nonexistent/dir", &t), DI_ERR_IO);
     CHECK(has(di_last_error(), "/nonexistent/dir"));
