@@ -42,10 +42,10 @@ static unsigned long long fnv64(const int32_t *ids, size_t n, unsigned long long
 }
 
 int main(int argc, char **argv) {
-    const char *tok_path = NULL, *input = NULL, *threads = "1,2";
+    const char *di_tok_path = NULL, *input = NULL, *threads = "1,2";
     int jsonl = 0, repeat = 3, loads = 5;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) di_tok_path = argv[++i];
         else if (!strcmp(argv[i], "--input") && i + 1 < argc) input = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = argv[++i];
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
@@ -53,14 +53,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--jsonl")) jsonl = 1;
         else { fprintf(stderr, "usage: bench_tokenizer --tokenizer PATH --input FILE [--jsonl] [--threads 1,2] [--repeat N] [--loads N]\n"); return 2; }
     }
-    if (!tok_path || !input || repeat < 1 || loads < 1) { fprintf(stderr, "bench_tokenizer: --tokenizer and --input are required\n"); return 2; }
+    if (!di_tok_path || !input || repeat < 1 || loads < 1) { fprintf(stderr, "bench_tokenizer: --tokenizer and --input are required\n"); return 2; }
 
     /* load time */
     double *lt = calloc((size_t)loads, sizeof *lt);
     di_tokenizer *t = NULL;
     for (int i = 0; i < loads; i++) {
         double t0 = di_now_s();
-        if (di_tokenizer_load(tok_path, &t) != DI_OK) { fprintf(stderr, "bench_tokenizer: %s\n", di_last_error()); return 1; }
+        if (di_tokenizer_load(di_tok_path, &t) != DI_OK) { fprintf(stderr, "bench_tokenizer: %s\n", di_last_error()); return 1; }
         lt[i] = (di_now_s() - t0) * 1e3;
         if (i + 1 < loads) di_tokenizer_free(t);
     }

@@ -39,7 +39,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         if (di_tokenizer_load(path, &g_tok[i]) != DI_OK) die("cannot load the tokenizers; set DI_FUZZ_TOKENIZERS");
     }
     g_pool = di_threadpool_create(2);
-    tok_parallel_set_sizes(1, 24, 24, 16);
+    di_tok_parallel_set_sizes(1, 24, 24, 16);
     return 0;
 }
 

@@ -7,7 +7,7 @@
 
 #include "tokenizer/tok_internal.h"
 
-const char *const tok_uc_pcre_unicode_version = "14.0.0";
+const char *const di_tok_uc_pcre_unicode_version = "14.0.0";
 
 static const uint32_t p_L[] = {
     0x41, 0x5A, 0x61, 0x7A, 0xAA, 0xAA, 0xB5, 0xB5, 0xBA, 0xBA, 0xC0, 0xD6, 0xD8, 0xF6, 0xF8,
@@ -2458,7 +2458,7 @@ static const uint32_t x_posix_blank[] = {
     0
 };
 
-static const tok_uc_prop props[] = {
+static const di_tok_uc_prop props[] = {
     {"L", "\\p{L}", p_L, 677, x_L, 35, 1},
     {"Lu", "\\p{Lu}", p_Lu, 651, x_Lu, 5, 1},
     {"Ll", "\\p{Ll}", p_Ll, 662, x_Ll, 5, 1},
@@ -2523,7 +2523,7 @@ static const tok_uc_prop props[] = {
     {"posix_blank", "", p_posix_blank, 8, x_posix_blank, 0, 0},
 };
 
-const tok_uc_prop *tok_uc_prop_find(const char *name, size_t len) {
+const di_tok_uc_prop *di_tok_uc_prop_find(const char *name, size_t len) {
     for (size_t i = 0; i < sizeof props / sizeof props[0]; i++)
         if (strlen(props[i].name) == len && memcmp(props[i].name, name, len) == 0) return &props[i];
     return NULL;
@@ -2788,12 +2788,12 @@ static int in_ranges(const uint32_t *r, size_t n_pairs, uint32_t cp) {
 }
 #define IN(tab, cp) in_ranges(tab, sizeof tab / sizeof tab[0] / 2, cp)
 
-int tok_uc_is_numeric(uint32_t cp) { return IN(numeric, cp); }
-int tok_uc_is_whitespace(uint32_t cp) { return IN(whitespace, cp); }
-int tok_uc_is_word(uint32_t cp) { return IN(word, cp); }
-int tok_uc_norm_opaque(uint32_t cp) { return cp >= norm_opaque[0] && IN(norm_opaque, cp); }
+int di_tok_uc_is_numeric(uint32_t cp) { return IN(numeric, cp); }
+int di_tok_uc_is_whitespace(uint32_t cp) { return IN(whitespace, cp); }
+int di_tok_uc_is_word(uint32_t cp) { return IN(word, cp); }
+int di_tok_uc_norm_opaque(uint32_t cp) { return cp >= norm_opaque[0] && IN(norm_opaque, cp); }
 
-int tok_uc_lower_exception(uint32_t cp, uint32_t out[3]) {
+int di_tok_uc_lower_exception(uint32_t cp, uint32_t out[3]) {
     size_t lo = 0, hi = sizeof lower_exc / sizeof lower_exc[0];
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;

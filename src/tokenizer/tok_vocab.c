@@ -11,7 +11,7 @@
 #include "core/hash.h"
 #include "tokenizer/tok_internal.h"
 
-di_status tok_buf_grow(tok_buf *b, size_t extra) {
+di_status di_tok_buf_grow(di_tok_buf *b, size_t extra) {
     if (b->n + extra + 1 <= b->cap) return DI_OK;
     size_t cap = b->cap ? b->cap : 64;
     while (cap < b->n + extra + 1) cap *= 2;
@@ -22,21 +22,21 @@ di_status tok_buf_grow(tok_buf *b, size_t extra) {
     return DI_OK;
 }
 
-void tok_buf_free(tok_buf *b) {
+void di_tok_buf_free(di_tok_buf *b) {
     free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;
 }
 
-di_status tok_pieces_push(tok_pieces *l, uint32_t off, uint32_t len) {
+di_status di_tok_pieces_push(di_tok_pieces *l, uint32_t off, uint32_t len) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 256;
-        tok_piece *v = realloc(l->v, cap * sizeof *v);
+        di_tok_piece *v = realloc(l->v, cap * sizeof *v);
         if (!v) return di_error(DI_ERR_NOMEM, "tokenizer: out of memory (%zu pieces)", cap);
         l->v = v;
         l->cap = cap;
     }
-    l->v[l->n++] = (tok_piece){off, len};
+    l->v[l->n++] = (di_tok_piece){off, len};
     return DI_OK;
 }
 
@@ -45,7 +45,7 @@ di_status tok_pieces_push(tok_pieces *l, uint32_t off, uint32_t len) {
  * non-matching entries. */
 static inline uint64_t str_hash(const char *s, size_t n) { return di_hash64(s, n, 0x746f6b656e); }
 
-di_status tok_vocab_build_map(di_tokenizer *t) {
+di_status di_tok_vocab_build_map(di_tokenizer *t) {
     size_t cap = 16;
     while (cap < (size_t)t->n_model_vocab * 2 + 2) cap <<= 1;
     t->vmap = calloc(cap, sizeof *t->vmap);
@@ -70,7 +70,7 @@ di_status tok_vocab_build_map(di_tokenizer *t) {
     return DI_OK;
 }
 
-int32_t tok_vocab_lookup(const di_tokenizer *t, const char *s, size_t n) {
+int32_t di_tok_vocab_lookup(const di_tokenizer *t, const char *s, size_t n) {
     if (!t->vmap) return -1;
     uint64_t h = str_hash(s, n);
     uint32_t tag = (uint32_t)(h >> 32);
@@ -87,7 +87,7 @@ int32_t tok_vocab_lookup(const di_tokenizer *t, const char *s, size_t n) {
 }
 
 /* ---- merges ---- */
-di_status tok_merges_init(di_tokenizer *t, size_t n_merges) {
+di_status di_tok_merges_init(di_tokenizer *t, size_t n_merges) {
     size_t cap = 16;
     while (cap < n_merges * 2 + 2) cap <<= 1;
     free(t->merges);
@@ -100,10 +100,10 @@ di_status tok_merges_init(di_tokenizer *t, size_t n_merges) {
 }
 
 /* A later duplicate of a pair replaces the earlier one (HF collects the merges into a map). */
-di_status tok_merges_add(di_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t merged) {
+di_status di_tok_merges_add(di_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t merged) {
     if ((t->n_merges + 1) * 2 > t->mmask + 1) return di_error(DI_ERR_INTERNAL, "tokenizer: merge table full");
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    size_t j = tok_merge_slot(key, t->mmask);
+    size_t j = di_tok_merge_slot(key, t->mmask);
     while (t->merges[j].key != UINT64_MAX && t->merges[j].key != key) j = (j + 1) & t->mmask;
     if (t->merges[j].key == UINT64_MAX) t->n_merges++;
     t->merges[j].key = key;
@@ -115,7 +115,7 @@ di_status tok_merges_add(di_tokenizer *t, int32_t a, int32_t b, uint32_t rank, i
 /* ---- byte-level alphabet (GPT-2 bytes_to_unicode) ---- */
 static int printable_byte(unsigned b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174); }
 
-uint32_t tok_bytelevel_char(uint8_t b) {
+uint32_t di_tok_bytelevel_char(uint8_t b) {
     if (printable_byte(b)) return b;
     /* the non-printable bytes take 256, 257, ... in increasing byte order */
     unsigned n = 0;
@@ -123,7 +123,7 @@ uint32_t tok_bytelevel_char(uint8_t b) {
     return 256 + n;
 }
 
-int tok_bytelevel_byte(uint32_t cp) {
+int di_tok_bytelevel_byte(uint32_t cp) {
     if (cp < 256) return printable_byte(cp) ? (int)cp : -1;
     if (cp >= 256 + 68) return -1;
     /* the non-printable bytes in increasing order: 0-32, 127-160, 173 */

@@ -209,7 +209,7 @@ static void test_streaming(void) {
         di_ids_free(&ids);
     }
     /* flush of a held incomplete character: one U+FFFD (HF's from_utf8_lossy) */
-    int32_t half[1] = {tok_vocab_lookup(g_ds, "ð", 2)}; /* byte 0xF0 */
+    int32_t half[1] = {di_tok_vocab_lookup(g_ds, "ð", 2)}; /* byte 0xF0 */
     char *out = NULL;
     size_t ol = 0;
     CHECK(half[0] >= 0);
@@ -255,7 +255,7 @@ static void test_threads(void) {
 }
 
 /* ---- segment-parallel with tiny work sizes ---- */
-static void append(tok_buf *b, const char *s) { tok_buf_put(b, s, strlen(s)); }
+static void append(di_tok_buf *b, const char *s) { di_tok_buf_put(b, s, strlen(s)); }
 
 static void test_parallel_tricky(void) {
     if (!g_ds || !g_qw) return;
@@ -273,13 +273,13 @@ static void test_parallel_tricky(void) {
     unsigned long long rng = 0x9e3779b97f4a7c15ull;
     int bad = 0, runs = 0;
     for (int round = 0; round < 60; round++) {
-        tok_buf b = {0};
+        di_tok_buf b = {0};
         int pieces = 20 + round * 4;
         for (int i = 0; i < pieces; i++) {
             rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
             if (rng % 5 == 0) {
                 json_t *t = json_object_get(json_array_get(corpus, rng % json_array_size(corpus)), "text");
-                tok_buf_put(&b, json_string_value(t), json_string_length(t) > 300 ? 300 : json_string_length(t));
+                di_tok_buf_put(&b, json_string_value(t), json_string_length(t) > 300 ? 300 : json_string_length(t));
                 /* cut at a character start so the input stays valid UTF-8 */
                 while (b.n && (b.p[b.n - 1] & 0xc0) == 0x80) b.n--;
                 if (b.n && (unsigned char)b.p[b.n - 1] >= 0xc0) b.n--;
@@ -289,14 +289,14 @@ static void test_parallel_tricky(void) {
                 append(&b, bits[rng % (sizeof bits / sizeof bits[0])]);
             }
         }
-        if (!di_utf8_valid(b.p, b.n, NULL)) { tok_buf_free(&b); continue; }
+        if (!di_utf8_valid(b.p, b.n, NULL)) { di_tok_buf_free(&b); continue; }
         for (int k = 0; k < 2; k++) {
             for (int safe = 0; safe < 2; safe++) {
                 di_ids ser = {0};
                 unsigned flags = safe ? DI_TOK_SAFE : DI_TOK_HF;
                 CHECK_OK(di_tokenizer_encode(toks[k], b.p, b.n, flags, &ser));
                 for (int z = 0; z < 3; z++) {
-                    tok_parallel_set_sizes(sizes[z][0], sizes[z][1], sizes[z][2], sizes[z][3]);
+                    di_tok_parallel_set_sizes(sizes[z][0], sizes[z][1], sizes[z][2], sizes[z][3]);
                     di_ids par = {0};
                     CHECK_OK(di_tokenizer_encode_parallel(toks[k], b.p, b.n, flags, pools[(round + z) % 2], &par));
                     runs++;
@@ -309,11 +309,11 @@ static void test_parallel_tricky(void) {
                     }
                     di_ids_free(&par);
                 }
-                tok_parallel_set_sizes(0, 0, 0, 0);
+                di_tok_parallel_set_sizes(0, 0, 0, 0);
                 di_ids_free(&ser);
             }
         }
-        tok_buf_free(&b);
+        di_tok_buf_free(&b);
     }
     fprintf(stderr, "parallel vs serial: %d runs, %d differences\n", runs, bad);
     CHECK(runs > 500);
@@ -472,13 +472,13 @@ static void test_replace_empty(void) {
     snprintf(g_tmpdir, sizeof g_tmpdir, "%s/tests/tmp_tokenizer_r%d", getenv("DI_BUILD_DIR") ? getenv("DI_BUILD_DIR") : ".",
              (int)getpid());
     mkdir(g_tmpdir, 0755);
-    tok_buf j = {0};
+    di_tok_buf j = {0};
     append(&j, "{\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"b*\"},\"content\":\"-\"},"
                "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false},"
                "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"vocab\":{");
     for (int b = 0; b < 256; b++) {
         char u[8], e[32];
-        int n = di_utf8_encode(tok_bytelevel_char((uint8_t)b), u);
+        int n = di_utf8_encode(di_tok_bytelevel_char((uint8_t)b), u);
         u[n] = 0;
         snprintf(e, sizeof e, "%s\"%s%s\":%d", b ? "," : "", u[0] == '"' || u[0] == '\\' ? "\\" : "", u, b);
         append(&j, e);
@@ -501,7 +501,7 @@ static void test_replace_empty(void) {
         di_ids_free(&ids);
     }
     di_tokenizer_free(t);
-    tok_buf_free(&j);
+    di_tok_buf_free(&j);
     unlink(path);
     rmdir(g_tmpdir);
 }
