@@ -64,10 +64,40 @@ di_tok_ws *di_tok_ws_acquire(const di_tokenizer *tc) {
     return ws;
 }
 
+/* Scratch that grew for one very long input is given back, so a long-running server does not
+ * keep the peak of every workspace (the word cache has a fixed size and stays). */
+#define KEEP_BYTES (4u << 20)
+#define TRIM_BUF(b) do { if ((b).cap > KEEP_BYTES) di_tok_buf_free(&(b)); } while (0)
+#define TRIM_VEC(x, elem) do { if ((x).cap * (elem) > KEEP_BYTES) { free((x).v); (x).v = NULL; (x).n = (x).cap = 0; } } while (0)
+
+static void trim(di_tok_ws *ws) {
+    TRIM_BUF(ws->norm);
+    TRIM_BUF(ws->norm2);
+    TRIM_BUF(ws->tmp);
+    TRIM_BUF(ws->vspace);
+    TRIM_BUF(ws->word);
+    TRIM_BUF(ws->segs.normtext);
+    TRIM_VEC(ws->pa, sizeof(di_tok_piece));
+    TRIM_VEC(ws->pb, sizeof(di_tok_piece));
+    TRIM_VEC(ws->ml, sizeof(uint32_t));
+    TRIM_VEC(ws->el, sizeof(di_tok_entry));
+    TRIM_VEC(ws->raw_splits, sizeof(di_tok_split));
+    TRIM_VEC(ws->norm_splits, sizeof(di_tok_split));
+    TRIM_VEC(ws->segs, sizeof(di_tok_segment));
+    if (ws->sym_cap * 24 > KEEP_BYTES) {
+        free(ws->sym_id); free(ws->sym_prev); free(ws->sym_next); free(ws->sym_rank); free(ws->heap);
+        ws->sym_id = ws->sym_prev = ws->sym_next = NULL;
+        ws->sym_rank = NULL;
+        ws->heap = NULL;
+        ws->sym_cap = 0;
+    }
+}
+
 void di_tok_ws_release(const di_tokenizer *tc, di_tok_ws *ws) {
     di_tokenizer *t = (di_tokenizer *)tc;
     if (!ws) return;
     if (ws->slot < 0) { di_tok_ws_free(ws); return; }
+    trim(ws);
     atomic_store_explicit(&t->ws_busy[ws->slot], 0, memory_order_release);
 }
 
