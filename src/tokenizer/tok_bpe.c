@@ -19,9 +19,9 @@
 #include "tokenizer/tok_internal.h"
 
 #define CACHE_MAX_KEY 64
-#define CACHE_SLOTS (1u << 14)
-#define CACHE_KEY_BYTES (512u << 10)
-#define CACHE_IDS (128u << 10)
+#define CACHE_SLOTS (1u << 15)
+#define CACHE_KEY_BYTES (1u << 20)
+#define CACHE_IDS (256u << 10)
 #define SCAN_MAX 48 /* words up to this many symbols use the linear scan */
 
 di_status di_tok_ws_sym_reserve(di_tok_ws *ws, size_t n) {
