@@ -1,4 +1,4 @@
-/* tok_encode.c - text -> ids: the HF encode pipeline, serial and segment-parallel.
+/* tok_encode.c - text -> ids: the HF encode pipeline (serial; see tok_encode_parallel.c).
  *
  *   HF mode (DI_TOK_HF): added tokens with normalized=false are found in the raw text; the
  *     text between them is normalized; added tokens with normalized=true are found in that
