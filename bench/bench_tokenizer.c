@@ -130,30 +130,39 @@ int main(int argc, char **argv) {
     char *all = malloc(total + 1);
     size_t off = 0;
     for (size_t i = 0; i < nd; i++) { memcpy(all + off, docs[i].p, docs[i].n); off += docs[i].n; }
-    double base = 0;
-    for (const char *p = threads; *p;) {
+    /* thread counts are measured in alternation, best of `repeat` each, so that load from other
+     * processes is less likely to hit only one of them */
+    int counts[16], nc = 0;
+    for (const char *p = threads; *p && nc < 16;) {
         int nt = atoi(p);
         if (nt < 1) break;
-        di_threadpool *pool = di_threadpool_create(nt);
-        double bt = 1e30, bcpu = 0;
-        for (int r = 0; r < repeat; r++) {
+        counts[nc++] = nt;
+        p = strchr(p, ',');
+        if (!p) break;
+        p++;
+    }
+    di_threadpool *pools[16];
+    double bt[16], bcpu[16];
+    size_t nids[16];
+    for (int k = 0; k < nc; k++) { pools[k] = di_threadpool_create(counts[k]); bt[k] = 1e30; bcpu[k] = 0; nids[k] = 0; }
+    for (int r = 0; r < repeat; r++) {
+        for (int k = 0; k < nc; k++) {
             ids.n = 0;
             double t0 = di_now_s(), c0 = cpu_s();
-            if (di_tokenizer_encode_parallel(t, all, total, DI_TOK_HF, pool, &ids) != DI_OK) {
+            if (di_tokenizer_encode_parallel(t, all, total, DI_TOK_HF, pools[k], &ids) != DI_OK) {
                 fprintf(stderr, "bench_tokenizer: %s\n", di_last_error());
                 return 1;
             }
             double dt = di_now_s() - t0;
-            if (dt < bt) { bt = dt; bcpu = cpu_s() - c0; }
+            if (dt < bt[k]) { bt[k] = dt; bcpu[k] = cpu_s() - c0; }
+            nids[k] = ids.n;
         }
-        if (nt == 1 || base == 0) base = bt;
+    }
+    for (int k = 0; k < nc; k++) {
         /* cpu/wall: how many cores the run kept busy (near T when nothing else competes) */
-        printf("parallel threads %d MB/s %.2f speedup %.2f cpu/wall %.2f ids %zu\n", nt, total / bt / 1e6, base / bt,
-               bcpu / bt, ids.n);
-        di_threadpool_free(pool);
-        p = strchr(p, ',');
-        if (!p) break;
-        p++;
+        printf("parallel threads %d MB/s %.2f speedup %.2f cpu/wall %.2f ids %zu\n", counts[k], total / bt[k] / 1e6,
+               bt[0] / bt[k], bcpu[k] / bt[k], nids[k]);
+        di_threadpool_free(pools[k]);
     }
     free(all);
     di_ids_free(&ids);
