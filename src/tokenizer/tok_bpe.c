@@ -86,7 +86,7 @@ static void cache_put(di_tok_ws *ws, uint64_t h, const char *s, size_t n, const 
         di_tok_cache_slot *c = &ws->cache[j];
         if (c->key_len == UINT32_MAX) {
             memcpy(ws->cache_keys + ws->cache_keys_n, s, n);
-            memcpy(ws->cache_ids + ws->cache_ids_n, ids, k * sizeof *ids);
+            if (k) memcpy(ws->cache_ids + ws->cache_ids_n, ids, k * sizeof *ids);
             *c = (di_tok_cache_slot){h, (uint32_t)ws->cache_keys_n, (uint32_t)n, (uint32_t)ws->cache_ids_n, (uint32_t)k};
             ws->cache_keys_n += n;
             ws->cache_ids_n += k;
@@ -307,6 +307,6 @@ di_status di_tok_bpe_piece(const di_tokenizer *t, di_tok_ws *ws, const char *seg
     size_t before = out->n;
     for (int32_t i = n ? 0 : -1; i >= 0; i = n > 1 ? ws->sym_next[i] : -1)
         DI_TRY(di_ids_push(out, ws->sym_id[i]));
-    if (cacheable) cache_put(ws, h, s, len, out->data + before, out->n - before);
+    if (cacheable) cache_put(ws, h, s, len, out->n > before ? out->data + before : NULL, out->n - before);
     return DI_OK;
 }

@@ -192,6 +192,7 @@ di_status di_tok_load_pre_tokenizer(di_tokenizer *t, json_t *v, const char *wher
 
 /* ---- post-processor ---- */
 static di_status ids_cat(int32_t **v, size_t *n, const int32_t *add, size_t k, int front) {
+    if (k == 0) return DI_OK;
     int32_t *r = realloc(*v, (*n + k + 1) * sizeof *r);
     if (!r) return di_error(DI_ERR_NOMEM, "out of memory");
     if (front) {

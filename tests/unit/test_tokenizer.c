@@ -389,6 +389,13 @@ static void test_errors(void) {
         CHECK_OK(di_tokenizer_decode(t, ids.data, ids.n, DI_TOK_SKIP_SPECIAL, &out, NULL));
         CHECK_EQ_STR(out, "ab b a"); /* no decoder: tokens joined by spaces */
         free(out);
+        /* characters missing from the vocab, with no unk_token and no byte_fallback, are dropped
+         * (HF); twice, so the second answer comes from the word cache */
+        for (int r = 0; r < 2; r++) {
+            ids.n = 0;
+            CHECK_OK(di_tokenizer_encode(t, "zz", 2, DI_TOK_HF, &ids));
+            CHECK_EQ_INT(ids.n, 0);
+        }
         di_ids_free(&ids);
         di_tokenizer_free(t);
     }
@@ -418,6 +425,11 @@ static void test_errors(void) {
     char seq[512];
     snprintf(seq, sizeof seq, "{\"type\":\"Sequence\",\"pretokenizers\":[%s,{\"type\":\"Digits\"}]}", pre);
     EXPECT_LOAD(DI_ERR_UNSUPPORTED, "ByteLevel must be last", "null", seq, "null", "\"BPE\"", "null", "[]");
+    /* a template that only adds a prefix */
+    CHECK_OK(LOAD_STR("{\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"special\": true}], \"post_processor\": "
+                      "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}}, "
+                      "{\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<s>\": {\"ids\": [1]}}}, "
+                      "\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}}"));
     /* raw JSON problems: the byte offset is named */
     CHECK_EQ_INT(LOAD_STR(""), DI_ERR_FORMAT);
     CHECK(has(di_last_error(), "invalid JSON at byte 0"));
