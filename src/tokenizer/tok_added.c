@@ -16,26 +16,27 @@
 #include "core/utf8.h"
 #include "tokenizer/tok_internal.h"
 
-void tok_trie_init(tok_trie *tr) {
+void di_tok_trie_init(di_tok_trie *tr) {
     memset(tr, 0, sizeof *tr);
     for (int i = 0; i < 256; i++) tr->root[i] = -1;
+    tr->first_byte = -1;
 }
 
-static di_status new_node(tok_trie *tr, uint8_t byte, int32_t *out) {
+static di_status new_node(di_tok_trie *tr, uint8_t byte, int32_t *out) {
     if (tr->n == tr->cap) {
         size_t cap = tr->cap ? tr->cap * 2 : 256;
-        tok_trie_node *v = realloc(tr->nodes, cap * sizeof *v);
+        di_tok_trie_node *v = realloc(tr->nodes, cap * sizeof *v);
         if (!v) return di_error(DI_ERR_NOMEM, "tokenizer: out of memory (added-token trie)");
         tr->nodes = v;
         tr->cap = cap;
     }
-    tr->nodes[tr->n] = (tok_trie_node){-1, -1, -1, byte};
+    tr->nodes[tr->n] = (di_tok_trie_node){-1, -1, -1, byte};
     *out = (int32_t)tr->n++;
     return DI_OK;
 }
 
 /* The first pattern added wins when two tokens have the same pattern. */
-di_status tok_trie_add(tok_trie *tr, const char *s, size_t n, int32_t token) {
+di_status di_tok_trie_add(di_tok_trie *tr, const char *s, size_t n, int32_t token) {
     if (n == 0) return DI_OK;
     int32_t cur = tr->root[(uint8_t)s[0]];
     if (cur < 0) {
@@ -55,17 +56,21 @@ di_status tok_trie_add(tok_trie *tr, const char *s, size_t n, int32_t token) {
     }
     if (tr->nodes[cur].token < 0) tr->nodes[cur].token = token;
     tr->count++;
+    int firsts = 0, last = -1;
+    for (int b = 0; b < 256; b++)
+        if (tr->root[b] >= 0) { firsts++; last = b; }
+    tr->first_byte = firsts == 1 ? last : -1;
     return DI_OK;
 }
 
-void tok_trie_free(tok_trie *tr) {
+void di_tok_trie_free(di_tok_trie *tr) {
     free(tr->nodes);
     tr->nodes = NULL;
     tr->n = tr->cap = 0;
 }
 
 /* Longest pattern starting at text[pos]; returns its token index and sets *end, or -1. */
-static int32_t longest_at(const tok_trie *tr, const char *text, size_t n, size_t pos, size_t *end) {
+static int32_t longest_at(const di_tok_trie *tr, const char *text, size_t n, size_t pos, size_t *end) {
     int32_t cur = tr->root[(uint8_t)text[pos]], best = -1;
     size_t i = pos + 1;
     while (cur >= 0) {
@@ -97,36 +102,45 @@ static uint32_t cp_at(const char *text, size_t n, size_t pos, int *len) {
     return cp;
 }
 
-static di_status push_split(tok_splits *o, size_t off, size_t len, int32_t token) {
+static di_status push_split(di_tok_splits *o, size_t off, size_t len, int32_t token) {
     if (o->n == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 16;
-        tok_split *v = realloc(o->v, cap * sizeof *v);
+        di_tok_split *v = realloc(o->v, cap * sizeof *v);
         if (!v) return di_error(DI_ERR_NOMEM, "tokenizer: out of memory (added-token splits)");
         o->v = v;
         o->cap = cap;
     }
-    o->v[o->n++] = (tok_split){(uint32_t)off, (uint32_t)len, token};
+    o->v[o->n++] = (di_tok_split){(uint32_t)off, (uint32_t)len, token};
     return DI_OK;
 }
 
-di_status tok_added_split(const di_tokenizer *t, const tok_trie *trie, const char *text, size_t n, tok_splits *out) {
+di_status di_tok_added_split(const di_tokenizer *t, const di_tok_trie *trie, const char *text, size_t n, di_tok_splits *out) {
     size_t start_offset = 0, pos = 0;
     if (trie->count == 0) {
         if (n) DI_TRY(push_split(out, 0, n, -1));
         return DI_OK;
     }
+    /* most tokenizers start every added token with the same byte ('<'): memchr finds candidates */
+    int single = trie->first_byte >= 0;
     while (pos < n) {
-        if (trie->root[(uint8_t)text[pos]] < 0) { pos++; continue; }
+        if (single) {
+            const char *q = memchr(text + pos, trie->first_byte, n - pos);
+            if (!q) break;
+            pos = (size_t)(q - text);
+        } else if (trie->root[(uint8_t)text[pos]] < 0) {
+            pos++;
+            continue;
+        }
         size_t end = 0;
         int32_t k = longest_at(trie, text, n, pos, &end);
         if (k < 0) { pos++; continue; }
-        const tok_added *a = &t->added[k];
+        const di_tok_added *a = &t->added[k];
         size_t start = pos, stop = end;
         pos = end; /* the automaton resumes after the match, whatever happens to it below */
         if (a->single_word) {
             int l;
-            int start_space = start == 0 || !tok_uc_is_word(cp_before(text, start));
-            int stop_space = stop == n || !tok_uc_is_word(cp_at(text, n, stop, &l));
+            int start_space = start == 0 || !di_tok_uc_is_word(cp_before(text, start));
+            int stop_space = stop == n || !di_tok_uc_is_word(cp_at(text, n, stop, &l));
             if (!start_space || !stop_space) continue;
         }
         if (a->lstrip) {
@@ -136,7 +150,7 @@ di_status tok_added_split(const di_tokenizer *t, const tok_trie *trie, const cha
                 while (b > 0 && ((unsigned char)text[b - 1] & 0xc0) == 0x80) b--;
                 if (b > 0) b--;
                 int l;
-                if (!tok_uc_is_whitespace(cp_at(text, n, b, &l))) break;
+                if (!di_tok_uc_is_whitespace(cp_at(text, n, b, &l))) break;
                 s = b;
             }
             start = s > start_offset ? s : start_offset;
@@ -144,7 +158,7 @@ di_status tok_added_split(const di_tokenizer *t, const tok_trie *trie, const cha
         if (a->rstrip) {
             while (stop < n) {
                 int l;
-                if (!tok_uc_is_whitespace(cp_at(text, n, stop, &l))) break;
+                if (!di_tok_uc_is_whitespace(cp_at(text, n, stop, &l))) break;
                 stop += (size_t)l;
             }
         }

@@ -19,12 +19,12 @@
 #include "tokenizer/tok_internal.h"
 
 #define CACHE_MAX_KEY 64
-#define CACHE_SLOTS (1u << 14)
-#define CACHE_KEY_BYTES (512u << 10)
-#define CACHE_IDS (128u << 10)
+#define CACHE_SLOTS (1u << 15)
+#define CACHE_KEY_BYTES (1u << 20)
+#define CACHE_IDS (256u << 10)
 #define SCAN_MAX 48 /* words up to this many symbols use the linear scan */
 
-di_status tok_ws_sym_reserve(tok_ws *ws, size_t n) {
+di_status di_tok_ws_sym_reserve(di_tok_ws *ws, size_t n) {
     if (n <= ws->sym_cap) return DI_OK;
     size_t cap = ws->sym_cap ? ws->sym_cap : 64;
     while (cap < n) cap *= 2;
@@ -46,11 +46,11 @@ di_status tok_ws_sym_reserve(tok_ws *ws, size_t n) {
 /* ---- word cache ---- */
 static uint64_t cache_hash(const char *s, size_t n, int sp) { return di_hash64(s, n, sp ? 0x5350 : 0x4e53); }
 
-static int cache_get(tok_ws *ws, uint64_t h, const char *s, size_t n, di_ids *out) {
+static int cache_get(di_tok_ws *ws, uint64_t h, const char *s, size_t n, di_ids *out) {
     if (!ws->cache) return 0;
     size_t j = (size_t)h & (CACHE_SLOTS - 1);
     for (int probe = 0; probe < 8; probe++) {
-        tok_cache_slot *c = &ws->cache[j];
+        di_tok_cache_slot *c = &ws->cache[j];
         if (c->key_len == UINT32_MAX) return 0;
         if (c->hash == h && c->key_len == n && memcmp(ws->cache_keys + c->key_off, s, n) == 0) {
             for (uint32_t i = 0; i < c->ids_len; i++)
@@ -62,12 +62,12 @@ static int cache_get(tok_ws *ws, uint64_t h, const char *s, size_t n, di_ids *ou
     return 0;
 }
 
-static void cache_clear(tok_ws *ws) {
+static void cache_clear(di_tok_ws *ws) {
     for (size_t i = 0; i < CACHE_SLOTS; i++) ws->cache[i].key_len = UINT32_MAX;
     ws->cache_n = ws->cache_keys_n = ws->cache_ids_n = 0;
 }
 
-static void cache_put(tok_ws *ws, uint64_t h, const char *s, size_t n, const int32_t *ids, size_t k) {
+static void cache_put(di_tok_ws *ws, uint64_t h, const char *s, size_t n, const int32_t *ids, size_t k) {
     if (!ws->cache) {
         ws->cache = malloc(CACHE_SLOTS * sizeof *ws->cache);
         ws->cache_keys = malloc(CACHE_KEY_BYTES);
@@ -83,11 +83,11 @@ static void cache_put(tok_ws *ws, uint64_t h, const char *s, size_t n, const int
         cache_clear(ws);
     size_t j = (size_t)h & (CACHE_SLOTS - 1);
     for (int probe = 0; probe < 8; probe++) {
-        tok_cache_slot *c = &ws->cache[j];
+        di_tok_cache_slot *c = &ws->cache[j];
         if (c->key_len == UINT32_MAX) {
             memcpy(ws->cache_keys + ws->cache_keys_n, s, n);
-            memcpy(ws->cache_ids + ws->cache_ids_n, ids, k * sizeof *ids);
-            *c = (tok_cache_slot){h, (uint32_t)ws->cache_keys_n, (uint32_t)n, (uint32_t)ws->cache_ids_n, (uint32_t)k};
+            if (k) memcpy(ws->cache_ids + ws->cache_ids_n, ids, k * sizeof *ids);
+            *c = (di_tok_cache_slot){h, (uint32_t)ws->cache_keys_n, (uint32_t)n, (uint32_t)ws->cache_ids_n, (uint32_t)k};
             ws->cache_keys_n += n;
             ws->cache_ids_n += k;
             ws->cache_n++;
@@ -98,13 +98,13 @@ static void cache_put(tok_ws *ws, uint64_t h, const char *s, size_t n, const int
 }
 
 /* ---- merging ---- */
-static void merge_scan(const di_tokenizer *t, tok_ws *ws, size_t n) {
+static void merge_scan(const di_tokenizer *t, di_tok_ws *ws, size_t n) {
     int32_t *id = ws->sym_id, *nx = ws->sym_next, *pv = ws->sym_prev;
     uint32_t *rk = ws->sym_rank;
     int32_t merged_id = -1;
     for (size_t i = 0; i < n; i++) {
         uint32_t r = UINT32_MAX;
-        if (i + 1 < n && !tok_merges_get(t, id[i], id[i + 1], &r, &merged_id)) r = UINT32_MAX;
+        if (i + 1 < n && !di_tok_merges_get(t, id[i], id[i + 1], &r, &merged_id)) r = UINT32_MAX;
         rk[i] = r;
     }
     for (;;) {
@@ -115,14 +115,14 @@ static void merge_scan(const di_tokenizer *t, tok_ws *ws, size_t n) {
         if (bi < 0) break;
         int32_t j = nx[bi];
         uint32_t r;
-        tok_merges_get(t, id[bi], id[j], &r, &merged_id);
+        di_tok_merges_get(t, id[bi], id[j], &r, &merged_id);
         id[bi] = merged_id;
         nx[bi] = nx[j];
         if (nx[j] >= 0) pv[nx[j]] = bi;
         rk[bi] = UINT32_MAX;
-        if (nx[bi] >= 0 && !tok_merges_get(t, id[bi], id[nx[bi]], &rk[bi], &merged_id)) rk[bi] = UINT32_MAX;
+        if (nx[bi] >= 0 && !di_tok_merges_get(t, id[bi], id[nx[bi]], &rk[bi], &merged_id)) rk[bi] = UINT32_MAX;
         int32_t p = pv[bi];
-        if (p >= 0 && !tok_merges_get(t, id[p], id[bi], &rk[p], &merged_id)) rk[p] = UINT32_MAX;
+        if (p >= 0 && !di_tok_merges_get(t, id[p], id[bi], &rk[p], &merged_id)) rk[p] = UINT32_MAX;
     }
 }
 
@@ -152,14 +152,14 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
     return top;
 }
 
-static void merge_heap(const di_tokenizer *t, tok_ws *ws, size_t n) {
+static void merge_heap(const di_tokenizer *t, di_tok_ws *ws, size_t n) {
     int32_t *id = ws->sym_id, *nx = ws->sym_next, *pv = ws->sym_prev;
     uint64_t *h = ws->heap;
     size_t hn = 0;
     uint32_t r;
     int32_t m;
     for (size_t i = 0; i + 1 < n; i++)
-        if (tok_merges_get(t, id[i], id[i + 1], &r, &m)) heap_push(h, &hn, ((uint64_t)r << 32) | i);
+        if (di_tok_merges_get(t, id[i], id[i + 1], &r, &m)) heap_push(h, &hn, ((uint64_t)r << 32) | i);
     while (hn) {
         uint64_t top = heap_pop(h, &hn);
         int32_t i = (int32_t)(uint32_t)top;
@@ -167,16 +167,16 @@ static void merge_heap(const di_tokenizer *t, tok_ws *ws, size_t n) {
         if (id[i] < 0) continue; /* merged into its left neighbour */
         int32_t j = nx[i];
         if (j < 0) continue;
-        if (!tok_merges_get(t, id[i], id[j], &r, &m) || r != rank) continue; /* stale entry */
+        if (!di_tok_merges_get(t, id[i], id[j], &r, &m) || r != rank) continue; /* stale entry */
         id[i] = m;
         id[j] = -1;
         nx[i] = nx[j];
         if (nx[j] >= 0) pv[nx[j]] = i;
         /* size <= (n - 1) initial + 2 per merge - 1 per merge <= 2n: the heap never overflows */
         DI_ASSERT(hn + 2 <= 2 * ws->sym_cap);
-        if (pv[i] >= 0 && tok_merges_get(t, id[pv[i]], id[i], &r, &m))
+        if (pv[i] >= 0 && di_tok_merges_get(t, id[pv[i]], id[i], &r, &m))
             heap_push(h, &hn, ((uint64_t)r << 32) | (uint32_t)pv[i]);
-        if (nx[i] >= 0 && tok_merges_get(t, id[i], id[nx[i]], &r, &m))
+        if (nx[i] >= 0 && di_tok_merges_get(t, id[i], id[nx[i]], &r, &m))
             heap_push(h, &hn, ((uint64_t)r << 32) | (uint32_t)i);
     }
 }
@@ -184,27 +184,26 @@ static void merge_heap(const di_tokenizer *t, tok_ws *ws, size_t n) {
 /* ---- initial symbols ---- */
 typedef struct { int32_t id; size_t len; } unk_state;
 
-static di_status add_sym(tok_ws *ws, size_t *n, int32_t id) {
-    DI_TRY(tok_ws_sym_reserve(ws, *n + 1));
+static di_status add_sym(di_tok_ws *ws, size_t *n, int32_t id) {
+    DI_TRY(di_tok_ws_sym_reserve(ws, *n + 1));
     ws->sym_id[(*n)++] = id;
     return DI_OK;
 }
 
-static di_status flush_unk(tok_ws *ws, size_t *n, unk_state *u) {
+static di_status flush_unk(di_tok_ws *ws, size_t *n, unk_state *u) {
     if (u->len) DI_TRY(add_sym(ws, n, u->id));
     u->len = 0;
     return DI_OK;
 }
 
 /* A character (string `s` after prefix/suffix) that is not in the vocab. */
-static di_status missing_char(const di_tokenizer *t, tok_ws *ws, size_t *n, unk_state *u, const char *s, size_t sn,
+static di_status missing_char(const di_tokenizer *t, di_tok_ws *ws, size_t *n, unk_state *u, const char *s, size_t sn,
                               size_t byte_len) {
     if (t->byte_fallback) {
         size_t k;
         for (k = 0; k < sn; k++)
             if (t->fallback_id[(uint8_t)s[k]] < 0) break;
-        if (k == sn) {
-            DI_TRY(flush_unk(ws, n, u));
+        if (k == sn) { /* HF adds these without flushing a pending unk first: keep that order */
             for (k = 0; k < sn; k++) DI_TRY(add_sym(ws, n, t->fallback_id[(uint8_t)s[k]]));
             return DI_OK;
         }
@@ -220,7 +219,7 @@ static di_status missing_char(const di_tokenizer *t, tok_ws *ws, size_t *n, unk_
 }
 
 /* Generic path: the pre-token's vocab-form string w[0..wn), one symbol per character. */
-static di_status initial_generic(const di_tokenizer *t, tok_ws *ws, const char *w, size_t wn, size_t *n) {
+static di_status initial_generic(const di_tokenizer *t, di_tok_ws *ws, const char *w, size_t wn, size_t *n) {
     unk_state u = {-1, 0};
     size_t plen = t->cont_prefix ? strlen(t->cont_prefix) : 0, slen = t->end_suffix ? strlen(t->end_suffix) : 0;
     size_t i = 0;
@@ -233,13 +232,13 @@ static di_status initial_generic(const di_tokenizer *t, tok_ws *ws, const char *
         size_t sn = (size_t)l;
         if ((!first && plen) || (last && slen)) {
             ws->tmp.n = 0;
-            if (!first && plen) DI_TRY(tok_buf_put(&ws->tmp, t->cont_prefix, plen));
-            DI_TRY(tok_buf_put(&ws->tmp, w + i, (size_t)l));
-            if (last && slen) DI_TRY(tok_buf_put(&ws->tmp, t->end_suffix, slen));
+            if (!first && plen) DI_TRY(di_tok_buf_put(&ws->tmp, t->cont_prefix, plen));
+            DI_TRY(di_tok_buf_put(&ws->tmp, w + i, (size_t)l));
+            if (last && slen) DI_TRY(di_tok_buf_put(&ws->tmp, t->end_suffix, slen));
             s = ws->tmp.p;
             sn = ws->tmp.n;
         }
-        int32_t id = tok_vocab_lookup(t, s, sn);
+        int32_t id = di_tok_vocab_lookup(t, s, sn);
         if (id >= 0) {
             DI_TRY(flush_unk(ws, n, &u));
             DI_TRY(add_sym(ws, n, id));
@@ -252,26 +251,26 @@ static di_status initial_generic(const di_tokenizer *t, tok_ws *ws, const char *
 }
 
 /* The vocab form of a piece: byte-level mapped when the pre-tokenizer is ByteLevel. */
-static di_status vocab_form(const di_tokenizer *t, tok_ws *ws, int sp, const char *s, size_t len) {
+static di_status vocab_form(const di_tokenizer *t, di_tok_ws *ws, int sp, const char *s, size_t len) {
     ws->word.n = 0;
-    DI_TRY(tok_buf_reserve(&ws->word, (len + 1) * 2));
+    DI_TRY(di_tok_buf_reserve(&ws->word, (len + 1) * 2));
     if (!t->byte_level) {
-        if (sp) DI_TRY(tok_buf_put(&ws->word, " ", 1));
-        return tok_buf_put(&ws->word, s, len);
+        if (sp) DI_TRY(di_tok_buf_put(&ws->word, " ", 1));
+        return di_tok_buf_put(&ws->word, s, len);
     }
-    if (sp) DI_TRY(tok_buf_put(&ws->word, t->bl_str[' '], t->bl_len[' ']));
-    for (size_t i = 0; i < len; i++) DI_TRY(tok_buf_put(&ws->word, t->bl_str[(uint8_t)s[i]], t->bl_len[(uint8_t)s[i]]));
+    if (sp) DI_TRY(di_tok_buf_put(&ws->word, t->bl_str[' '], t->bl_len[' ']));
+    for (size_t i = 0; i < len; i++) DI_TRY(di_tok_buf_put(&ws->word, t->bl_str[(uint8_t)s[i]], t->bl_len[(uint8_t)s[i]]));
     return DI_OK;
 }
 
-di_status tok_bpe_piece(const di_tokenizer *t, tok_ws *ws, const char *seg, tok_piece p, di_ids *out) {
-    int sp = (p.len & TOK_PIECE_SPACE) != 0;
-    size_t len = p.len & ~TOK_PIECE_SPACE;
+di_status di_tok_bpe_piece(const di_tokenizer *t, di_tok_ws *ws, const char *seg, di_tok_piece p, di_ids *out) {
+    int sp = (p.len & DI_TOK_PIECE_SPACE) != 0;
+    size_t len = p.len & ~DI_TOK_PIECE_SPACE;
     const char *s = seg + p.off;
     if (len + (size_t)sp == 0) return DI_OK;
     if (t->ignore_merges) {
         DI_TRY(vocab_form(t, ws, sp, s, len));
-        int32_t id = tok_vocab_lookup(t, ws->word.p, ws->word.n);
+        int32_t id = di_tok_vocab_lookup(t, ws->word.p, ws->word.n);
         if (id >= 0) return di_ids_push(out, id);
     }
     uint64_t h = 0;
@@ -284,7 +283,7 @@ di_status tok_bpe_piece(const di_tokenizer *t, tok_ws *ws, const char *seg, tok_
     }
     size_t n = 0;
     if (t->simple_bpe) {
-        DI_TRY(tok_ws_sym_reserve(ws, len + 1));
+        DI_TRY(di_tok_ws_sym_reserve(ws, len + 1));
         int missing = 0;
         if (sp) missing |= (ws->sym_id[n++] = t->byte_id[' ']) < 0;
         for (size_t i = 0; i < len; i++) missing |= (ws->sym_id[n++] = t->byte_id[(uint8_t)s[i]]) < 0;
@@ -308,6 +307,6 @@ di_status tok_bpe_piece(const di_tokenizer *t, tok_ws *ws, const char *seg, tok_
     size_t before = out->n;
     for (int32_t i = n ? 0 : -1; i >= 0; i = n > 1 ? ws->sym_next[i] : -1)
         DI_TRY(di_ids_push(out, ws->sym_id[i]));
-    if (cacheable) cache_put(ws, h, s, len, out->data + before, out->n - before);
+    if (cacheable) cache_put(ws, h, s, len, out->n > before ? out->data + before : NULL, out->n - before);
     return DI_OK;
 }

@@ -44,7 +44,7 @@ static int utf8_step(const unsigned char *s, size_t n, int *prefix, int *incompl
 
 /* Converts in[0..n) lossily, appending to out. Without `final`, a trailing incomplete sequence
  * is left unconsumed; returns the number of bytes consumed. */
-static di_status lossy(const char *in, size_t n, int final, tok_buf *out, size_t *consumed) {
+static di_status lossy(const char *in, size_t n, int final, di_tok_buf *out, size_t *consumed) {
     const unsigned char *s = (const unsigned char *)in;
     size_t i = 0, run = 0;
     while (i < n) {
@@ -52,48 +52,48 @@ static di_status lossy(const char *in, size_t n, int final, tok_buf *out, size_t
         int prefix, incomplete;
         int w = utf8_step(s + i, n - i, &prefix, &incomplete);
         if (w) { i += (size_t)w; continue; }
-        DI_TRY(tok_buf_put(out, in + run, i - run));
+        DI_TRY(di_tok_buf_put(out, in + run, i - run));
         if (incomplete && !final) { *consumed = i; return DI_OK; }
-        DI_TRY(tok_buf_put(out, REPL, 3));
+        DI_TRY(di_tok_buf_put(out, REPL, 3));
         i += (size_t)prefix;
         run = i;
     }
-    DI_TRY(tok_buf_put(out, in + run, n - run));
+    DI_TRY(di_tok_buf_put(out, in + run, n - run));
     *consumed = n;
     return DI_OK;
 }
 
 static int keep(const di_tokenizer *t, int32_t id, unsigned flags) {
     if (id < 0 || (uint32_t)id >= t->n_ids || t->str_len[id] == UINT32_MAX) return 0;
-    if ((flags & DI_TOK_SKIP_SPECIAL) && (t->id_flags[id] & TOK_ID_SPECIAL)) return 0;
+    if ((flags & DI_TOK_SKIP_SPECIAL) && (t->id_flags[id] & DI_TOK_ID_SPECIAL)) return 0;
     return 1;
 }
 
 di_status di_tokenizer_decode(const di_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **text,
                               size_t *len) {
-    tok_buf raw = {0}, out = {0};
-    di_status st = tok_buf_reserve(&raw, n * 4);
+    di_tok_buf raw = {0}, out = {0};
+    di_status st = di_tok_buf_reserve(&raw, n * 4);
     int first = 1;
     for (size_t i = 0; i < n && st == DI_OK; i++) {
         int32_t id = ids[i];
         if (!keep(t, id, flags)) continue;
-        if (t->decoder == TOK_DEC_BYTELEVEL) {
-            st = tok_buf_put(&raw, t->dec_blob + t->dec_off[id], t->dec_len[id]);
+        if (t->decoder == DI_TOK_DEC_BYTELEVEL) {
+            st = di_tok_buf_put(&raw, t->dec_blob + t->dec_off[id], t->dec_len[id]);
         } else {
-            if (!first) st = tok_buf_put(&raw, " ", 1);
-            if (st == DI_OK) st = tok_buf_put(&raw, t->str_blob + t->str_off[id], t->str_len[id]);
+            if (!first) st = di_tok_buf_put(&raw, " ", 1);
+            if (st == DI_OK) st = di_tok_buf_put(&raw, t->str_blob + t->str_off[id], t->str_len[id]);
         }
         first = 0;
     }
-    if (st == DI_OK && t->decoder == TOK_DEC_BYTELEVEL) {
+    if (st == DI_OK && t->decoder == DI_TOK_DEC_BYTELEVEL) {
         size_t used;
-        st = tok_buf_reserve(&out, raw.n + 8);
+        st = di_tok_buf_reserve(&out, raw.n + 8);
         if (st == DI_OK) st = lossy(raw.p, raw.n, 1, &out, &used);
-        tok_buf_free(&raw);
+        di_tok_buf_free(&raw);
         raw = out;
     }
-    if (st == DI_OK && !raw.p) st = tok_buf_put(&raw, "", 0);
-    if (st != DI_OK) { tok_buf_free(&raw); return st; }
+    if (st == DI_OK && !raw.p) st = di_tok_buf_put(&raw, "", 0);
+    if (st != DI_OK) { di_tok_buf_free(&raw); return st; }
     *text = raw.p;
     if (len) *len = raw.n;
     return DI_OK;
@@ -103,8 +103,8 @@ di_status di_tokenizer_decode(const di_tokenizer *t, const int32_t *ids, size_t 
 struct di_detok {
     const di_tokenizer *t;
     unsigned flags;
-    tok_buf pending; /* bytes of an incomplete character */
-    tok_buf conv;
+    di_tok_buf pending; /* bytes of an incomplete character */
+    di_tok_buf conv;
     int first;
 };
 
@@ -119,8 +119,8 @@ di_detok *di_detok_create(const di_tokenizer *t, unsigned flags) {
 
 void di_detok_free(di_detok *d) {
     if (!d) return;
-    tok_buf_free(&d->pending);
-    tok_buf_free(&d->conv);
+    di_tok_buf_free(&d->pending);
+    di_tok_buf_free(&d->conv);
     free(d);
 }
 
@@ -151,13 +151,13 @@ static di_status drain(di_detok *d, int final, char **buf, size_t *len, size_t *
 di_status di_detok_push(di_detok *d, int32_t id, char **buf, size_t *len, size_t *cap) {
     const di_tokenizer *t = d->t;
     if (!keep(t, id, d->flags)) return append_out(buf, len, cap, "", 0);
-    if (t->decoder != TOK_DEC_BYTELEVEL) {
+    if (t->decoder != DI_TOK_DEC_BYTELEVEL) {
         if (!d->first) DI_TRY(append_out(buf, len, cap, " ", 1));
         d->first = 0;
         return append_out(buf, len, cap, t->str_blob + t->str_off[id], t->str_len[id]);
     }
     d->first = 0;
-    DI_TRY(tok_buf_put(&d->pending, t->dec_blob + t->dec_off[id], t->dec_len[id]));
+    DI_TRY(di_tok_buf_put(&d->pending, t->dec_blob + t->dec_off[id], t->dec_len[id]));
     return drain(d, 0, buf, len, cap);
 }
 

@@ -9,8 +9,9 @@
  * transformers).
  *
  * Added-token ids follow HF: a token whose content is in the model vocab takes that id, others
- * get the next id after the vocab; tokenizer.json's ids must agree, else the file is rejected
- * (HF would silently renumber). */
+ * get the next id after the vocab. A different id in tokenizer.json is replaced (with a
+ * warning) as HF does, unless that id already belongs to another vocab token (then HF's tables
+ * become inconsistent and the file is refused). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,16 +69,24 @@ static di_status load_added(di_tokenizer *t, json_t *arr, const char *where) {
             break;
         }
         /* HF's id: the vocab id if the content is in the model vocab, else the next free id */
-        int32_t vid = tok_vocab_lookup(t, content, len);
+        int32_t vid = di_tok_vocab_lookup(t, content, len);
         int64_t want = vid >= 0 ? vid : (max_added < 0 ? t->n_model_vocab
                                          : (max_added >= t->n_model_vocab ? max_added + 1 : t->n_model_vocab));
         if (id != want) {
-            st = di_error(DI_ERR_UNSUPPORTED, "%s: '%s' has id %lld but Hugging Face tokenizers would assign id %lld "
-                          "(inconsistent added token ids are not supported)", w, content, (long long)id, (long long)want);
-            break;
+            /* HF renumbers (with a warning); when the new id already belongs to another vocab token
+             * HF's own tables end up inconsistent, so such files are refused */
+            if (vid < 0 && want < t->n_model_ids && t->mstr_len[want] != UINT32_MAX) {
+                st = di_error(DI_ERR_UNSUPPORTED, "%s: '%s' has id %lld, but Hugging Face tokenizers would give it id %lld, "
+                              "which is already the vocab token '%.*s' (inconsistent added token ids are not supported)",
+                              w, content, (long long)id, (long long)want, (int)t->mstr_len[want], t->mstr_blob + t->mstr_off[want]);
+                break;
+            }
+            DI_LOG_W("%s: '%s' has id %lld; using id %lld as Hugging Face tokenizers does", w, content, (long long)id,
+                     (long long)want);
+            id = want;
         }
         if (want > max_added) max_added = want;
-        tok_added *a = &t->added[t->n_added];
+        di_tok_added *a = &t->added[t->n_added];
         a->content = malloc(len + 1);
         if (!a->content) { st = di_error(DI_ERR_NOMEM, "out of memory"); break; }
         memcpy(a->content, content, len + 1);
@@ -95,35 +104,44 @@ static di_status load_added(di_tokenizer *t, json_t *arr, const char *where) {
     return st;
 }
 
+/* The normalized form of each normalized=true added token: it is what HF matches in the
+ * normalized text and what it returns when decoding the token. */
+static di_status added_patterns(di_tokenizer *t) {
+    di_tok_ws *ws = NULL;
+    di_status st = DI_OK;
+    for (size_t i = 0; i < t->n_added && st == DI_OK; i++) {
+        di_tok_added *a = &t->added[i];
+        if (!a->normalized || !t->n_norms) {
+            a->pattern = a->content;
+            a->plen = a->len;
+            continue;
+        }
+        if (!ws && !(ws = di_tok_ws_acquire(t))) { st = di_error(DI_ERR_NOMEM, "out of memory"); break; }
+        st = di_tok_normalize(t, a->content, a->len, ws, &ws->norm);
+        if (st != DI_OK) break;
+        a->pattern = malloc(ws->norm.n + 1);
+        if (!a->pattern) { st = di_error(DI_ERR_NOMEM, "out of memory"); break; }
+        memcpy(a->pattern, ws->norm.p, ws->norm.n);
+        a->pattern[ws->norm.n] = '\0';
+        a->plen = (uint32_t)ws->norm.n;
+    }
+    di_tok_ws_release(t, ws);
+    return st;
+}
+
 /* Tries: special tokens first, then the others (HF's order); normalized tokens are matched in
- * their normalized form. */
+ * their normalized form, and one that normalizes to nothing never matches. */
 static di_status build_tries(di_tokenizer *t) {
-    tok_trie_init(&t->raw_trie);
-    tok_trie_init(&t->norm_trie);
-    tok_trie_init(&t->empty_trie);
-    tok_ws *ws = NULL;
+    di_tok_trie_init(&t->raw_trie);
+    di_tok_trie_init(&t->norm_trie);
+    di_tok_trie_init(&t->empty_trie);
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < t->n_added; i++) {
-            tok_added *a = &t->added[i];
+            di_tok_added *a = &t->added[i];
             if (a->special != (pass == 0)) continue;
-            if (!a->normalized) {
-                DI_TRY(tok_trie_add(&t->raw_trie, a->content, a->len, (int32_t)i));
-                continue;
-            }
-            if (t->n_norms && !ws && !(ws = tok_ws_acquire(t))) return di_error(DI_ERR_NOMEM, "out of memory");
-            if (t->n_norms) {
-                di_status st = tok_normalize(t, a->content, a->len, ws, &ws->norm);
-                if (st != DI_OK) { tok_ws_release(t, ws); return st; }
-                if (ws->norm.n) {
-                    st = tok_trie_add(&t->norm_trie, ws->norm.p, ws->norm.n, (int32_t)i);
-                    if (st != DI_OK) { tok_ws_release(t, ws); return st; }
-                }
-            } else {
-                DI_TRY(tok_trie_add(&t->norm_trie, a->content, a->len, (int32_t)i));
-            }
+            DI_TRY(di_tok_trie_add(a->normalized ? &t->norm_trie : &t->raw_trie, a->pattern, a->plen, (int32_t)i));
         }
     }
-    tok_ws_release(t, ws);
     return DI_OK;
 }
 
@@ -141,59 +159,74 @@ static di_status build_tables(di_tokenizer *t) {
     t->id_flags = calloc(n, 1);
     if (!t->str_off || !t->str_len || !t->dec_off || !t->dec_len || !t->id_flags) return di_error(DI_ERR_NOMEM, "out of memory");
     memset(t->str_len, 0xff, n * 4);
-    tok_buf sb = {0}, db = {0};
+    di_tok_buf sb = {0}, db = {0};
     di_status st = DI_OK;
     for (uint32_t id = 0; id < t->n_model_ids && st == DI_OK; id++) {
         if (t->mstr_len[id] == UINT32_MAX) continue;
         t->str_off[id] = (uint32_t)sb.n;
         t->str_len[id] = t->mstr_len[id];
-        t->id_flags[id] |= TOK_ID_MODEL;
-        st = tok_buf_put(&sb, t->mstr_blob + t->mstr_off[id], t->mstr_len[id]);
-        if (st == DI_OK) st = tok_buf_put(&sb, "", 1); /* NUL-terminated for di_tokenizer_token_str */
+        t->id_flags[id] |= DI_TOK_ID_MODEL;
+        st = di_tok_buf_put(&sb, t->mstr_blob + t->mstr_off[id], t->mstr_len[id]);
+        if (st == DI_OK) st = di_tok_buf_put(&sb, "", 1); /* NUL-terminated for di_tokenizer_token_str */
     }
     for (size_t i = 0; i < t->n_added && st == DI_OK; i++) {
-        tok_added *a = &t->added[i];
+        di_tok_added *a = &t->added[i];
         t->str_off[a->id] = (uint32_t)sb.n;
-        t->str_len[a->id] = a->len;
-        t->id_flags[a->id] |= TOK_ID_ADDED | (a->special ? TOK_ID_SPECIAL : 0);
-        st = tok_buf_put(&sb, a->content, a->len);
-        if (st == DI_OK) st = tok_buf_put(&sb, "", 1);
+        t->str_len[a->id] = a->plen;
+        t->id_flags[a->id] |= DI_TOK_ID_ADDED;
+        st = di_tok_buf_put(&sb, a->pattern, a->plen);
+        if (st == DI_OK) st = di_tok_buf_put(&sb, "", 1);
     }
+    /* HF skips a token when decoding with skip_special_tokens if its string (as decoded) is the
+     * content of a special added token */
+    di_strmap *specials = st == DI_OK ? di_strmap_create(t->n_added) : NULL;
+    if (st == DI_OK && !specials) st = di_error(DI_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < t->n_added && st == DI_OK; i++)
+        if (t->added[i].special && di_strmap_put(specials, t->added[i].content, t->added[i].len, 1) != 0)
+            st = di_error(DI_ERR_NOMEM, "out of memory");
+    for (uint32_t id = 0; id < n_ids && st == DI_OK && t->n_added; id++)
+        if (t->str_len[id] != UINT32_MAX && di_strmap_get(specials, sb.p + t->str_off[id], t->str_len[id], NULL))
+            t->id_flags[id] |= DI_TOK_ID_SPECIAL;
+    di_strmap_free(specials);
     /* ByteLevel decoding of every token: characters back to bytes, or the UTF-8 itself when
      * a character is outside the byte alphabet */
+    if (st == DI_OK) st = di_tok_buf_reserve(&db, sb.n);
     for (uint32_t id = 0; id < n_ids && st == DI_OK; id++) {
         t->dec_off[id] = (uint32_t)db.n;
         t->dec_len[id] = 0;
         if (t->str_len[id] == UINT32_MAX) continue;
-        const char *s = sb.p + t->str_off[id];
-        size_t len = t->str_len[id], i = 0, start = db.n;
-        int ok = 1;
-        while (i < len && st == DI_OK) {
-            uint32_t cp;
-            int l = di_utf8_decode((const unsigned char *)s + i, len - i, &cp);
-            int b = l ? tok_bytelevel_byte(cp) : -1;
-            if (b < 0) { ok = 0; break; }
-            char c = (char)b;
-            st = tok_buf_put(&db, &c, 1);
+        const unsigned char *s = (const unsigned char *)sb.p + t->str_off[id];
+        size_t len = t->str_len[id], i = 0;
+        if ((st = di_tok_buf_reserve(&db, len)) != DI_OK) break;
+        char *o = db.p + db.n;
+        size_t k = 0;
+        while (i < len) {
+            uint32_t cp = s[i];
+            int l = 1;
+            if (cp >= 0x80 && !(l = di_tok_utf8_next(s + i, len - i, &cp))) break;
+            int b = di_tok_bytelevel_byte(cp);
+            if (b < 0) break;
+            o[k++] = (char)b;
             i += (size_t)l;
         }
-        if (!ok) { db.n = start; st = tok_buf_put(&db, s, len); }
-        t->dec_len[id] = (uint32_t)(db.n - start);
+        if (i < len) { memcpy(o, s, len); k = len; } /* a character outside the byte alphabet */
+        db.n += k;
+        t->dec_len[id] = (uint32_t)k;
         if (db.n > 0xffffffffu) st = di_error(DI_ERR_UNSUPPORTED, "%s: vocabulary text larger than 4 GB", t->path);
     }
-    if (st == DI_OK && !sb.p) st = tok_buf_put(&sb, "", 0);
-    if (st == DI_OK && !db.p) st = tok_buf_put(&db, "", 0);
+    if (st == DI_OK && !sb.p) st = di_tok_buf_put(&sb, "", 0);
+    if (st == DI_OK && !db.p) st = di_tok_buf_put(&db, "", 0);
     t->str_blob = sb.p;
     t->dec_blob = db.p;
     if (st != DI_OK) return st;
     /* byte-level symbols and byte fallback tokens */
     for (int b = 0; b < 256; b++) {
-        uint32_t cp = tok_bytelevel_char((uint8_t)b);
+        uint32_t cp = di_tok_bytelevel_char((uint8_t)b);
         t->bl_len[b] = (uint8_t)di_utf8_encode(cp, t->bl_str[b]);
-        t->byte_id[b] = tok_vocab_lookup(t, t->bl_str[b], t->bl_len[b]);
+        t->byte_id[b] = di_tok_vocab_lookup(t, t->bl_str[b], t->bl_len[b]);
         char fb[8];
         snprintf(fb, sizeof fb, "<0x%02X>", b);
-        t->fallback_id[b] = tok_vocab_lookup(t, fb, 6);
+        t->fallback_id[b] = di_tok_vocab_lookup(t, fb, 6);
     }
     t->simple_bpe = t->byte_level && !t->cont_prefix && !t->end_suffix;
     return DI_OK;
@@ -230,8 +263,8 @@ static di_status load_config(di_tokenizer *t, const char *dir) {
         /* the post-processor decides when it adds tokens itself (HF tokenizers); otherwise the
          * config's add_bos_token / add_eos_token (transformers' slow/fast tokenizer classes) */
         if (st == DI_OK && !t->post_adds) {
-            if (add_bos && t->bos_id >= 0) st = tok_ids_set(&t->pre_ids, &t->n_pre, t->bos_id);
-            if (st == DI_OK && add_eos && t->eos_id >= 0) st = tok_ids_set(&t->post_ids, &t->n_post, t->eos_id);
+            if (add_bos && t->bos_id >= 0) st = di_tok_ids_set(&t->pre_ids, &t->n_pre, t->bos_id);
+            if (st == DI_OK && add_eos && t->eos_id >= 0) st = di_tok_ids_set(&t->post_ids, &t->n_post, t->eos_id);
         }
         json_t *ct = json_object_get(cfg, "chat_template");
         if (st == DI_OK && json_is_string(ct)) {
@@ -261,7 +294,7 @@ static di_status load_config(di_tokenizer *t, const char *dir) {
     return st;
 }
 
-di_status tok_ids_set(int32_t **v, size_t *n, int32_t id) {
+di_status di_tok_ids_set(int32_t **v, size_t *n, int32_t id) {
     int32_t *r = realloc(*v, sizeof *r);
     if (!r) return di_error(DI_ERR_NOMEM, "out of memory");
     r[0] = id;
@@ -273,21 +306,31 @@ di_status tok_ids_set(int32_t **v, size_t *n, int32_t id) {
 /* ---- top level ---- */
 static di_status load_json(di_tokenizer *t, const char *buf, size_t len) {
     const char *where = t->path;
-    tok_json_cursor c = {buf, buf + len, buf, where};
+    di_tok_json_cursor c = {buf, buf + len, buf, where};
     span spans[6] = {{"model", 0, 0}, {"normalizer", 0, 0}, {"added_tokens", 0, 0},
                      {"pre_tokenizer", 0, 0}, {"post_processor", 0, 0}, {"decoder", 0, 0}};
-    tok_buf key = {0};
-    di_status st = tok_json_expect(&c, '{');
-    tok_json_skip_ws(&c);
+    di_tok_buf key = {0};
+    di_status st = di_tok_json_expect(&c, '{');
+    di_tok_json_skip_ws(&c);
     if (st == DI_OK && c.p < c.end && *c.p == '}') { c.p++; }
     else while (st == DI_OK) {
         const char *k;
         size_t kn;
-        if ((st = tok_json_string(&c, &key, &k, &kn)) != DI_OK || (st = tok_json_expect(&c, ':')) != DI_OK) break;
-        tok_json_skip_ws(&c);
+        if ((st = di_tok_json_string(&c, &key, &k, &kn)) != DI_OK || (st = di_tok_json_expect(&c, ':')) != DI_OK) break;
+        di_tok_json_skip_ws(&c);
         const char *v = c.p;
-        if ((st = tok_json_skip_value(&c)) != DI_OK) break;
-        for (int i = 0; i < 6; i++)
+        if (!strcmp(k, "model")) { /* the bulk of the file: read straight into the tables */
+            if (spans[0].at) { st = di_error(DI_ERR_FORMAT, "%s: key 'model' appears twice", where); break; }
+            if ((st = di_tok_load_model(t, &c)) != DI_OK) break;
+            spans[0].at = v;
+            di_tok_json_skip_ws(&c);
+            if (c.p < c.end && *c.p == ',') { c.p++; continue; }
+            if (c.p < c.end && *c.p == '}') { c.p++; break; }
+            st = di_tok_json_fail(&c, "expected ',' or '}' in the top-level object");
+            break;
+        }
+        if ((st = di_tok_json_skip_value(&c)) != DI_OK) break;
+        for (int i = 1; i < 6; i++)
             if (!strcmp(k, spans[i].name)) {
                 if (spans[i].at) { st = di_error(DI_ERR_FORMAT, "%s: key '%s' appears twice", where, k); break; }
                 spans[i].at = v;
@@ -295,28 +338,28 @@ static di_status load_json(di_tokenizer *t, const char *buf, size_t len) {
             }
         if ((!strcmp(k, "truncation") || !strcmp(k, "padding")) && !(c.p - v == 4 && !memcmp(v, "null", 4)))
             DI_LOG_W("%s: '%s' is set; deepinfer never truncates or pads (ignored)", where, k);
-        tok_json_skip_ws(&c);
+        di_tok_json_skip_ws(&c);
         if (c.p < c.end && *c.p == ',') { c.p++; continue; }
         if (c.p < c.end && *c.p == '}') { c.p++; break; }
-        st = tok_json_fail(&c, "expected ',' or '}' in the top-level object");
+        st = di_tok_json_fail(&c, "expected ',' or '}' in the top-level object");
     }
-    tok_buf_free(&key);
+    di_tok_buf_free(&key);
     if (st == DI_OK) {
-        tok_json_skip_ws(&c);
-        if (c.p != c.end) st = tok_json_fail(&c, "expected the end of the file after the top-level object");
+        di_tok_json_skip_ws(&c);
+        if (c.p != c.end) st = di_tok_json_fail(&c, "expected the end of the file after the top-level object");
     }
     if (st != DI_OK) return st;
     if (!spans[0].at) return di_error(DI_ERR_FORMAT, "%s: no 'model' object", where);
-    DI_TRY(tok_load_model(t, spans[0].at, spans[0].len, where));
     json_t *j[6] = {0};
     for (int i = 1; i < 6 && st == DI_OK; i++)
         if (spans[i].at) st = parse_span(&spans[i], where, &j[i]);
     char w[512];
-    if (st == DI_OK) { snprintf(w, sizeof w, "%s: normalizer", where); st = tok_load_normalizer(t, j[1], w); }
+    if (st == DI_OK) { snprintf(w, sizeof w, "%s: normalizer", where); st = di_tok_load_normalizer(t, j[1], w); }
     if (st == DI_OK) st = load_added(t, j[2], where);
-    if (st == DI_OK) { snprintf(w, sizeof w, "%s: pre_tokenizer", where); st = tok_load_pre_tokenizer(t, j[3], w); }
-    if (st == DI_OK) { snprintf(w, sizeof w, "%s: post_processor", where); st = tok_load_post_processor(t, j[4], w); }
-    if (st == DI_OK) { snprintf(w, sizeof w, "%s: decoder", where); st = tok_load_decoder(t, j[5], w); }
+    if (st == DI_OK) st = added_patterns(t);
+    if (st == DI_OK) { snprintf(w, sizeof w, "%s: pre_tokenizer", where); st = di_tok_load_pre_tokenizer(t, j[3], w); }
+    if (st == DI_OK) { snprintf(w, sizeof w, "%s: post_processor", where); st = di_tok_load_post_processor(t, j[4], w); }
+    if (st == DI_OK) { snprintf(w, sizeof w, "%s: decoder", where); st = di_tok_load_decoder(t, j[5], w); }
     for (int i = 1; i < 6; i++) json_decref(j[i]);
     if (st == DI_OK) st = build_tables(t);
     if (st == DI_OK) st = build_tries(t);
@@ -326,6 +369,15 @@ static di_status load_json(di_tokenizer *t, const char *buf, size_t len) {
             st = di_error(DI_ERR_FORMAT, "%s: post_processor: special token id %d is not in the vocabulary", where, id);
     }
     return st;
+}
+
+static di_tokenizer *di_tok_alloc(const char *name) {
+    di_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->path = strdup(name);
+    if (!t->path) { free(t); return NULL; }
+    t->bos_id = t->eos_id = t->unk_id = -1;
+    return t;
 }
 
 di_status di_tokenizer_load(const char *path, di_tokenizer **out) {
@@ -342,13 +394,12 @@ di_status di_tokenizer_load(const char *path, di_tokenizer **out) {
         if (dir && slash) *slash = '\0';
         else if (dir) { free(dir); dir = strdup("."); }
     }
-    di_tokenizer *t = calloc(1, sizeof *t);
-    if (!file || !dir || !t) { free(file); free(dir); free(t); return di_error(DI_ERR_NOMEM, "out of memory"); }
-    t->path = file;
-    t->bos_id = t->eos_id = t->unk_id = -1;
+    di_tokenizer *t = file ? di_tok_alloc(file) : NULL;
+    free(file);
+    if (!dir || !t) { free(dir); di_tokenizer_free(t); return di_error(DI_ERR_NOMEM, "out of memory"); }
     char *buf = NULL;
     size_t len = 0;
-    di_status st = di_read_file(file, &buf, &len, MAX_FILE);
+    di_status st = di_read_file(t->path, &buf, &len, MAX_FILE);
     if (st == DI_OK) st = load_json(t, buf, len);
     free(buf);
     if (st == DI_OK) st = load_config(t, dir);
@@ -358,26 +409,40 @@ di_status di_tokenizer_load(const char *path, di_tokenizer **out) {
     return DI_OK;
 }
 
+di_status di_tokenizer_load_json(const char *json, size_t len, const char *name, di_tokenizer **out) {
+    *out = NULL;
+    if (!json && len) return di_error(DI_ERR_INVALID_ARG, "tokenizer: NULL JSON buffer");
+    di_tokenizer *t = di_tok_alloc(name ? name : "tokenizer.json");
+    if (!t) return di_error(DI_ERR_NOMEM, "out of memory");
+    di_status st = load_json(t, json ? json : "", len);
+    if (st != DI_OK) { di_tokenizer_free(t); return st; }
+    *out = t;
+    return DI_OK;
+}
+
 void di_tokenizer_free(di_tokenizer *t) {
     if (!t) return;
-    tok_ws_free_all(t);
+    di_tok_ws_free_all(t);
     free(t->path);
     free(t->str_blob); free(t->str_off); free(t->str_len);
     free(t->dec_blob); free(t->dec_off); free(t->dec_len);
     free(t->id_flags);
     free(t->vmap);
     free(t->mstr_blob); free(t->mstr_off); free(t->mstr_len);
-    free(t->mkeys); free(t->mvals);
+    free(t->merges);
     free(t->cont_prefix); free(t->end_suffix); free(t->unk_token);
-    for (size_t i = 0; i < t->n_added; i++) free(t->added[i].content);
+    for (size_t i = 0; i < t->n_added; i++) {
+        if (t->added[i].pattern != t->added[i].content) free(t->added[i].pattern);
+        free(t->added[i].content);
+    }
     free(t->added);
     di_strmap_free(t->added_map);
-    tok_trie_free(&t->raw_trie);
-    tok_trie_free(&t->norm_trie);
-    tok_trie_free(&t->empty_trie);
-    for (size_t i = 0; i < t->n_norms; i++) { free(t->norms[i].str); tok_regex_free(t->norms[i].re); }
+    di_tok_trie_free(&t->raw_trie);
+    di_tok_trie_free(&t->norm_trie);
+    di_tok_trie_free(&t->empty_trie);
+    for (size_t i = 0; i < t->n_norms; i++) { free(t->norms[i].str); di_tok_regex_free(t->norms[i].re); }
     free(t->norms);
-    for (size_t i = 0; i < t->n_stages; i++) tok_regex_free(t->stages[i].re);
+    for (size_t i = 0; i < t->n_stages; i++) di_tok_regex_free(t->stages[i].re);
     free(t->stages);
     free(t->pre_ids);
     free(t->post_ids);
@@ -393,7 +458,7 @@ int32_t di_tokenizer_token_id(const di_tokenizer *t, const char *token) {
     size_t n = strlen(token);
     int64_t k;
     if (t->added_map && di_strmap_get(t->added_map, token, n, &k)) return t->added[k].id;
-    return tok_vocab_lookup(t, token, n);
+    return di_tok_vocab_lookup(t, token, n);
 }
 
 const char *di_tokenizer_token_str(const di_tokenizer *t, int32_t id) {
@@ -402,11 +467,11 @@ const char *di_tokenizer_token_str(const di_tokenizer *t, int32_t id) {
 }
 
 int di_tokenizer_is_special(const di_tokenizer *t, int32_t id) {
-    return id >= 0 && (uint32_t)id < t->n_ids && (t->id_flags[id] & TOK_ID_SPECIAL);
+    return id >= 0 && (uint32_t)id < t->n_ids && (t->id_flags[id] & DI_TOK_ID_SPECIAL);
 }
 
 int di_tokenizer_is_added(const di_tokenizer *t, int32_t id) {
-    return id >= 0 && (uint32_t)id < t->n_ids && (t->id_flags[id] & TOK_ID_ADDED);
+    return id >= 0 && (uint32_t)id < t->n_ids && (t->id_flags[id] & DI_TOK_ID_ADDED);
 }
 
 int32_t di_tokenizer_bos_id(const di_tokenizer *t) { return t->bos_id; }

@@ -16,39 +16,40 @@
 #include "tokenizer/tok_internal.h"
 
 typedef struct {
-    tok_buf blob;                   /* vocab strings */
+    di_tok_buf blob;                   /* vocab strings */
     uint32_t *off, *len, *id;       /* per entry */
     size_t n, cap;
 } vocab_tmp;
 
 static void vocab_tmp_free(vocab_tmp *v) {
-    tok_buf_free(&v->blob);
+    di_tok_buf_free(&v->blob);
     free(v->off);
     free(v->len);
     free(v->id);
 }
 
-static di_status parse_id(tok_json_cursor *c, uint32_t *out) {
-    tok_json_skip_ws(c);
+static di_status parse_id(di_tok_json_cursor *c, uint32_t *out) {
+    di_tok_json_skip_ws(c);
     const char *p = c->p;
     uint64_t v = 0;
-    if (p >= c->end || *p < '0' || *p > '9') return tok_json_fail(c, "expected a non-negative integer token id");
-    if (*p == '0' && p + 1 < c->end && p[1] >= '0' && p[1] <= '9') return tok_json_fail(c, "expected a token id without leading zeros");
+    if (p >= c->end || *p < '0' || *p > '9') return di_tok_json_fail(c, "expected a non-negative integer token id");
+    if (*p == '0' && p + 1 < c->end && p[1] >= '0' && p[1] <= '9') return di_tok_json_fail(c, "expected a token id without leading zeros");
     while (p < c->end && *p >= '0' && *p <= '9') {
         v = v * 10 + (uint64_t)(*p - '0');
-        if (v > 0x7ffffffe) return tok_json_fail(c, "expected a token id below 2^31 - 1");
+        if (v > 0x7ffffffe) return di_tok_json_fail(c, "expected a token id below 2^31 - 1");
         p++;
     }
-    if (p < c->end && (*p == '.' || *p == 'e' || *p == 'E')) { c->p = p; return tok_json_fail(c, "expected an integer token id"); }
+    if (p < c->end && (*p == '.' || *p == 'e' || *p == 'E')) { c->p = p; return di_tok_json_fail(c, "expected an integer token id"); }
     c->p = p;
     *out = (uint32_t)v;
     return DI_OK;
 }
 
-static di_status parse_vocab(tok_json_cursor *c, vocab_tmp *v) {
-    DI_TRY(tok_json_expect(c, '{'));
-    tok_json_skip_ws(c);
+static di_status parse_vocab(di_tok_json_cursor *c, vocab_tmp *v) {
+    DI_TRY(di_tok_json_expect(c, '{'));
+    di_tok_json_skip_ws(c);
     if (c->p < c->end && *c->p == '}') { c->p++; return DI_OK; }
+    DI_TRY(di_tok_buf_reserve(&v->blob, (size_t)(c->end - c->p) / 4)); /* avoid most regrowth */
     for (;;) {
         if (v->n == v->cap) {
             size_t cap = v->cap ? v->cap * 2 : 1024;
@@ -61,9 +62,9 @@ static di_status parse_vocab(tok_json_cursor *c, vocab_tmp *v) {
             v->cap = cap;
         }
         size_t start = v->blob.n;
-        DI_TRY(tok_json_string_append(c, &v->blob));
-        if (v->blob.n - start > 0xffffff) return tok_json_fail(c, "model.vocab: token longer than 16 MB");
-        DI_TRY(tok_json_expect(c, ':'));
+        DI_TRY(di_tok_json_string_append(c, &v->blob));
+        if (v->blob.n - start > 0xffffff) return di_tok_json_fail(c, "model.vocab: token longer than 16 MB");
+        DI_TRY(di_tok_json_expect(c, ':'));
         uint32_t id = 0;
         DI_TRY(parse_id(c, &id));
         v->off[v->n] = (uint32_t)start;
@@ -71,10 +72,10 @@ static di_status parse_vocab(tok_json_cursor *c, vocab_tmp *v) {
         v->id[v->n] = id;
         v->n++;
         if (v->blob.n > 0x7fffffff) return di_error(DI_ERR_UNSUPPORTED, "%s: model.vocab larger than 2 GB", c->where);
-        tok_json_skip_ws(c);
+        di_tok_json_skip_ws(c);
         if (c->p < c->end && *c->p == ',') { c->p++; continue; }
         if (c->p < c->end && *c->p == '}') { c->p++; return DI_OK; }
-        return tok_json_fail(c, "model.vocab: expected ',' or '}'");
+        return di_tok_json_fail(c, "model.vocab: expected ',' or '}'");
     }
 }
 
@@ -100,12 +101,15 @@ static di_status install_vocab(di_tokenizer *t, vocab_tmp *v) {
     t->mstr_blob = v->blob.p ? v->blob.p : calloc(1, 1);
     v->blob.p = NULL;
     if (!t->mstr_blob) return di_error(DI_ERR_NOMEM, "%s: out of memory (vocab)", t->path);
-    return tok_vocab_build_map(t);
+    return di_tok_vocab_build_map(t);
 }
 
+typedef struct { int32_t a, b, m; } merge3;
+typedef struct { merge3 *v; size_t n, cap; } merge_list;
+
 static di_status merge_ids(di_tokenizer *t, const char *a, size_t na, const char *b, size_t nb, size_t index,
-                           tok_buf *tmp) {
-    int32_t ia = tok_vocab_lookup(t, a, na), ib = tok_vocab_lookup(t, b, nb);
+                           di_tok_buf *tmp, merge_list *out) {
+    int32_t ia = di_tok_vocab_lookup(t, a, na), ib = di_tok_vocab_lookup(t, b, nb);
     if (ia < 0 || ib < 0)
         return di_error(DI_ERR_FORMAT, "%s: model.merges[%zu]: token '%.*s' is not in model.vocab", t->path, index,
                         ia < 0 ? (int)na : (int)nb, ia < 0 ? a : b);
@@ -114,80 +118,78 @@ static di_status merge_ids(di_tokenizer *t, const char *a, size_t na, const char
         return di_error(DI_ERR_FORMAT, "%s: model.merges[%zu]: right part '%.*s' does not start with continuing_subword_prefix '%s'",
                         t->path, index, (int)nb, b, t->cont_prefix);
     tmp->n = 0;
-    DI_TRY(tok_buf_put(tmp, a, na));
-    DI_TRY(tok_buf_put(tmp, b + plen, nb - plen));
-    int32_t im = tok_vocab_lookup(t, tmp->p, tmp->n);
+    DI_TRY(di_tok_buf_put(tmp, a, na));
+    DI_TRY(di_tok_buf_put(tmp, b + plen, nb - plen));
+    int32_t im = di_tok_vocab_lookup(t, tmp->p, tmp->n);
     if (im < 0)
         return di_error(DI_ERR_FORMAT, "%s: model.merges[%zu]: merged token '%.*s' is not in model.vocab", t->path,
                         index, (int)tmp->n, tmp->p);
-    return tok_merges_add(t, ia, ib, (uint32_t)index, im);
+    if (out->n == out->cap) {
+        size_t cap = out->cap ? out->cap * 2 : 4096;
+        merge3 *v = realloc(out->v, cap * sizeof *v);
+        if (!v) return di_error(DI_ERR_NOMEM, "%s: out of memory reading model.merges", t->path);
+        out->v = v;
+        out->cap = cap;
+    }
+    out->v[out->n++] = (merge3){ia, ib, im};
+    return DI_OK;
 }
 
-static di_status parse_merges(di_tokenizer *t, tok_json_cursor *c) {
-    /* count entries first to size the table */
-    tok_json_cursor probe = *c;
-    DI_TRY(tok_json_expect(&probe, '['));
-    size_t count = 0;
-    tok_json_skip_ws(&probe);
-    if (probe.p < probe.end && *probe.p != ']') {
-        for (;;) {
-            DI_TRY(tok_json_skip_value(&probe));
-            count++;
-            tok_json_skip_ws(&probe);
-            if (probe.p < probe.end && *probe.p == ',') { probe.p++; continue; }
-            break;
-        }
-    }
-    DI_TRY(tok_merges_init(t, count));
-    DI_TRY(tok_json_expect(c, '['));
-    tok_json_skip_ws(c);
-    if (c->p < c->end && *c->p == ']') { c->p++; return DI_OK; }
-    tok_buf s1 = {0}, s2 = {0}, tmp = {0};
+/* Needs the vocab (and continuing_subword_prefix) already loaded. */
+static di_status parse_merges(di_tokenizer *t, di_tok_json_cursor *c) {
+    DI_TRY(di_tok_json_expect(c, '['));
+    merge_list ml = {0};
+    di_tok_buf s1 = {0}, s2 = {0}, tmp = {0};
     di_status st = DI_OK;
     int format = 0; /* 1 = "a b" strings, 2 = ["a", "b"] pairs */
-    size_t rank = 0, index = 0;
-    for (;; index++) {
-        tok_json_skip_ws(c);
-        if (c->p >= c->end) { st = tok_json_fail(c, "model.merges: expected a merge"); break; }
+    size_t index = 0;
+    di_tok_json_skip_ws(c);
+    if (c->p < c->end && *c->p == ']') c->p++;
+    else for (;; index++) {
+        di_tok_json_skip_ws(c);
+        if (c->p >= c->end) { st = di_tok_json_fail(c, "model.merges: expected a merge"); break; }
         int kind = *c->p == '"' ? 1 : *c->p == '[' ? 2 : 0;
-        if (!kind) { st = tok_json_fail(c, "model.merges: expected a string \"a b\" or a pair [\"a\", \"b\"]"); break; }
-        if (format && kind != format) { st = tok_json_fail(c, "model.merges: strings and pairs mixed in one list"); break; }
+        if (!kind) { st = di_tok_json_fail(c, "model.merges: expected a string \"a b\" or a pair [\"a\", \"b\"]"); break; }
+        if (format && kind != format) { st = di_tok_json_fail(c, "model.merges: strings and pairs mixed in one list"); break; }
         format = kind;
         if (kind == 1) {
             const char *s;
             size_t n;
-            if ((st = tok_json_string(c, &s1, &s, &n)) != DI_OK) break;
-            if (n >= 8 && memcmp(s, "#version", 8) == 0) goto next; /* skipped, as HF does */
-            const char *sp = memchr(s, ' ', n);
-            if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - s))) {
-                st = di_error(DI_ERR_FORMAT, "%s: model.merges[%zu]: expected two tokens separated by one space, got '%.*s'",
-                              t->path, index, (int)n, s);
-                break;
+            if ((st = di_tok_json_string_ref(c, &s1, &s, &n)) != DI_OK) break;
+            if (!(n >= 8 && memcmp(s, "#version", 8) == 0)) { /* "#version" lines are skipped, as HF does */
+                const char *sp = memchr(s, ' ', n);
+                if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - s))) {
+                    st = di_error(DI_ERR_FORMAT, "%s: model.merges[%zu]: expected two tokens separated by one space, got '%.*s'",
+                                  t->path, index, (int)n, s);
+                    break;
+                }
+                if ((st = merge_ids(t, s, (size_t)(sp - s), sp + 1, n - (size_t)(sp + 1 - s), index, &tmp, &ml)) != DI_OK) break;
             }
-            if ((st = merge_ids(t, s, (size_t)(sp - s), sp + 1, n - (size_t)(sp + 1 - s), rank, &tmp)) != DI_OK) break;
         } else {
             const char *a, *b;
             size_t na, nb;
-            if ((st = tok_json_expect(c, '[')) != DI_OK || (st = tok_json_string(c, &s1, &a, &na)) != DI_OK ||
-                (st = tok_json_expect(c, ',')) != DI_OK || (st = tok_json_string(c, &s2, &b, &nb)) != DI_OK)
+            if ((st = di_tok_json_expect(c, '[')) != DI_OK || (st = di_tok_json_string_ref(c, &s1, &a, &na)) != DI_OK ||
+                (st = di_tok_json_expect(c, ',')) != DI_OK || (st = di_tok_json_string_ref(c, &s2, &b, &nb)) != DI_OK)
                 break;
-            if ((st = tok_json_expect(c, ']')) != DI_OK) {
+            if ((st = di_tok_json_expect(c, ']')) != DI_OK) {
                 st = di_error_context(st, "model.merges[%zu]: expected a pair of two strings: ", index);
                 break;
             }
-            if ((st = merge_ids(t, a, na, b, nb, rank, &tmp)) != DI_OK) break;
+            if ((st = merge_ids(t, a, na, b, nb, index, &tmp, &ml)) != DI_OK) break;
         }
-        rank++;
-    next:
-        tok_json_skip_ws(c);
+        di_tok_json_skip_ws(c);
         if (c->p < c->end && *c->p == ',') { c->p++; continue; }
         if (c->p < c->end && *c->p == ']') { c->p++; break; }
-        st = tok_json_fail(c, "model.merges: expected ',' or ']'");
+        st = di_tok_json_fail(c, "model.merges: expected ',' or ']'");
         break;
     }
-    tok_buf_free(&s1);
-    tok_buf_free(&s2);
-    tok_buf_free(&tmp);
+    /* ranks are positions among the merges kept; a later duplicate pair replaces the earlier */
+    if (st == DI_OK) st = di_tok_merges_init(t, ml.n);
+    for (size_t i = 0; i < ml.n && st == DI_OK; i++) st = di_tok_merges_add(t, ml.v[i].a, ml.v[i].b, (uint32_t)i, ml.v[i].m);
+    free(ml.v);
+    di_tok_buf_free(&s1);
+    di_tok_buf_free(&s2);
+    di_tok_buf_free(&tmp);
     return st;
 }
 
@@ -204,6 +206,10 @@ static di_status opt_string_dup(json_t *o, const char *key, const char *where, c
 /* Options other than vocab/merges, parsed from a jansson object holding just those fields. */
 static di_status load_options(di_tokenizer *t, json_t *o, const char *where, char **unk) {
     const char *type = NULL;
+    free(*unk);
+    free(t->cont_prefix);
+    free(t->end_suffix);
+    *unk = t->cont_prefix = t->end_suffix = NULL;
     DI_TRY(di_json_opt_string(o, "type", where, &type));
     if (type && strcmp(type, "BPE") != 0)
         return di_error(DI_ERR_UNSUPPORTED, "%s: model type '%s' is not supported (only BPE)", where, type);
@@ -224,65 +230,76 @@ static di_status load_options(di_tokenizer *t, json_t *o, const char *where, cha
     return DI_OK;
 }
 
-di_status tok_load_model(di_tokenizer *t, const char *json, size_t len, const char *where) {
-    tok_json_cursor c = {json, json + len, json, where};
+di_status di_tok_load_model(di_tokenizer *t, di_tok_json_cursor *cur) {
+    di_tok_json_cursor c = *cur;
+    const char *where = c.where;
     char fwhere[512];
     snprintf(fwhere, sizeof fwhere, "%s: model", where);
-    c.where = where;
-    tok_json_skip_ws(&c);
-    if (c.p >= c.end || *c.p != '{') return tok_json_fail(&c, "model: expected an object");
+    di_tok_json_skip_ws(&c);
+    if (c.p >= c.end || *c.p != '{') return di_tok_json_fail(&c, "model: expected an object");
     c.p++;
     vocab_tmp v = {0};
-    tok_buf key = {0};
+    di_tok_buf key = {0};
     json_t *opts = json_object();
-    const char *merges_at = NULL;
-    int have_vocab = 0;
+    di_tok_json_cursor merges_at = {0};
+    int have_vocab = 0, have_merges = 0, merges_done = 0;
+    size_t opts_at_merges = 0;
     char *unk = NULL;
     di_status st = opts ? DI_OK : di_error(DI_ERR_NOMEM, "out of memory");
-    tok_json_skip_ws(&c);
+    di_tok_json_skip_ws(&c);
     if (st == DI_OK && c.p < c.end && *c.p == '}') c.p++;
     else while (st == DI_OK) {
         const char *k;
         size_t kn;
-        if ((st = tok_json_string(&c, &key, &k, &kn)) != DI_OK) break;
-        if ((st = tok_json_expect(&c, ':')) != DI_OK) break;
-        tok_json_skip_ws(&c);
+        if ((st = di_tok_json_string(&c, &key, &k, &kn)) != DI_OK) break;
+        if ((st = di_tok_json_expect(&c, ':')) != DI_OK) break;
+        di_tok_json_skip_ws(&c);
         if (!strcmp(k, "vocab")) {
+            if (have_vocab) { st = di_error(DI_ERR_FORMAT, "%s: key 'vocab' appears twice", fwhere); break; }
             if ((st = parse_vocab(&c, &v)) != DI_OK) break;
             have_vocab = 1;
         } else if (!strcmp(k, "merges")) {
-            merges_at = c.p;
-            if ((st = tok_json_skip_value(&c)) != DI_OK) break;
+            if (have_merges) { st = di_error(DI_ERR_FORMAT, "%s: key 'merges' appears twice", fwhere); break; }
+            merges_at = c;
+            have_merges = 1;
+            if (have_vocab) { /* the usual order: parse in place (again below if options follow) */
+                if ((st = load_options(t, opts, fwhere, &unk)) != DI_OK || (st = install_vocab(t, &v)) != DI_OK ||
+                    (st = parse_merges(t, &c)) != DI_OK)
+                    break;
+                merges_done = 1;
+                opts_at_merges = json_object_size(opts);
+            } else if ((st = di_tok_json_skip_value(&c)) != DI_OK) {
+                break;
+            }
         } else {
             const char *vs = c.p;
-            if ((st = tok_json_skip_value(&c)) != DI_OK) break;
+            if ((st = di_tok_json_skip_value(&c)) != DI_OK) break;
             json_error_t e;
             json_t *val = json_loadb(vs, (size_t)(c.p - vs), JSON_DECODE_ANY, &e);
             if (!val) { st = di_error(DI_ERR_FORMAT, "%s: field '%s': %s", fwhere, k, e.text); break; }
             json_object_set_new(opts, k, val);
         }
-        tok_json_skip_ws(&c);
+        di_tok_json_skip_ws(&c);
         if (c.p < c.end && *c.p == ',') { c.p++; continue; }
         if (c.p < c.end && *c.p == '}') { c.p++; break; }
-        st = tok_json_fail(&c, "model: expected ',' or '}'");
+        st = di_tok_json_fail(&c, "model: expected ',' or '}'");
     }
     if (st == DI_OK) st = load_options(t, opts, fwhere, &unk);
-    if (st == DI_OK && (!have_vocab || !merges_at))
+    if (st == DI_OK && (!have_vocab || !have_merges))
         st = di_error(DI_ERR_FORMAT, "%s: BPE model without '%s'", fwhere, have_vocab ? "merges" : "vocab");
-    if (st == DI_OK) st = install_vocab(t, &v);
-    if (st == DI_OK) {
-        tok_json_cursor mc = {merges_at, json + len, json, where};
-        st = parse_merges(t, &mc);
-    }
+    if (st == DI_OK && !merges_done) st = install_vocab(t, &v);
+    /* merges depend on continuing_subword_prefix: parse (again) if options came after them */
+    if (st == DI_OK && (!merges_done || json_object_size(opts) != opts_at_merges)) st = parse_merges(t, &merges_at);
     t->unk_id = -1;
     if (st == DI_OK && unk) {
-        t->unk_id = tok_vocab_lookup(t, unk, strlen(unk));
+        t->unk_id = di_tok_vocab_lookup(t, unk, strlen(unk));
         t->unk_token = unk;
         unk = NULL;
     }
     free(unk);
     vocab_tmp_free(&v);
-    tok_buf_free(&key);
+    di_tok_buf_free(&key);
     json_decref(opts);
+    if (st == DI_OK) *cur = c;
     return st;
 }

@@ -3,8 +3,8 @@
  *
  * Supported (anything else is DI_ERR_UNSUPPORTED naming the component and its JSON path):
  *   normalizer:     Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Strip
- *   pre_tokenizer:  Sequence, Split (String/Regex, every behavior, invert), Digits,
- *                   ByteLevel (with or without its regex; must come last)
+ *   pre_tokenizer:  Sequence, Split (String/Regex, every behavior, invert), Digits, Whitespace,
+ *                   WhitespaceSplit, ByteLevel (with or without its regex; must come last)
  *   post_processor: ByteLevel, TemplateProcessing, RobertaProcessing, BertProcessing, Sequence
  *   decoder:        ByteLevel (alone or as the only member of a Sequence), none
  * Nested Sequences are flattened, which is what HF's sequential application amounts to. */
@@ -23,7 +23,7 @@ static di_status type_of(json_t *v, const char *where, const char **type) {
     return di_json_req_string(v, "type", where, type);
 }
 
-static di_status pattern_of(json_t *v, const char *where, tok_regex **re) {
+static di_status pattern_of(json_t *v, const char *where, di_tok_regex **re) {
     json_t *p = json_object_get(v, "pattern");
     char w[600];
     snprintf(w, sizeof w, "%s.pattern", where);
@@ -32,12 +32,12 @@ static di_status pattern_of(json_t *v, const char *where, tok_regex **re) {
     json_t *x = s ? s : r;
     if (!x || !json_is_string(x) || (s && r))
         return di_error(DI_ERR_FORMAT, "%s: expected exactly one of \"String\" or \"Regex\" with a string value", w);
-    return tok_regex_compile(json_string_value(x), json_string_length(x), s != NULL, w, re);
+    return di_tok_regex_compile(json_string_value(x), json_string_length(x), s != NULL, w, re);
 }
 
 /* ---- normalizer ---- */
-static di_status add_norm(di_tokenizer *t, tok_norm n) {
-    tok_norm *v = realloc(t->norms, (t->n_norms + 1) * sizeof *v);
+static di_status add_norm(di_tokenizer *t, di_tok_norm n) {
+    di_tok_norm *v = realloc(t->norms, (t->n_norms + 1) * sizeof *v);
     if (!v) return di_error(DI_ERR_NOMEM, "out of memory");
     t->norms = v;
     t->norms[t->n_norms++] = n;
@@ -60,7 +60,7 @@ static di_status normalizer_rec(di_tokenizer *t, json_t *v, const char *where, i
     if (depth > 16) return di_error(DI_ERR_UNSUPPORTED, "%s: Sequence nested too deeply", where);
     const char *type;
     DI_TRY(type_of(v, where, &type));
-    tok_norm n = {0};
+    di_tok_norm n = {0};
     if (!strcmp(type, "Sequence")) {
         json_t *list = json_object_get(v, "normalizers");
         if (!json_is_array(list)) return di_error(DI_ERR_FORMAT, "%s: field 'normalizers': expected an array", where);
@@ -71,21 +71,21 @@ static di_status normalizer_rec(di_tokenizer *t, json_t *v, const char *where, i
         }
         return DI_OK;
     }
-    if (!strcmp(type, "NFC")) n.kind = TOK_NORM_NFC;
-    else if (!strcmp(type, "NFD")) n.kind = TOK_NORM_NFD;
-    else if (!strcmp(type, "NFKC")) n.kind = TOK_NORM_NFKC;
-    else if (!strcmp(type, "NFKD")) n.kind = TOK_NORM_NFKD;
-    else if (!strcmp(type, "Lowercase")) n.kind = TOK_NORM_LOWERCASE;
+    if (!strcmp(type, "NFC")) n.kind = DI_TOK_NORM_NFC;
+    else if (!strcmp(type, "NFD")) n.kind = DI_TOK_NORM_NFD;
+    else if (!strcmp(type, "NFKC")) n.kind = DI_TOK_NORM_NFKC;
+    else if (!strcmp(type, "NFKD")) n.kind = DI_TOK_NORM_NFKD;
+    else if (!strcmp(type, "Lowercase")) n.kind = DI_TOK_NORM_LOWERCASE;
     else if (!strcmp(type, "Replace")) {
-        n.kind = TOK_NORM_REPLACE;
+        n.kind = DI_TOK_NORM_REPLACE;
         DI_TRY(dup_str(v, "content", where, &n.str, &n.str_len));
         di_status st = pattern_of(v, where, &n.re);
         if (st != DI_OK) { free(n.str); return st; }
     } else if (!strcmp(type, "Prepend")) {
-        n.kind = TOK_NORM_PREPEND;
+        n.kind = DI_TOK_NORM_PREPEND;
         DI_TRY(dup_str(v, "prepend", where, &n.str, &n.str_len));
     } else if (!strcmp(type, "Strip")) {
-        n.kind = TOK_NORM_STRIP;
+        n.kind = DI_TOK_NORM_STRIP;
         n.left = n.right = 1;
         DI_TRY(di_json_opt_bool(v, "strip_left", where, &n.left));
         DI_TRY(di_json_opt_bool(v, "strip_right", where, &n.right));
@@ -93,31 +93,31 @@ static di_status normalizer_rec(di_tokenizer *t, json_t *v, const char *where, i
         return di_error(DI_ERR_UNSUPPORTED, "%s: normalizer type '%s' is not supported", where, type);
     }
     di_status st = add_norm(t, n);
-    if (st != DI_OK) { free(n.str); tok_regex_free(n.re); }
+    if (st != DI_OK) { free(n.str); di_tok_regex_free(n.re); }
     return st;
 }
 
-di_status tok_load_normalizer(di_tokenizer *t, json_t *v, const char *where) {
+di_status di_tok_load_normalizer(di_tokenizer *t, json_t *v, const char *where) {
     return v ? normalizer_rec(t, v, where, 0) : DI_OK;
 }
 
 /* ---- pre-tokenizer ---- */
-static di_status add_stage(di_tokenizer *t, tok_stage s) {
-    tok_stage *v = realloc(t->stages, (t->n_stages + 1) * sizeof *v);
-    if (!v) { tok_regex_free(s.re); return di_error(DI_ERR_NOMEM, "out of memory"); }
+static di_status add_stage(di_tokenizer *t, di_tok_stage s) {
+    di_tok_stage *v = realloc(t->stages, (t->n_stages + 1) * sizeof *v);
+    if (!v) { di_tok_regex_free(s.re); return di_error(DI_ERR_NOMEM, "out of memory"); }
     t->stages = v;
     t->stages[t->n_stages++] = s;
     return DI_OK;
 }
 
-static di_status behavior_of(json_t *v, const char *where, tok_split_behavior *b) {
+static di_status behavior_of(json_t *v, const char *where, di_tok_split_behavior *b) {
     const char *s;
     DI_TRY(di_json_req_string(v, "behavior", where, &s));
-    if (!strcmp(s, "Removed")) *b = TOK_SPLIT_REMOVED;
-    else if (!strcmp(s, "Isolated")) *b = TOK_SPLIT_ISOLATED;
-    else if (!strcmp(s, "MergedWithPrevious")) *b = TOK_SPLIT_MERGED_PREV;
-    else if (!strcmp(s, "MergedWithNext")) *b = TOK_SPLIT_MERGED_NEXT;
-    else if (!strcmp(s, "Contiguous")) *b = TOK_SPLIT_CONTIGUOUS;
+    if (!strcmp(s, "Removed")) *b = DI_TOK_SPLIT_REMOVED;
+    else if (!strcmp(s, "Isolated")) *b = DI_TOK_SPLIT_ISOLATED;
+    else if (!strcmp(s, "MergedWithPrevious")) *b = DI_TOK_SPLIT_MERGED_PREV;
+    else if (!strcmp(s, "MergedWithNext")) *b = DI_TOK_SPLIT_MERGED_NEXT;
+    else if (!strcmp(s, "Contiguous")) *b = DI_TOK_SPLIT_CONTIGUOUS;
     else return di_error(DI_ERR_FORMAT, "%s: field 'behavior': unknown value '%s'", where, s);
     return DI_OK;
 }
@@ -141,9 +141,9 @@ static di_status pretok_rec(di_tokenizer *t, json_t *v, const char *where, int d
         }
         return DI_OK;
     }
-    tok_stage s = {0};
+    di_tok_stage s = {0};
     if (!strcmp(type, "Split")) {
-        s.kind = TOK_ST_SPLIT;
+        s.kind = DI_TOK_ST_SPLIT;
         DI_TRY(behavior_of(v, where, &s.behavior));
         DI_TRY(di_json_opt_bool(v, "invert", where, &s.invert));
         DI_TRY(pattern_of(v, where, &s.re));
@@ -152,19 +152,32 @@ static di_status pretok_rec(di_tokenizer *t, json_t *v, const char *where, int d
     if (!strcmp(type, "Digits")) {
         int individual = 0;
         DI_TRY(di_json_opt_bool(v, "individual_digits", where, &individual));
-        s.kind = TOK_ST_DIGITS;
-        s.behavior = individual ? TOK_SPLIT_ISOLATED : TOK_SPLIT_CONTIGUOUS;
+        s.kind = DI_TOK_ST_CHARS;
+        s.pred = DI_TOK_PRED_NUMERIC;
+        s.behavior = individual ? DI_TOK_SPLIT_ISOLATED : DI_TOK_SPLIT_CONTIGUOUS;
+        return add_stage(t, s);
+    }
+    if (!strcmp(type, "WhitespaceSplit")) {
+        s.kind = DI_TOK_ST_CHARS;
+        s.pred = DI_TOK_PRED_WHITESPACE;
+        s.behavior = DI_TOK_SPLIT_REMOVED;
+        return add_stage(t, s);
+    }
+    if (!strcmp(type, "Whitespace")) { /* \w+|[^\w\s]+ kept, the rest removed */
+        s.kind = DI_TOK_ST_WORDS;
+        s.behavior = DI_TOK_SPLIT_REMOVED;
+        s.invert = 1;
         return add_stage(t, s);
     }
     if (!strcmp(type, "ByteLevel")) {
         int prefix = 1, use_regex = 1;
         DI_TRY(di_json_opt_bool(v, "add_prefix_space", where, &prefix));
         DI_TRY(di_json_opt_bool(v, "use_regex", where, &use_regex));
-        if (prefix) DI_TRY(add_stage(t, (tok_stage){.kind = TOK_ST_PREFIX_SPACE}));
+        if (prefix) DI_TRY(add_stage(t, (di_tok_stage){.kind = DI_TOK_ST_PREFIX_SPACE}));
         if (use_regex) {
-            s.kind = TOK_ST_SPLIT;
-            s.behavior = TOK_SPLIT_ISOLATED;
-            DI_TRY(tok_regex_compile(GPT2_PATTERN, strlen(GPT2_PATTERN), 0, where, &s.re));
+            s.kind = DI_TOK_ST_SPLIT;
+            s.behavior = DI_TOK_SPLIT_ISOLATED;
+            DI_TRY(di_tok_regex_compile(GPT2_PATTERN, strlen(GPT2_PATTERN), 0, where, &s.re));
             DI_TRY(add_stage(t, s));
         }
         t->byte_level = 1;
@@ -173,12 +186,13 @@ static di_status pretok_rec(di_tokenizer *t, json_t *v, const char *where, int d
     return di_error(DI_ERR_UNSUPPORTED, "%s: pre_tokenizer type '%s' is not supported", where, type);
 }
 
-di_status tok_load_pre_tokenizer(di_tokenizer *t, json_t *v, const char *where) {
+di_status di_tok_load_pre_tokenizer(di_tokenizer *t, json_t *v, const char *where) {
     return v ? pretok_rec(t, v, where, 0, 1) : DI_OK;
 }
 
 /* ---- post-processor ---- */
 static di_status ids_cat(int32_t **v, size_t *n, const int32_t *add, size_t k, int front) {
+    if (k == 0) return DI_OK;
     int32_t *r = realloc(*v, (*n + k + 1) * sizeof *r);
     if (!r) return di_error(DI_ERR_NOMEM, "out of memory");
     if (front) {
@@ -274,13 +288,13 @@ static di_status post_rec(di_tokenizer *t, json_t *v, const char *where, int dep
     return st;
 }
 
-di_status tok_load_post_processor(di_tokenizer *t, json_t *v, const char *where) {
+di_status di_tok_load_post_processor(di_tokenizer *t, json_t *v, const char *where) {
     return v ? post_rec(t, v, where, 0) : DI_OK;
 }
 
 /* ---- decoder ---- */
-di_status tok_load_decoder(di_tokenizer *t, json_t *v, const char *where) {
-    t->decoder = TOK_DEC_NONE;
+di_status di_tok_load_decoder(di_tokenizer *t, json_t *v, const char *where) {
+    t->decoder = DI_TOK_DEC_NONE;
     if (!v || json_is_null(v)) return DI_OK;
     const char *type;
     DI_TRY(type_of(v, where, &type));
@@ -289,10 +303,10 @@ di_status tok_load_decoder(di_tokenizer *t, json_t *v, const char *where) {
         if (json_is_array(list) && json_array_size(list) == 1) {
             char w[600];
             snprintf(w, sizeof w, "%s.decoders[0]", where);
-            return tok_load_decoder(t, json_array_get(list, 0), w);
+            return di_tok_load_decoder(t, json_array_get(list, 0), w);
         }
         return di_error(DI_ERR_UNSUPPORTED, "%s: decoder Sequence is supported only with a single ByteLevel member", where);
     }
-    if (!strcmp(type, "ByteLevel")) { t->decoder = TOK_DEC_BYTELEVEL; return DI_OK; }
+    if (!strcmp(type, "ByteLevel")) { t->decoder = DI_TOK_DEC_BYTELEVEL; return DI_OK; }
     return di_error(DI_ERR_UNSUPPORTED, "%s: decoder type '%s' is not supported", where, type);
 }

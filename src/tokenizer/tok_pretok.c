@@ -1,12 +1,15 @@
 /* tok_pretok.c - pre-tokenizer stages over lists of pieces: Split (regex, with every HF
- * behavior and `invert`), Digits (char::is_numeric, isolated or contiguous) and the ByteLevel
- * prefix space. The ByteLevel byte mapping itself happens in the BPE step.
+ * behavior and `invert`), Digits (char::is_numeric, isolated or contiguous), Whitespace,
+ * WhitespaceSplit and the ByteLevel prefix space. The ByteLevel byte mapping itself happens in the BPE step.
  *
  * Each stage maps every input piece to sub-pieces exactly as HF's NormalizedString::split does:
  * the pattern's matches and the gaps between them cover the piece, `invert` swaps the two,
  * the behavior decides what is kept or merged, and empty pieces are dropped.
  *
- * Segment-parallel mode (tok_pretokenize_parallel): pieces are processed in batches on the
+ * Whitespace (runs of \\w / of [^\\w\\s], whitespace dropped) and WhitespaceSplit (whitespace
+ * dropped) use the Rust regex / char::is_whitespace character sets HF uses.
+ *
+ * Segment-parallel mode (di_tok_pretokenize_parallel): pieces are processed in batches on the
  * thread pool, and a large piece is cut into chunks that are scanned concurrently. Each chunk
  * worker records its matches from the chunk start; a serial pass then stitches them: starting
  * from the true scan position e, a chunk's recorded match is reused when the chunk's own search
@@ -15,7 +18,7 @@
  * itself. The result is the serial match list exactly. Regexes that can match the empty string
  * or use \G are scanned serially.
  *
- * Invariants: offsets are relative to the segment buffer; a piece with TOK_PIECE_SPACE has a
+ * Invariants: offsets are relative to the segment buffer; a piece with DI_TOK_PIECE_SPACE has a
  * virtual ' ' before seg[off] and its length excludes that space. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +28,11 @@
 #include "core/utf8.h"
 #include "tokenizer/tok_internal.h"
 
-#define PIECE_LEN(p) ((p).len & ~TOK_PIECE_SPACE)
-#define PIECE_SP(p) (((p).len & TOK_PIECE_SPACE) != 0)
+#define PIECE_LEN(p) ((p).len & ~DI_TOK_PIECE_SPACE)
+#define PIECE_SP(p) (((p).len & DI_TOK_PIECE_SPACE) != 0)
 
 
-static di_status mlist_push(tok_mlist *m, size_t s, size_t e) {
+static di_status mlist_push(di_tok_mlist *m, size_t s, size_t e) {
     if (m->n + 2 > m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 512;
         uint32_t *v = realloc(m->v, cap * sizeof *v);
@@ -42,25 +45,40 @@ static di_status mlist_push(tok_mlist *m, size_t s, size_t e) {
     return DI_OK;
 }
 
-/* All matches of the stage's pattern in subj[0..n). */
-static di_status find_matches(const tok_stage *st, tok_ws *ws, const char *subj, size_t n, size_t from, size_t to,
-                              tok_mlist *out) {
-    if (st->kind == TOK_ST_DIGITS) {
-        size_t i = from;
+static int char_pred(di_tok_char_pred pred, uint32_t cp) {
+    if (pred == DI_TOK_PRED_NUMERIC) return (cp >= '0' && cp <= '9') || (cp >= 0x80 && di_tok_uc_is_numeric(cp));
+    return cp == ' ' || (cp >= 9 && cp <= 13) || (cp >= 0x80 && di_tok_uc_is_whitespace(cp));
+}
+
+/* All matches of the stage's pattern in subj[from..to) (the subject is subj[0..n)). */
+static di_status find_matches(const di_tok_stage *st, di_tok_ws *ws, const char *subj, size_t n, size_t from, size_t to,
+                              di_tok_mlist *out) {
+    if (st->kind == DI_TOK_ST_CHARS || st->kind == DI_TOK_ST_WORDS) {
+        size_t i = from, run = 0;
+        int run_class = 0; /* DI_TOK_ST_WORDS: 0 none, 1 word run, 2 other run */
         while (i < to) {
-            unsigned char c = (unsigned char)subj[i];
-            uint32_t cp = c;
-            int l = 1;
-            if (c >= 0x80 && !(l = di_utf8_decode((const unsigned char *)subj + i, n - i, &cp))) l = 1;
-            if ((c >= '0' && c <= '9') || (c >= 0x80 && tok_uc_is_numeric(cp))) DI_TRY(mlist_push(out, i, i + (size_t)l));
+            uint32_t cp;
+            int l = di_tok_utf8_next((const unsigned char *)subj + i, n - i, &cp);
+            if (!l) { l = 1; cp = 0xFFFD; }
+            if (st->kind == DI_TOK_ST_CHARS) {
+                if (char_pred(st->pred, cp)) DI_TRY(mlist_push(out, i, i + (size_t)l));
+            } else {
+                int cls = char_pred(DI_TOK_PRED_WHITESPACE, cp) ? 0 : di_tok_uc_is_word(cp) ? 1 : 2;
+                if (cls != run_class) {
+                    if (run_class) DI_TRY(mlist_push(out, run, i));
+                    run_class = cls;
+                    run = i;
+                }
+            }
             i += (size_t)l;
         }
+        if (st->kind == DI_TOK_ST_WORDS && run_class) DI_TRY(mlist_push(out, run, i));
         return DI_OK;
     }
-    tok_find_iter it = {from, 0, 0};
+    di_tok_find_iter it = {from, 0, 0};
     size_t ms, me;
     for (;;) {
-        int r = tok_regex_next(st->re, &ws->match, subj, n, &it, &ms, &me);
+        int r = di_tok_regex_next(st->re, &ws->match, subj, n, &it, &ms, &me);
         if (r < 0) return DI_ERR_INTERNAL;
         if (r == 0) break;
         DI_TRY(mlist_push(out, ms, me));
@@ -70,34 +88,34 @@ static di_status find_matches(const tok_stage *st, tok_ws *ws, const char *subj,
 
 /* ---- behaviors ---- */
 
-static di_status elist_push(tok_elist *l, size_t s, size_t e, int match) {
+static di_status elist_push(di_tok_elist *l, size_t s, size_t e, int match) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 512;
-        tok_entry *v = realloc(l->v, cap * sizeof *v);
+        di_tok_entry *v = realloc(l->v, cap * sizeof *v);
         if (!v) return di_error(DI_ERR_NOMEM, "tokenizer: out of memory (splits)");
         l->v = v;
         l->cap = cap;
     }
-    l->v[l->n++] = (tok_entry){(uint32_t)s, (uint32_t)e, (uint8_t)match};
+    l->v[l->n++] = (di_tok_entry){(uint32_t)s, (uint32_t)e, (uint8_t)match};
     return DI_OK;
 }
 
 /* Maps a sub-range [a, b) of a subject back to a piece and appends it (empty ones dropped). */
-static di_status emit(tok_pieces *out, tok_piece p, size_t a, size_t b) {
+static di_status emit(di_tok_pieces *out, di_tok_piece p, size_t a, size_t b) {
     if (b <= a) return DI_OK;
-    if (!PIECE_SP(p)) return tok_pieces_push(out, p.off + (uint32_t)a, (uint32_t)(b - a));
-    if (a == 0) return tok_pieces_push(out, p.off, (uint32_t)(b - 1) | TOK_PIECE_SPACE);
-    return tok_pieces_push(out, p.off + (uint32_t)(a - 1), (uint32_t)(b - a));
+    if (!PIECE_SP(p)) return di_tok_pieces_push(out, p.off + (uint32_t)a, (uint32_t)(b - a));
+    if (a == 0) return di_tok_pieces_push(out, p.off, (uint32_t)(b - 1) | DI_TOK_PIECE_SPACE);
+    return di_tok_pieces_push(out, p.off + (uint32_t)(a - 1), (uint32_t)(b - a));
 }
 
 /* Applies HF's split behavior to the matches of piece p (subject length n) and emits pieces. */
-static di_status apply_behavior(const tok_stage *st, const uint32_t *m, size_t nm, size_t n, tok_piece p,
-                                tok_elist *tmp, tok_pieces *out) {
+static di_status apply_behavior(const di_tok_stage *st, const uint32_t *m, size_t nm, size_t n, di_tok_piece p,
+                                di_tok_elist *tmp, di_tok_pieces *out) {
     int inv = st->invert;
     if (n == 0) return DI_OK; /* HF yields one empty split, which is dropped */
-    if (st->behavior == TOK_SPLIT_ISOLATED || st->behavior == TOK_SPLIT_REMOVED) {
-        int keep_match = st->behavior == TOK_SPLIT_ISOLATED || inv; /* Removed drops "matches" */
-        int keep_gap = st->behavior == TOK_SPLIT_ISOLATED || !inv;
+    if (st->behavior == DI_TOK_SPLIT_ISOLATED || st->behavior == DI_TOK_SPLIT_REMOVED) {
+        int keep_match = st->behavior == DI_TOK_SPLIT_ISOLATED || inv; /* Removed drops "matches" */
+        int keep_gap = st->behavior == DI_TOK_SPLIT_ISOLATED || !inv;
         size_t prev = 0;
         for (size_t i = 0; i < nm; i++) {
             size_t s = m[2 * i], e = m[2 * i + 1];
@@ -118,16 +136,16 @@ static di_status apply_behavior(const tok_stage *st, const uint32_t *m, size_t n
         prev = e;
     }
     if (prev != n) DI_TRY(elist_push(tmp, prev, n, inv));
-    tok_entry *v = tmp->v;
+    di_tok_entry *v = tmp->v;
     size_t k = 0; /* merged entries are compacted into v[0..k) */
     int previous = 0;
-    if (st->behavior == TOK_SPLIT_CONTIGUOUS) {
+    if (st->behavior == DI_TOK_SPLIT_CONTIGUOUS) {
         for (size_t i = 0; i < tmp->n; i++) {
             if (v[i].match == previous && k > 0) v[k - 1].e = v[i].e;
             else v[k++] = v[i];
             previous = v[i].match;
         }
-    } else if (st->behavior == TOK_SPLIT_MERGED_PREV) {
+    } else if (st->behavior == DI_TOK_SPLIT_MERGED_PREV) {
         for (size_t i = 0; i < tmp->n; i++) {
             if (v[i].match && !previous && k > 0) v[k - 1].e = v[i].e;
             else v[k++] = v[i];
@@ -148,7 +166,7 @@ static di_status apply_behavior(const tok_stage *st, const uint32_t *m, size_t n
 }
 
 /* The subject text of a piece: the segment itself, or " " + text for a virtual space. */
-static di_status subject(tok_ws *ws, const char *seg, tok_piece p, const char **s, size_t *n) {
+static di_status subject(di_tok_ws *ws, const char *seg, di_tok_piece p, const char **s, size_t *n) {
     size_t len = PIECE_LEN(p);
     if (!PIECE_SP(p)) {
         *s = seg + p.off;
@@ -156,19 +174,19 @@ static di_status subject(tok_ws *ws, const char *seg, tok_piece p, const char **
         return DI_OK;
     }
     ws->vspace.n = 0;
-    DI_TRY(tok_buf_put(&ws->vspace, " ", 1));
-    DI_TRY(tok_buf_put(&ws->vspace, seg + p.off, len));
+    DI_TRY(di_tok_buf_put(&ws->vspace, " ", 1));
+    DI_TRY(di_tok_buf_put(&ws->vspace, seg + p.off, len));
     *s = ws->vspace.p;
     *n = len + 1;
     return DI_OK;
 }
 
-static di_status stage_piece(const tok_stage *st, tok_ws *ws, const char *seg, tok_piece p, tok_mlist *ml, tok_elist *el,
-                             tok_pieces *out) {
+static di_status stage_piece(const di_tok_stage *st, di_tok_ws *ws, const char *seg, di_tok_piece p, di_tok_mlist *ml, di_tok_elist *el,
+                             di_tok_pieces *out) {
     size_t len = PIECE_LEN(p);
-    if (st->kind == TOK_ST_PREFIX_SPACE) {
-        if (!PIECE_SP(p) && len > 0 && seg[p.off] != ' ') p.len |= TOK_PIECE_SPACE;
-        return tok_pieces_push(out, p.off, p.len);
+    if (st->kind == DI_TOK_ST_PREFIX_SPACE) {
+        if (!PIECE_SP(p) && len > 0 && seg[p.off] != ' ') p.len |= DI_TOK_PIECE_SPACE;
+        return di_tok_pieces_push(out, p.off, p.len);
     }
     const char *s;
     size_t n;
@@ -178,23 +196,23 @@ static di_status stage_piece(const tok_stage *st, tok_ws *ws, const char *seg, t
     return apply_behavior(st, ml->v, ml->n / 2, n, p, el, out);
 }
 
-di_status tok_stage_apply(const tok_stage *st, tok_ws *ws, const char *seg, const tok_piece *in, size_t n_in,
-                          tok_pieces *out) {
-    tok_mlist *ml = &ws->ml;
-    tok_elist *el = &ws->el;
+di_status di_tok_stage_apply(const di_tok_stage *st, di_tok_ws *ws, const char *seg, const di_tok_piece *in, size_t n_in,
+                          di_tok_pieces *out) {
+    di_tok_mlist *ml = &ws->ml;
+    di_tok_elist *el = &ws->el;
     for (size_t i = 0; i < n_in; i++) DI_TRY(stage_piece(st, ws, seg, in[i], ml, el, out));
     return DI_OK;
 }
 
-di_status tok_pretokenize(const di_tokenizer *t, tok_ws *ws, const char *seg, size_t n, tok_pieces **out) {
-    tok_pieces *a = &ws->pa, *b = &ws->pb;
+di_status di_tok_pretokenize(const di_tokenizer *t, di_tok_ws *ws, const char *seg, size_t n, di_tok_pieces **out) {
+    di_tok_pieces *a = &ws->pa, *b = &ws->pb;
     a->n = 0;
     if (n > 0x7fffffff) return di_error(DI_ERR_UNSUPPORTED, "tokenizer: text segment longer than 2 GB");
-    if (n) DI_TRY(tok_pieces_push(a, 0, (uint32_t)n));
+    if (n) DI_TRY(di_tok_pieces_push(a, 0, (uint32_t)n));
     for (size_t i = 0; i < t->n_stages; i++) {
         b->n = 0;
-        DI_TRY(tok_stage_apply(&t->stages[i], ws, seg, a->v, a->n, b));
-        tok_pieces *x = a; a = b; b = x;
+        DI_TRY(di_tok_stage_apply(&t->stages[i], ws, seg, a->v, a->n, b));
+        di_tok_pieces *x = a; a = b; b = x;
     }
     *out = a;
     return DI_OK;
@@ -208,7 +226,7 @@ static atomic_size_t g_batch_bytes = 32u << 10, g_big_piece = 128u << 10;
 #define BATCH_BYTES atomic_load_explicit(&g_batch_bytes, memory_order_relaxed)
 #define BIG_PIECE atomic_load_explicit(&g_big_piece, memory_order_relaxed)
 
-void tok_pretok_set_sizes(size_t batch_bytes, size_t big_piece) {
+void di_tok_pretok_set_sizes(size_t batch_bytes, size_t big_piece) {
     atomic_store(&g_batch_bytes, batch_bytes ? batch_bytes : 32u << 10);
     atomic_store(&g_big_piece, big_piece >= 8 ? big_piece : 128u << 10);
 }
@@ -216,16 +234,16 @@ void tok_pretok_set_sizes(size_t batch_bytes, size_t big_piece) {
 typedef struct {
     int big;                 /* 0: pieces [lo, hi) of the input; 1: chunk [lo, hi) of a big piece */
     size_t lo, hi, piece;
-    tok_pieces out;          /* small-piece batch result */
-    tok_mlist m;                 /* chunk result: matches */
+    di_tok_pieces out;          /* small-piece batch result */
+    di_tok_mlist m;                 /* chunk result: matches */
     di_status st;
 } ptask;
 
 typedef struct {
-    const tok_stage *st;
-    tok_ws **wss;
+    const di_tok_stage *st;
+    di_tok_ws **wss;
     const char *seg;
-    const tok_piece *in;
+    const di_tok_piece *in;
     ptask *tasks;
     char err[512];
     atomic_int failed;
@@ -241,22 +259,22 @@ static void record_error(pctx *c, di_status st) {
 static void run_task(void *vctx, size_t i, int tid) {
     pctx *c = vctx;
     ptask *tk = &c->tasks[i];
-    tok_ws *ws = c->wss[tid];
+    di_tok_ws *ws = c->wss[tid];
     if (atomic_load(&c->failed)) return;
     if (!tk->big) {
-        tk->st = tok_stage_apply(c->st, ws, c->seg, c->in + tk->lo, tk->hi - tk->lo, &tk->out);
+        tk->st = di_tok_stage_apply(c->st, ws, c->seg, c->in + tk->lo, tk->hi - tk->lo, &tk->out);
     } else {
         /* scan from the chunk start, stop at the first match starting at or after the chunk end */
-        tok_piece p = c->in[tk->piece];
+        di_tok_piece p = c->in[tk->piece];
         const char *s = c->seg + p.off;
         size_t n = PIECE_LEN(p), pos = tk->lo;
         tk->st = DI_OK;
-        if (c->st->kind == TOK_ST_DIGITS) {
+        if (c->st->kind == DI_TOK_ST_CHARS) {
             tk->st = find_matches(c->st, ws, s, n, tk->lo, tk->hi, &tk->m);
         } else {
             for (;;) {
                 size_t ms, me;
-                int r = tok_regex_search(c->st->re, &ws->match, s, n, pos, &ms, &me);
+                int r = di_tok_regex_search(c->st->re, &ws->match, s, n, pos, &ms, &me);
                 if (r < 0) { tk->st = DI_ERR_INTERNAL; break; }
                 if (r == 0 || ms >= tk->hi) break;
                 if ((tk->st = mlist_push(&tk->m, ms, me)) != DI_OK) break;
@@ -268,10 +286,10 @@ static void run_task(void *vctx, size_t i, int tid) {
 }
 
 /* Stitches the chunk scans of one big piece into its exact serial match list (see top). */
-static di_status stitch(const tok_stage *st, tok_ws *ws, const char *s, size_t n, ptask *chunks, size_t k,
-                        tok_mlist *out) {
+static di_status stitch(const di_tok_stage *st, di_tok_ws *ws, const char *s, size_t n, ptask *chunks, size_t k,
+                        di_tok_mlist *out) {
     out->n = 0;
-    if (st->kind == TOK_ST_DIGITS) { /* per-character matches: concatenation is exact */
+    if (st->kind == DI_TOK_ST_CHARS) { /* per-character matches: concatenation is exact */
         for (size_t j = 0; j < k; j++)
             for (size_t i = 0; i + 1 < chunks[j].m.n; i += 2) DI_TRY(mlist_push(out, chunks[j].m.v[i], chunks[j].m.v[i + 1]));
         return DI_OK;
@@ -302,7 +320,7 @@ static di_status stitch(const tok_stage *st, tok_ws *ws, const char *s, size_t n
         }
         /* e lies inside a match this chunk found from a wrong start: search from e itself */
         size_t ms, me;
-        int r = tok_regex_search(st->re, &ws->match, s, n, e, &ms, &me);
+        int r = di_tok_regex_search(st->re, &ws->match, s, n, e, &ms, &me);
         if (r < 0) return DI_ERR_INTERNAL;
         if (r == 0) break;
         DI_TRY(mlist_push(out, ms, me));
@@ -316,10 +334,11 @@ static size_t char_start(const char *s, size_t pos) {
     return pos;
 }
 
-static di_status stage_parallel(const tok_stage *st, tok_ws **wss, int n_ws, di_threadpool *pool, const char *seg,
-                                const tok_pieces *in, tok_pieces *out) {
-    if (st->kind == TOK_ST_PREFIX_SPACE) return tok_stage_apply(st, wss[0], seg, in->v, in->n, out);
-    int chunkable = st->kind == TOK_ST_DIGITS || (!st->re->can_be_empty && !st->re->anchored_g);
+static di_status stage_parallel(const di_tok_stage *st, di_tok_ws **wss, int n_ws, di_threadpool *pool, const char *seg,
+                                const di_tok_pieces *in, di_tok_pieces *out) {
+    if (st->kind == DI_TOK_ST_PREFIX_SPACE) return di_tok_stage_apply(st, wss[0], seg, in->v, in->n, out);
+    int chunkable = st->kind == DI_TOK_ST_CHARS ||
+                    (st->kind == DI_TOK_ST_SPLIT && !st->re->can_be_empty && !st->re->anchored_g);
 #define IS_BIG(p) (chunkable && PIECE_LEN(p) >= BIG_PIECE && !PIECE_SP(p))
     /* plan tasks */
     size_t n_tasks = 0, cap = 64;
@@ -365,17 +384,17 @@ static di_status stage_parallel(const tok_stage *st, tok_ws **wss, int n_ws, di_
         if (atomic_load(&c.failed)) rc = di_error(DI_ERR_INTERNAL, "%s", c.err);
     }
     /* gather in order */
-    tok_mlist *ml = &wss[0]->ml;
-    tok_elist *el = &wss[0]->el;
+    di_tok_mlist *ml = &wss[0]->ml;
+    di_tok_elist *el = &wss[0]->el;
     for (size_t t = 0; t < n_tasks && rc == DI_OK; t++) {
         if (!tasks[t].big) {
             for (size_t q = 0; q < tasks[t].out.n && rc == DI_OK; q++)
-                rc = tok_pieces_push(out, tasks[t].out.v[q].off, tasks[t].out.v[q].len);
+                rc = di_tok_pieces_push(out, tasks[t].out.v[q].off, tasks[t].out.v[q].len);
             continue;
         }
         size_t u = t;
         while (u < n_tasks && tasks[u].big && tasks[u].piece == tasks[t].piece) u++;
-        tok_piece p = in->v[tasks[t].piece];
+        di_tok_piece p = in->v[tasks[t].piece];
         rc = stitch(st, wss[0], seg + p.off, PIECE_LEN(p), tasks + t, u - t, ml);
         if (rc == DI_OK) rc = apply_behavior(st, ml->v, ml->n / 2, PIECE_LEN(p), p, el, out);
         t = u - 1;
@@ -388,17 +407,17 @@ static di_status stage_parallel(const tok_stage *st, tok_ws **wss, int n_ws, di_
     return rc;
 }
 
-di_status tok_pretokenize_parallel(const di_tokenizer *t, tok_ws **wss, int n_ws, di_threadpool *pool,
-                                   const char *seg, size_t n, tok_pieces **out) {
-    tok_ws *ws = wss[0];
-    tok_pieces *a = &ws->pa, *b = &ws->pb;
+di_status di_tok_pretokenize_parallel(const di_tokenizer *t, di_tok_ws **wss, int n_ws, di_threadpool *pool,
+                                   const char *seg, size_t n, di_tok_pieces **out) {
+    di_tok_ws *ws = wss[0];
+    di_tok_pieces *a = &ws->pa, *b = &ws->pb;
     a->n = 0;
     if (n > 0x7fffffff) return di_error(DI_ERR_UNSUPPORTED, "tokenizer: text segment longer than 2 GB");
-    if (n) DI_TRY(tok_pieces_push(a, 0, (uint32_t)n));
+    if (n) DI_TRY(di_tok_pieces_push(a, 0, (uint32_t)n));
     for (size_t i = 0; i < t->n_stages; i++) {
         b->n = 0;
         DI_TRY(stage_parallel(&t->stages[i], wss, n_ws, pool, seg, a, b));
-        tok_pieces *x = a; a = b; b = x;
+        di_tok_pieces *x = a; a = b; b = x;
     }
     *out = a;
     return DI_OK;

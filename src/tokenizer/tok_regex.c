@@ -11,8 +11,8 @@
  * with an error naming the pattern offset. Compile options: UTF, UCP, MULTILINE (Ruby's ^ and $
  * are line anchors), newline = LF.
  *
- * Invariant: a compiled tok_regex is immutable and shared by all threads; matching state lives
- * in a per-thread tok_match. */
+ * Invariant: a compiled di_tok_regex is immutable and shared by all threads; matching state lives
+ * in a per-thread di_tok_match. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +37,7 @@ static const struct { const char *alias, *name; } g_alias[] = {
 };
 
 /* Oniguruma property names are case-insensitive and ignore ' ', '_' and '-'. */
-static const tok_uc_prop *lookup_prop(const char *s, size_t n) {
+static const di_tok_uc_prop *lookup_prop(const char *s, size_t n) {
     char key[64];
     size_t k = 0;
     for (size_t i = 0; i < n && k + 1 < sizeof key; i++) {
@@ -47,7 +47,7 @@ static const tok_uc_prop *lookup_prop(const char *s, size_t n) {
     }
     key[k] = '\0';
     for (size_t i = 0; i < sizeof g_alias / sizeof g_alias[0]; i++)
-        if (!strcmp(key, g_alias[i].alias)) return tok_uc_prop_find(g_alias[i].name, strlen(g_alias[i].name));
+        if (!strcmp(key, g_alias[i].alias)) return di_tok_uc_prop_find(g_alias[i].name, strlen(g_alias[i].name));
     /* canonical short names, matched case-insensitively */
     static const char *const names[] = {"L", "Lu", "Ll", "Lt", "Lm", "Lo", "M", "Mn", "Mc", "Me", "N", "Nd", "Nl",
                                         "No", "P", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "S", "Sm", "Sc", "Sk",
@@ -55,7 +55,7 @@ static const tok_uc_prop *lookup_prop(const char *s, size_t n) {
                                         "Hangul", "Latin", "Greek", "Cyrillic", "Arabic", "Hebrew", "Thai",
                                         "Devanagari", "Common"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strlen(names[i]) == k && !strcasecmp(names[i], key)) return tok_uc_prop_find(names[i], k);
+        if (strlen(names[i]) == k && !strcasecmp(names[i], key)) return di_tok_uc_prop_find(names[i], k);
     return NULL;
 }
 
@@ -65,22 +65,22 @@ static int pcre_tables_match(void) {
     if (v >= 0) return v;
     char ver[64] = {0};
     pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, ver);
-    v = strcmp(ver, tok_uc_pcre_unicode_version) == 0;
+    v = strcmp(ver, di_tok_uc_pcre_unicode_version) == 0;
     atomic_store(&cached, v);
     return v;
 }
 
-static di_status put_cp(tok_buf *o, uint32_t cp) {
+static di_status put_cp(di_tok_buf *o, uint32_t cp) {
     char tmp[16];
     int n = snprintf(tmp, sizeof tmp, "\\x{%X}", cp);
-    return tok_buf_put(o, tmp, (size_t)n);
+    return di_tok_buf_put(o, tmp, (size_t)n);
 }
 
-static di_status put_ranges(tok_buf *o, const uint32_t *r, size_t n_pairs) {
+static di_status put_ranges(di_tok_buf *o, const uint32_t *r, size_t n_pairs) {
     for (size_t i = 0; i < n_pairs; i++) {
         DI_TRY(put_cp(o, r[2 * i]));
         if (r[2 * i + 1] != r[2 * i]) {
-            DI_TRY(tok_buf_put(o, "-", 1));
+            DI_TRY(di_tok_buf_put(o, "-", 1));
             DI_TRY(put_cp(o, r[2 * i + 1]));
         }
     }
@@ -88,7 +88,7 @@ static di_status put_ranges(tok_buf *o, const uint32_t *r, size_t n_pairs) {
 }
 
 /* Complement of a range set over [0, 0x10FFFF] minus surrogates. */
-static di_status put_complement(tok_buf *o, const uint32_t *r, size_t n_pairs) {
+static di_status put_complement(di_tok_buf *o, const uint32_t *r, size_t n_pairs) {
     uint32_t next = 0;
     for (size_t i = 0; i <= n_pairs; i++) {
         uint32_t lo = i < n_pairs ? r[2 * i] : 0x110000;
@@ -108,21 +108,57 @@ static di_status put_complement(tok_buf *o, const uint32_t *r, size_t n_pairs) {
     return DI_OK;
 }
 
-/* Emits class items (no brackets) for property p, negated or not. */
-static di_status put_prop_items(tok_buf *o, const tok_uc_prop *p, int negated) {
-    if (negated) return put_complement(o, p->ranges, p->n_ranges);
+/* Class items for property p go to `items`; code points HF has beyond PCRE2's own property go to
+ * `extra` (as ranges), so the caller can test them in a separate pure-range class: PCRE2
+ * rejects a character outside such a class with one min/max comparison, while a long range
+ * list inside a class with \p{..} would be scanned for every non-matching character. */
+static di_status put_prop_items(di_tok_buf *items, di_tok_buf *extra, const di_tok_uc_prop *p, int negated) {
+    if (negated) return put_complement(items, p->ranges, p->n_ranges);
     if (p->superset && pcre_tables_match()) {
-        DI_TRY(tok_buf_put(o, p->pcre_base, strlen(p->pcre_base)));
-        return put_ranges(o, p->extra, p->n_extra);
+        DI_TRY(di_tok_buf_put(items, p->pcre_base, strlen(p->pcre_base)));
+        return put_ranges(extra, p->extra, p->n_extra);
     }
-    return put_ranges(o, p->ranges, p->n_ranges);
+    return put_ranges(items, p->ranges, p->n_ranges);
 }
 
-static di_status put_prop(tok_buf *o, const tok_uc_prop *p, int negated, int in_class) {
-    if (in_class) return put_prop_items(o, p, negated);
-    DI_TRY(tok_buf_put(o, negated ? "[^" : "[", negated ? 2 : 1));
-    DI_TRY(put_prop_items(o, p, 0));
-    return tok_buf_put(o, "]", 1);
+/* Emits a complete class from its items and extras: [items] when there are no extras, else
+ * (?:[items]|[extras]) or, negated, (?:(?![extras])[^items]). */
+static di_status put_class(di_tok_buf *o, const di_tok_buf *items, const di_tok_buf *extra, int negated) {
+    if (!extra->n) {
+        DI_TRY(di_tok_buf_put(o, negated ? "[^" : "[", negated ? 2 : 1));
+        DI_TRY(di_tok_buf_put(o, items->p, items->n));
+        return di_tok_buf_put(o, "]", 1);
+    }
+    if (negated) {
+        DI_TRY(di_tok_buf_put(o, "(?:(?![", 7));
+        DI_TRY(di_tok_buf_put(o, extra->p, extra->n));
+        DI_TRY(di_tok_buf_put(o, "])[^", 4));
+        DI_TRY(di_tok_buf_put(o, items->p, items->n));
+        return di_tok_buf_put(o, "])", 2);
+    }
+    DI_TRY(di_tok_buf_put(o, "(?:[", 4));
+    DI_TRY(di_tok_buf_put(o, items->p, items->n));
+    DI_TRY(di_tok_buf_put(o, "]|[", 3));
+    DI_TRY(di_tok_buf_put(o, extra->p, extra->n));
+    return di_tok_buf_put(o, "])", 2);
+}
+
+typedef struct {
+    di_tok_buf out;          /* the translated pattern */
+    di_tok_buf items, extra; /* the class being translated */
+    int in_class, negated;
+} xlat;
+
+/* A property: inside a class it adds to the class; outside it becomes a class of its own. */
+static di_status put_prop(xlat *x, const di_tok_uc_prop *p, int negated) {
+    if (x->in_class) return put_prop_items(&x->items, &x->extra, p, negated);
+    di_tok_buf items = {0}, extra = {0};
+    di_status st = put_prop_items(&items, &extra, p, 0);
+    if (st == DI_OK) st = di_tok_buf_put(&items, "", 0);
+    if (st == DI_OK) st = put_class(&x->out, &items, &extra, negated);
+    di_tok_buf_free(&items);
+    di_tok_buf_free(&extra);
+    return st;
 }
 
 static di_status bad(const char *where, size_t off, const char *what) {
@@ -134,11 +170,13 @@ static int is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= '
 static size_t utf8_len(unsigned char c) { return c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1; }
 
 /* Translates one escape at s[i] == '\\'; returns the number of pattern bytes consumed (0 = error). */
-static di_status translate_escape(const char *s, size_t n, size_t i, int in_class, const char *where, tok_buf *o,
-                                  size_t *used, int *uses_g) {
+static di_status translate_escape(const char *s, size_t n, size_t i, xlat *x, const char *where, size_t *used,
+                                  int *uses_g) {
+    int in_class = x->in_class;
+    di_tok_buf *o = in_class ? &x->items : &x->out;
     if (i + 1 >= n) return bad(where, i, "pattern ends with a backslash");
     char e = s[i + 1];
-    const tok_uc_prop *p;
+    const di_tok_uc_prop *p;
     switch (e) {
     case 'p':
     case 'P': {
@@ -151,37 +189,37 @@ static di_status translate_escape(const char *s, size_t n, size_t i, int in_clas
         if (nlen && name[0] == '^') { neg = !neg; name++; nlen--; }
         *used = (size_t)(close + 1 - (s + i));
         p = lookup_prop(name, nlen);
-        if (p) return put_prop(o, p, neg, in_class);
+        if (p) return put_prop(x, p, neg);
         /* a property we have no table for (e.g. a rare script): PCRE2's own definition */
-        DI_TRY(tok_buf_put(o, neg ? "\\P{" : "\\p{", 3));
-        DI_TRY(tok_buf_put(o, name, nlen));
-        return tok_buf_put(o, "}", 1);
+        DI_TRY(di_tok_buf_put(o, neg ? "\\P{" : "\\p{", 3));
+        DI_TRY(di_tok_buf_put(o, name, nlen));
+        return di_tok_buf_put(o, "}", 1);
     }
     case 's': case 'S': case 'd': case 'D': case 'w': case 'W': {
         char key = (char)(e | 0x20);
-        p = tok_uc_prop_find(&key, 1);
+        p = di_tok_uc_prop_find(&key, 1);
         if (!p) return di_error(DI_ERR_INTERNAL, "tokenizer: missing Unicode table for \\%c", key);
         *used = 2;
-        return put_prop(o, p, e != key, in_class);
+        return put_prop(x, p, e != key);
     }
     case 'h':
         *used = 2;
-        return tok_buf_put(o, in_class ? "0-9a-fA-F" : "[0-9a-fA-F]", in_class ? 9 : 11);
+        return di_tok_buf_put(o, in_class ? "0-9a-fA-F" : "[0-9a-fA-F]", in_class ? 9 : 11);
     case 'H': {
         *used = 2;
-        if (!in_class) return tok_buf_put(o, "[^0-9a-fA-F]", 12);
+        if (!in_class) return di_tok_buf_put(o, "[^0-9a-fA-F]", 12);
         static const uint32_t hex[] = {'0', '9', 'A', 'F', 'a', 'f'};
         return put_complement(o, hex, 3);
     }
     case 'v':
         *used = 2;
-        return tok_buf_put(o, "\\x{B}", 5);
+        return di_tok_buf_put(o, "\\x{B}", 5);
     case 'u': {
         if (i + 5 < n && is_hex(s[i + 2]) && is_hex(s[i + 3]) && is_hex(s[i + 4]) && is_hex(s[i + 5])) {
             *used = 6;
-            DI_TRY(tok_buf_put(o, "\\x{", 3));
-            DI_TRY(tok_buf_put(o, s + i + 2, 4));
-            return tok_buf_put(o, "}", 1);
+            DI_TRY(di_tok_buf_put(o, "\\x{", 3));
+            DI_TRY(di_tok_buf_put(o, s + i + 2, 4));
+            return di_tok_buf_put(o, "}", 1);
         }
         return bad(where, i, "\\u must be followed by 4 hex digits");
     }
@@ -192,33 +230,49 @@ static di_status translate_escape(const char *s, size_t n, size_t i, int in_clas
         size_t l = 1 + utf8_len((unsigned char)e);
         if (i + l > n) l = n - i;
         *used = l;
-        return tok_buf_put(o, s + i, l);
+        return di_tok_buf_put(o, s + i, l);
     }
     }
 }
 
-di_status tok_regex_translate_ex(const char *s, size_t n, const char *where, char **out, size_t *out_len, int *uses_g) {
-    tok_buf o = {0};
-    di_status st = tok_buf_reserve(&o, n + 16);
-    int in_class = 0;
+di_status di_tok_regex_translate_ex(const char *s, size_t n, const char *where, char **out, size_t *out_len, int *uses_g) {
+    xlat x = {0};
+    di_status st = di_tok_buf_reserve(&x.out, n + 16);
     size_t i = 0;
     *uses_g = 0;
     while (st == DI_OK && i < n) {
         char c = s[i];
         size_t used = 1;
+        di_tok_buf *o = x.in_class ? &x.items : &x.out;
         if (c == '\\') {
-            st = translate_escape(s, n, i, in_class, where, &o, &used, uses_g);
-        } else if (in_class) {
+            st = translate_escape(s, n, i, &x, where, &used, uses_g);
+        } else if (x.in_class) {
             if (c == ']') {
-                in_class = 0;
-                st = tok_buf_put(&o, "]", 1);
+                x.in_class = 0;
+                st = di_tok_buf_put(&x.items, "", 0);
+                if (st == DI_OK) st = put_class(&x.out, &x.items, &x.extra, x.negated);
             } else if (c == '[') {
                 if (i + 1 < n && s[i + 1] == ':') {
+                    /* POSIX bracket class: HF's (Oniguruma's Unicode) set, as explicit ranges */
                     const char *end = NULL;
                     for (size_t j = i + 2; j + 1 < n; j++)
                         if (s[j] == ':' && s[j + 1] == ']') { end = s + j + 2; break; }
-                    if (!end) st = bad(where, i, "unterminated POSIX class");
-                    else { used = (size_t)(end - (s + i)); st = tok_buf_put(&o, s + i, used); }
+                    if (!end) {
+                        st = bad(where, i, "unterminated POSIX class");
+                    } else {
+                        used = (size_t)(end - (s + i));
+                        const char *nm = s + i + 2;
+                        size_t nl = used - 4;
+                        int neg = nl && nm[0] == '^';
+                        char key[32];
+                        const di_tok_uc_prop *p = NULL;
+                        if (nl - (size_t)neg < 20) {
+                            snprintf(key, sizeof key, "posix_%.*s", (int)(nl - (size_t)neg), nm + neg);
+                            p = di_tok_uc_prop_find(key, strlen(key));
+                        }
+                        if (p) st = neg ? put_complement(o, p->ranges, p->n_ranges) : put_ranges(o, p->ranges, p->n_ranges);
+                        else st = bad(where, i, "unknown POSIX class");
+                    }
                 } else {
                     st = bad(where, i, "nested character class (not supported)");
                 }
@@ -227,14 +281,16 @@ di_status tok_regex_translate_ex(const char *s, size_t n, const char *where, cha
             } else {
                 used = utf8_len((unsigned char)c);
                 if (i + used > n) used = n - i;
-                st = tok_buf_put(&o, s + i, used);
+                st = di_tok_buf_put(o, s + i, used);
             }
         } else if (c == '[') {
-            in_class = 1;
-            st = tok_buf_put(&o, "[", 1);
+            x.in_class = 1;
+            x.negated = 0;
+            x.items.n = 0;
+            x.extra.n = 0;
+            if (i + 1 < n && s[i + 1] == '^') { x.negated = 1; used++; }
             /* a ']' right after '[' or '[^' is a literal in both syntaxes */
-            if (st == DI_OK && i + 1 < n && s[i + 1] == '^') { st = tok_buf_put(&o, "^", 1); used++; }
-            if (st == DI_OK && i + used < n && s[i + used] == ']') { st = tok_buf_put(&o, "\\]", 2); used++; }
+            if (i + used < n && s[i + used] == ']') { st = di_tok_buf_put(&x.items, "\\]", 2); used++; }
         } else if (c == '(' && i + 2 < n && s[i + 1] == '?') {
             size_t j = i + 2;
             if (s[j] == '~') { st = bad(where, i, "absent operator (?~...) (not supported)"); break; }
@@ -242,11 +298,11 @@ di_status tok_regex_translate_ex(const char *s, size_t n, const char *where, cha
             size_t k = j;
             while (k < n && (s[k] == 'i' || s[k] == 'm' || s[k] == 'x' || s[k] == '-')) k++;
             if (k > j && k < n && (s[k] == ':' || s[k] == ')')) {
-                st = tok_buf_put(&o, "(?", 2);
-                for (size_t q = j; q < k && st == DI_OK; q++) st = tok_buf_put(&o, s[q] == 'm' ? "s" : s + q, 1);
+                st = di_tok_buf_put(o, "(?", 2);
+                for (size_t q = j; q < k && st == DI_OK; q++) st = di_tok_buf_put(o, s[q] == 'm' ? "s" : s + q, 1);
                 used = k - i;
             } else {
-                st = tok_buf_put(&o, "(?", 2);
+                st = di_tok_buf_put(o, "(?", 2);
                 used = 2;
             }
         } else if (c == '{' && i + 1 < n && s[i + 1] == ',') {
@@ -254,43 +310,46 @@ di_status tok_regex_translate_ex(const char *s, size_t n, const char *where, cha
             size_t j = i + 2;
             while (j < n && s[j] >= '0' && s[j] <= '9') j++;
             if (j > i + 2 && j < n && s[j] == '}') {
-                st = tok_buf_put(&o, "{0,", 3);
-                if (st == DI_OK) st = tok_buf_put(&o, s + i + 2, j - i - 1);
+                st = di_tok_buf_put(o, "{0,", 3);
+                if (st == DI_OK) st = di_tok_buf_put(o, s + i + 2, j - i - 1);
                 used = j + 1 - i;
             } else {
-                st = tok_buf_put(&o, "\\{", 2);
+                st = di_tok_buf_put(o, "\\{", 2);
             }
         } else {
             used = utf8_len((unsigned char)c);
             if (i + used > n) used = n - i;
-            st = tok_buf_put(&o, s + i, used);
+            st = di_tok_buf_put(o, s + i, used);
         }
         i += used;
     }
-    if (st == DI_OK && in_class) st = bad(where, n, "unterminated character class");
-    if (st != DI_OK) { tok_buf_free(&o); return st; }
-    *out = o.p;
-    *out_len = o.n;
+    if (st == DI_OK && x.in_class) st = bad(where, n, "unterminated character class");
+    if (st == DI_OK) st = di_tok_buf_put(&x.out, "", 0);
+    di_tok_buf_free(&x.items);
+    di_tok_buf_free(&x.extra);
+    if (st != DI_OK) { di_tok_buf_free(&x.out); return st; }
+    *out = x.out.p;
+    *out_len = x.out.n;
     return DI_OK;
 }
 
-di_status tok_regex_translate(const char *pattern, size_t len, const char *where, char **out, size_t *out_len) {
+di_status di_tok_regex_translate(const char *pattern, size_t len, const char *where, char **out, size_t *out_len) {
     int g;
-    return tok_regex_translate_ex(pattern, len, where, out, out_len, &g);
+    return di_tok_regex_translate_ex(pattern, len, where, out, out_len, &g);
 }
 
 /* Escapes a literal string (HF "String" pattern) for PCRE2. */
 static di_status escape_literal(const char *s, size_t n, char **out, size_t *out_len) {
-    tok_buf o = {0};
-    DI_TRY(tok_buf_reserve(&o, n * 2 + 1));
+    di_tok_buf o = {0};
+    DI_TRY(di_tok_buf_reserve(&o, n * 2 + 1));
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x80 || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
-            DI_TRY(tok_buf_put(&o, s + i, 1));
+            DI_TRY(di_tok_buf_put(&o, s + i, 1));
         } else {
             char tmp[12];
             int k = snprintf(tmp, sizeof tmp, "\\x{%X}", c);
-            DI_TRY(tok_buf_put(&o, tmp, (size_t)k));
+            DI_TRY(di_tok_buf_put(&o, tmp, (size_t)k));
         }
     }
     *out = o.p ? o.p : strdup("");
@@ -298,11 +357,11 @@ static di_status escape_literal(const char *s, size_t n, char **out, size_t *out
     return *out ? DI_OK : di_error(DI_ERR_NOMEM, "out of memory");
 }
 
-di_status tok_regex_compile(const char *pattern, size_t len, int literal, const char *where, tok_regex **out) {
+di_status di_tok_regex_compile(const char *pattern, size_t len, int literal, const char *where, di_tok_regex **out) {
     char *pc = NULL;
     size_t pn = 0;
     int uses_g = 0;
-    DI_TRY(literal ? escape_literal(pattern, len, &pc, &pn) : tok_regex_translate_ex(pattern, len, where, &pc, &pn, &uses_g));
+    DI_TRY(literal ? escape_literal(pattern, len, &pc, &pn) : di_tok_regex_translate_ex(pattern, len, where, &pc, &pn, &uses_g));
     pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
     if (!cc) { free(pc); return di_error(DI_ERR_NOMEM, "out of memory"); }
     pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
@@ -320,7 +379,7 @@ di_status tok_regex_compile(const char *pattern, size_t len, int literal, const 
         return st;
     }
     free(pc);
-    tok_regex *re = calloc(1, sizeof *re);
+    di_tok_regex *re = calloc(1, sizeof *re);
     if (!re) { pcre2_code_free(code); return di_error(DI_ERR_NOMEM, "out of memory"); }
     re->code = code;
     re->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
@@ -332,25 +391,25 @@ di_status tok_regex_compile(const char *pattern, size_t len, int literal, const 
     return DI_OK;
 }
 
-void tok_regex_free(tok_regex *re) {
+void di_tok_regex_free(di_tok_regex *re) {
     if (!re) return;
     pcre2_code_free(re->code);
     free(re);
 }
 
-di_status tok_match_init(tok_match *m) {
+di_status di_tok_match_init(di_tok_match *m) {
     m->md = pcre2_match_data_create(1, NULL);
     m->mctx = pcre2_match_context_create(NULL);
     m->jstack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, NULL);
     if (!m->md || !m->mctx || !m->jstack) {
-        tok_match_free(m);
+        di_tok_match_free(m);
         return di_error(DI_ERR_NOMEM, "tokenizer: out of memory (regex match data)");
     }
     pcre2_jit_stack_assign(m->mctx, NULL, m->jstack);
     return DI_OK;
 }
 
-void tok_match_free(tok_match *m) {
+void di_tok_match_free(di_tok_match *m) {
     pcre2_match_data_free(m->md);
     pcre2_match_context_free(m->mctx);
     pcre2_jit_stack_free(m->jstack);
@@ -359,7 +418,7 @@ void tok_match_free(tok_match *m) {
     m->jstack = NULL;
 }
 
-int tok_regex_search(const tok_regex *re, tok_match *m, const char *subj, size_t len, size_t start, size_t *ms,
+int di_tok_regex_search(const di_tok_regex *re, di_tok_match *m, const char *subj, size_t len, size_t start, size_t *ms,
                      size_t *me) {
     int r = re->jit ? pcre2_jit_match(re->code, (PCRE2_SPTR)subj, len, start, PCRE2_NO_UTF_CHECK, m->md, m->mctx)
                     : pcre2_match(re->code, (PCRE2_SPTR)subj, len, start, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
@@ -379,11 +438,11 @@ int tok_regex_search(const tok_regex *re, tok_match *m, const char *subj, size_t
 /* HF iterates matches with the `onig` crate's FindMatches: an empty match right where the
  * previous match ended is skipped by advancing one character, and iteration stops once the
  * search position passes the end. */
-int tok_regex_next(const tok_regex *re, tok_match *m, const char *s, size_t n, tok_find_iter *it, size_t *ms,
+int di_tok_regex_next(const di_tok_regex *re, di_tok_match *m, const char *s, size_t n, di_tok_find_iter *it, size_t *ms,
                    size_t *me) {
     for (;;) {
         if (it->last_end > n) return 0;
-        int r = tok_regex_search(re, m, s, n, it->last_end, ms, me);
+        int r = di_tok_regex_search(re, m, s, n, it->last_end, ms, me);
         if (r <= 0) return r;
         if (*ms == *me && it->has_last && it->last_match_end == *me) {
             size_t step = 1;

@@ -11,7 +11,7 @@
 #include "core/hash.h"
 #include "tokenizer/tok_internal.h"
 
-di_status tok_buf_reserve(tok_buf *b, size_t extra) {
+di_status di_tok_buf_grow(di_tok_buf *b, size_t extra) {
     if (b->n + extra + 1 <= b->cap) return DI_OK;
     size_t cap = b->cap ? b->cap : 64;
     while (cap < b->n + extra + 1) cap *= 2;
@@ -22,36 +22,30 @@ di_status tok_buf_reserve(tok_buf *b, size_t extra) {
     return DI_OK;
 }
 
-di_status tok_buf_put(tok_buf *b, const void *s, size_t n) {
-    DI_TRY(tok_buf_reserve(b, n));
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return DI_OK;
-}
-
-void tok_buf_free(tok_buf *b) {
+void di_tok_buf_free(di_tok_buf *b) {
     free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;
 }
 
-di_status tok_pieces_push(tok_pieces *l, uint32_t off, uint32_t len) {
+di_status di_tok_pieces_push(di_tok_pieces *l, uint32_t off, uint32_t len) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 256;
-        tok_piece *v = realloc(l->v, cap * sizeof *v);
+        di_tok_piece *v = realloc(l->v, cap * sizeof *v);
         if (!v) return di_error(DI_ERR_NOMEM, "tokenizer: out of memory (%zu pieces)", cap);
         l->v = v;
         l->cap = cap;
     }
-    l->v[l->n++] = (tok_piece){off, len};
+    l->v[l->n++] = (di_tok_piece){off, len};
     return DI_OK;
 }
 
 /* ---- model vocab map ---- */
+/* Slots hold (hash tag << 32) | (id + 1); the tag avoids touching the strings of most
+ * non-matching entries. */
 static inline uint64_t str_hash(const char *s, size_t n) { return di_hash64(s, n, 0x746f6b656e); }
 
-di_status tok_vocab_build_map(di_tokenizer *t) {
+di_status di_tok_vocab_build_map(di_tokenizer *t) {
     size_t cap = 16;
     while (cap < (size_t)t->n_model_vocab * 2 + 2) cap <<= 1;
     t->vmap = calloc(cap, sizeof *t->vmap);
@@ -61,60 +55,67 @@ di_status tok_vocab_build_map(di_tokenizer *t) {
         if (t->mstr_len[id] == UINT32_MAX) continue;
         const char *s = t->mstr_blob + t->mstr_off[id];
         size_t n = t->mstr_len[id];
-        size_t j = (size_t)str_hash(s, n) & t->vmap_mask;
+        uint64_t h = str_hash(s, n);
+        uint32_t tag = (uint32_t)(h >> 32);
+        size_t j = (size_t)h & t->vmap_mask;
         while (t->vmap[j]) {
-            uint32_t o = t->vmap[j] - 1;
-            if (t->mstr_len[o] == n && memcmp(t->mstr_blob + t->mstr_off[o], s, n) == 0)
+            uint32_t o = (uint32_t)t->vmap[j] - 1;
+            if ((uint32_t)(t->vmap[j] >> 32) == tag && t->mstr_len[o] == n && memcmp(t->mstr_blob + t->mstr_off[o], s, n) == 0)
                 return di_error(DI_ERR_FORMAT, "%s: model.vocab: token '%.*s' appears twice (ids %u and %u)",
                                 t->path, (int)n, s, o, id);
             j = (j + 1) & t->vmap_mask;
         }
-        t->vmap[j] = id + 1;
+        t->vmap[j] = ((uint64_t)tag << 32) | (id + 1);
     }
     return DI_OK;
 }
 
-int32_t tok_vocab_lookup(const di_tokenizer *t, const char *s, size_t n) {
+int32_t di_tok_vocab_lookup(const di_tokenizer *t, const char *s, size_t n) {
     if (!t->vmap) return -1;
-    size_t j = (size_t)str_hash(s, n) & t->vmap_mask;
-    while (t->vmap[j]) {
-        uint32_t id = t->vmap[j] - 1;
-        if (t->mstr_len[id] == n && memcmp(t->mstr_blob + t->mstr_off[id], s, n) == 0) return (int32_t)id;
+    uint64_t h = str_hash(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    size_t j = (size_t)h & t->vmap_mask;
+    for (;;) {
+        uint64_t v = t->vmap[j];
+        if (!v) return -1;
+        if ((uint32_t)(v >> 32) == tag) {
+            uint32_t id = (uint32_t)v - 1;
+            if (t->mstr_len[id] == n && memcmp(t->mstr_blob + t->mstr_off[id], s, n) == 0) return (int32_t)id;
+        }
         j = (j + 1) & t->vmap_mask;
     }
-    return -1;
 }
 
 /* ---- merges ---- */
-di_status tok_merges_init(di_tokenizer *t, size_t n_merges) {
+di_status di_tok_merges_init(di_tokenizer *t, size_t n_merges) {
     size_t cap = 16;
     while (cap < n_merges * 2 + 2) cap <<= 1;
-    t->mkeys = malloc(cap * sizeof *t->mkeys);
-    t->mvals = malloc(cap * sizeof *t->mvals);
-    if (!t->mkeys || !t->mvals) return di_error(DI_ERR_NOMEM, "tokenizer: out of memory (merge table)");
-    memset(t->mkeys, 0xff, cap * sizeof *t->mkeys);
+    free(t->merges);
+    t->merges = malloc(cap * sizeof *t->merges);
+    if (!t->merges) return di_error(DI_ERR_NOMEM, "tokenizer: out of memory (merge table)");
+    for (size_t i = 0; i < cap; i++) t->merges[i].key = UINT64_MAX;
     t->mmask = cap - 1;
     t->n_merges = 0;
     return DI_OK;
 }
 
 /* A later duplicate of a pair replaces the earlier one (HF collects the merges into a map). */
-di_status tok_merges_add(di_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t merged) {
+di_status di_tok_merges_add(di_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t merged) {
     if ((t->n_merges + 1) * 2 > t->mmask + 1) return di_error(DI_ERR_INTERNAL, "tokenizer: merge table full");
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    uint64_t h = key * 0x9e3779b97f4a7c15ull;
-    size_t j = (size_t)(h >> 20) & t->mmask;
-    while (t->mkeys[j] != UINT64_MAX && t->mkeys[j] != key) j = (j + 1) & t->mmask;
-    if (t->mkeys[j] == UINT64_MAX) t->n_merges++;
-    t->mkeys[j] = key;
-    t->mvals[j] = ((uint64_t)rank << 32) | (uint32_t)merged;
+    size_t j = di_tok_merge_slot(key, t->mmask);
+    while (t->merges[j].key != UINT64_MAX && t->merges[j].key != key) j = (j + 1) & t->mmask;
+    if (t->merges[j].key == UINT64_MAX) t->n_merges++;
+    t->merges[j].key = key;
+    t->merges[j].rank = rank;
+    t->merges[j].merged = merged;
     return DI_OK;
 }
 
 /* ---- byte-level alphabet (GPT-2 bytes_to_unicode) ---- */
 static int printable_byte(unsigned b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174); }
 
-uint32_t tok_bytelevel_char(uint8_t b) {
+uint32_t di_tok_bytelevel_char(uint8_t b) {
     if (printable_byte(b)) return b;
     /* the non-printable bytes take 256, 257, ... in increasing byte order */
     unsigned n = 0;
@@ -122,10 +123,12 @@ uint32_t tok_bytelevel_char(uint8_t b) {
     return 256 + n;
 }
 
-int tok_bytelevel_byte(uint32_t cp) {
+int di_tok_bytelevel_byte(uint32_t cp) {
     if (cp < 256) return printable_byte(cp) ? (int)cp : -1;
-    unsigned k = cp - 256; /* the k-th non-printable byte */
-    for (unsigned x = 0; x < 256; x++)
-        if (!printable_byte(x) && k-- == 0) return (int)x;
-    return -1;
+    if (cp >= 256 + 68) return -1;
+    /* the non-printable bytes in increasing order: 0-32, 127-160, 173 */
+    unsigned k = cp - 256;
+    if (k < 33) return (int)k;
+    if (k < 33 + 34) return (int)(127 + k - 33);
+    return 173;
 }

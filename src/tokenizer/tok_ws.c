@@ -8,27 +8,29 @@
 
 #include "tokenizer/tok_internal.h"
 
-static tok_ws *ws_create(void) {
-    tok_ws *ws = calloc(1, sizeof *ws);
+static di_tok_ws *ws_create(void) {
+    di_tok_ws *ws = calloc(1, sizeof *ws);
     if (!ws) return NULL;
-    if (tok_match_init(&ws->match) != DI_OK) { free(ws); return NULL; }
+    if (di_tok_match_init(&ws->match) != DI_OK) { free(ws); return NULL; }
     return ws;
 }
 
-void tok_ws_free(tok_ws *ws) {
+void di_tok_ws_free(di_tok_ws *ws) {
     if (!ws) return;
-    tok_match_free(&ws->match);
-    tok_buf_free(&ws->norm);
-    tok_buf_free(&ws->norm2);
-    tok_buf_free(&ws->tmp);
-    tok_buf_free(&ws->vspace);
-    tok_buf_free(&ws->word);
+    di_tok_match_free(&ws->match);
+    di_tok_buf_free(&ws->norm);
+    di_tok_buf_free(&ws->norm2);
+    di_tok_buf_free(&ws->tmp);
+    di_tok_buf_free(&ws->vspace);
+    di_tok_buf_free(&ws->word);
     free(ws->pa.v);
     free(ws->pb.v);
     free(ws->ml.v);
     free(ws->el.v);
     free(ws->raw_splits.v);
     free(ws->norm_splits.v);
+    free(ws->segs.v);
+    di_tok_buf_free(&ws->segs.normtext);
     free(ws->sym_id);
     free(ws->sym_prev);
     free(ws->sym_next);
@@ -40,12 +42,12 @@ void tok_ws_free(tok_ws *ws) {
     free(ws);
 }
 
-tok_ws *tok_ws_acquire(const di_tokenizer *tc) {
+di_tok_ws *di_tok_ws_acquire(const di_tokenizer *tc) {
     di_tokenizer *t = (di_tokenizer *)tc; /* only the atomic slot fields are written */
-    for (int i = 0; i < TOK_MAX_WS; i++) {
+    for (int i = 0; i < DI_TOK_MAX_WS; i++) {
         if (atomic_load_explicit(&t->ws_busy[i], memory_order_relaxed)) continue;
         if (atomic_exchange_explicit(&t->ws_busy[i], 1, memory_order_acquire)) continue;
-        tok_ws *ws = atomic_load_explicit(&t->ws[i], memory_order_acquire);
+        di_tok_ws *ws = atomic_load_explicit(&t->ws[i], memory_order_acquire);
         if (!ws) {
             ws = ws_create();
             if (!ws) {
@@ -57,21 +59,51 @@ tok_ws *tok_ws_acquire(const di_tokenizer *tc) {
         }
         return ws;
     }
-    tok_ws *ws = ws_create();
+    di_tok_ws *ws = ws_create();
     if (ws) ws->slot = -1;
     return ws;
 }
 
-void tok_ws_release(const di_tokenizer *tc, tok_ws *ws) {
+/* Scratch that grew for one very long input is given back, so a long-running server does not
+ * keep the peak of every workspace (the word cache has a fixed size and stays). */
+#define KEEP_BYTES (4u << 20)
+#define TRIM_BUF(b) do { if ((b).cap > KEEP_BYTES) di_tok_buf_free(&(b)); } while (0)
+#define TRIM_VEC(x, elem) do { if ((x).cap * (elem) > KEEP_BYTES) { free((x).v); (x).v = NULL; (x).n = (x).cap = 0; } } while (0)
+
+static void trim(di_tok_ws *ws) {
+    TRIM_BUF(ws->norm);
+    TRIM_BUF(ws->norm2);
+    TRIM_BUF(ws->tmp);
+    TRIM_BUF(ws->vspace);
+    TRIM_BUF(ws->word);
+    TRIM_BUF(ws->segs.normtext);
+    TRIM_VEC(ws->pa, sizeof(di_tok_piece));
+    TRIM_VEC(ws->pb, sizeof(di_tok_piece));
+    TRIM_VEC(ws->ml, sizeof(uint32_t));
+    TRIM_VEC(ws->el, sizeof(di_tok_entry));
+    TRIM_VEC(ws->raw_splits, sizeof(di_tok_split));
+    TRIM_VEC(ws->norm_splits, sizeof(di_tok_split));
+    TRIM_VEC(ws->segs, sizeof(di_tok_segment));
+    if (ws->sym_cap * 24 > KEEP_BYTES) {
+        free(ws->sym_id); free(ws->sym_prev); free(ws->sym_next); free(ws->sym_rank); free(ws->heap);
+        ws->sym_id = ws->sym_prev = ws->sym_next = NULL;
+        ws->sym_rank = NULL;
+        ws->heap = NULL;
+        ws->sym_cap = 0;
+    }
+}
+
+void di_tok_ws_release(const di_tokenizer *tc, di_tok_ws *ws) {
     di_tokenizer *t = (di_tokenizer *)tc;
     if (!ws) return;
-    if (ws->slot < 0) { tok_ws_free(ws); return; }
+    if (ws->slot < 0) { di_tok_ws_free(ws); return; }
+    trim(ws);
     atomic_store_explicit(&t->ws_busy[ws->slot], 0, memory_order_release);
 }
 
-void tok_ws_free_all(di_tokenizer *t) {
-    for (int i = 0; i < TOK_MAX_WS; i++) {
-        tok_ws_free(atomic_load(&t->ws[i]));
+void di_tok_ws_free_all(di_tokenizer *t) {
+    for (int i = 0; i < DI_TOK_MAX_WS; i++) {
+        di_tok_ws_free(atomic_load(&t->ws[i]));
         atomic_store(&t->ws[i], NULL);
     }
 }

@@ -11,7 +11,7 @@
 #include "test_util.h"
 #include "tok_test_util.h"
 
-typedef struct { const char *dir, *key; di_tokenizer *t; } tok_case;
+typedef struct { const char *dir, *key; di_tokenizer *t; } di_tok_case;
 
 static int g_reported = 0;
 
@@ -34,7 +34,7 @@ static char *stream_decode(const di_tokenizer *t, const int32_t *ids, size_t n, 
     return buf;
 }
 
-static void check_roundtrip(const tok_case *tc, const di_ids *ids, const json_t *rec, const char *deckey, const char *text,
+static void check_roundtrip(const di_tok_case *tc, const di_ids *ids, const json_t *rec, const char *deckey, const char *text,
                             size_t tlen, size_t line, const char *cat, int *bad_rt, int *bad_stream) {
     char *dec = NULL;
     size_t dlen = 0;
@@ -57,13 +57,13 @@ static void check_roundtrip(const tok_case *tc, const di_ids *ids, const json_t 
 }
 
 static void test_corpus(void) {
-    tok_case cases[2] = {{"deepseek-v3", "ds", NULL}, {"qwen3", "qw", NULL}};
+    di_tok_case cases[2] = {{"deepseek-v3", "ds", NULL}, {"qwen3", "qw", NULL}};
     json_t *corpus = tt_read_jsonl(tt_build_path("tests/data/tokenizer_corpus/corpus.jsonl"));
     CHECK(corpus != NULL);
     if (!corpus) return;
     CHECK(json_array_size(corpus) >= 5000);
     for (int k = 0; k < 2; k++) {
-        tok_case *tc = &cases[k];
+        di_tok_case *tc = &cases[k];
         tc->t = tt_load(tc->dir);
         CHECK(tc->t != NULL);
         if (!tc->t) continue;

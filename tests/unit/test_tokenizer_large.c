@@ -2,8 +2,14 @@
  * prose, code, CJK, special-token text, 1 MB of spaces, digits, whitespace/newlines) encoded by
  * the real DeepSeek-V3 and Qwen3 tokenizers in HF and safe modes: the id count and FNV-1a hash
  * must equal Hugging Face's, and segment-parallel encoding on 2 and 3 threads must give the
- * same ids as serial encoding. */
+ * same ids as serial encoding. Under AddressSanitizer (about 10x slower) the 3-thread run and
+ * the safe mode of inputs without added-token text are left out to keep the test short. */
 #include "core/threadpool.h"
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
 #include "core/timer.h"
 #include "test_util.h"
 #include "tok_test_util.h"
@@ -52,7 +58,10 @@ static void test_large(void) {
             size_t len;
             char *text = build_input(rec, corpus, &len);
             CHECK_EQ_INT(len, json_integer_value(json_object_get(rec, "bytes")));
+            const char *rname = json_string_value(json_object_get(rec, "name"));
+            int with_specials = !strcmp(rname, "mixed") || !strcmp(rname, "special");
             for (int safe = 0; safe < 2; safe++) {
+                if (SANITIZED && safe && !with_specials) continue;
                 char key[16];
                 snprintf(key, sizeof key, "%s%s", keys[k], safe ? "_safe" : "");
                 json_t *ref = json_object_get(rec, key);
@@ -68,7 +77,7 @@ static void test_large(void) {
                               !strcmp(hash, json_string_value(json_object_get(ref, "fnv64"))),
                           "%s %s: %zu ids hash %s, HF %lld ids hash %s", key, name, ser.n, hash,
                           (long long)json_integer_value(json_object_get(ref, "n")), json_string_value(json_object_get(ref, "fnv64")));
-                for (int p = 0; p < 2; p++) {
+                for (int p = 0; p < (SANITIZED ? 1 : 2); p++) {
                     par.n = 0;
                     CHECK_OK(di_tokenizer_encode_parallel(t, text, len, flags, pools[p], &par));
                     CHECK_MSG(par.n == ser.n && !memcmp(par.data, ser.data, ser.n * sizeof *ser.data),

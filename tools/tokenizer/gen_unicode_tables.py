@@ -40,6 +40,10 @@ PROPS = [(n, "\\p{%s}" % n, "\\p{%s}" % n) for n in GC + SCRIPTS]
 PROPS += [("s", "\\s", "\\x{9}-\\x{D}\\x{85}\\p{Z}"),
           ("d", "\\d", "\\p{Nd}"),
           ("w", "\\w", "\\p{L}\\p{M}\\p{Nd}\\p{Pc}")]
+# POSIX bracket classes: always emitted as explicit ranges (no PCRE2 base)
+POSIX = ["alpha", "digit", "alnum", "upper", "lower", "space", "punct", "word", "xdigit", "cntrl", "graph", "print",
+         "blank"]
+PROPS += [("posix_" + n, "[[:%s:]]" % n, None) for n in POSIX]
 
 
 def build_probe():
@@ -178,21 +182,21 @@ def main():
                " * tables, its normalization tables), compared with PCRE2 (Unicode %s) and utf8proc (Unicode %s).\n"
                " * Ranges are inclusive [lo, hi] pairs, sorted. */\n" % (tokenizers.__version__, pcre_ver, u8p_ver))
     out.append('#include <string.h>\n\n#include "tokenizer/tok_internal.h"\n\n')
-    out.append('const char *const tok_uc_pcre_unicode_version = "%s";\n\n' % pcre_ver)
+    out.append('const char *const di_tok_uc_pcre_unicode_version = "%s";\n\n' % pcre_ver)
     entries = []
     for name, onig, base in PROPS:
         hf = hf_regex_set(onig)
-        pc = set(int(x, 16) for x in probe(exe, "pcre", "[%s]" % base).split())
-        superset = pc <= hf
+        pc = set(int(x, 16) for x in probe(exe, "pcre", "[%s]" % base).split()) if base else set(ALL)
+        superset = pc <= hf and base is not None
         extra = hf - pc if superset else set()
         sys.stderr.write("%-10s hf=%d pcre=%d superset=%s extra=%d\n" % (name, len(hf), len(pc), superset, len(extra)))
         cname = "p_" + name
         out.append(c_ranges(cname, ranges(hf)))
         out.append(c_ranges("x_" + name, ranges(extra)))
         entries.append('    {"%s", "%s", %s, %d, %s, %d, %d},\n' % (
-            name, base.replace("\\", "\\\\"), cname, len(ranges(hf)), "x_" + name, len(ranges(extra)), int(superset)))
-    out.append("\nstatic const tok_uc_prop props[] = {\n%s};\n\n" % "".join(entries))
-    out.append("const tok_uc_prop *tok_uc_prop_find(const char *name, size_t len) {\n"
+            name, (base or "").replace("\\", "\\\\"), cname, len(ranges(hf)), "x_" + name, len(ranges(extra)), int(superset)))
+    out.append("\nstatic const di_tok_uc_prop props[] = {\n%s};\n\n" % "".join(entries))
+    out.append("const di_tok_uc_prop *di_tok_uc_prop_find(const char *name, size_t len) {\n"
                "    for (size_t i = 0; i < sizeof props / sizeof props[0]; i++)\n"
                "        if (strlen(props[i].name) == len && memcmp(props[i].name, name, len) == 0) return &props[i];\n"
                "    return NULL;\n}\n\n")
@@ -246,12 +250,12 @@ TAIL = r"""static int in_ranges(const uint32_t *r, size_t n_pairs, uint32_t cp) 
 }
 #define IN(tab, cp) in_ranges(tab, sizeof tab / sizeof tab[0] / 2, cp)
 
-int tok_uc_is_numeric(uint32_t cp) { return IN(numeric, cp); }
-int tok_uc_is_whitespace(uint32_t cp) { return IN(whitespace, cp); }
-int tok_uc_is_word(uint32_t cp) { return IN(word, cp); }
-int tok_uc_norm_opaque(uint32_t cp) { return cp >= norm_opaque[0] && IN(norm_opaque, cp); }
+int di_tok_uc_is_numeric(uint32_t cp) { return IN(numeric, cp); }
+int di_tok_uc_is_whitespace(uint32_t cp) { return IN(whitespace, cp); }
+int di_tok_uc_is_word(uint32_t cp) { return IN(word, cp); }
+int di_tok_uc_norm_opaque(uint32_t cp) { return cp >= norm_opaque[0] && IN(norm_opaque, cp); }
 
-int tok_uc_lower_exception(uint32_t cp, uint32_t out[3]) {
+int di_tok_uc_lower_exception(uint32_t cp, uint32_t out[3]) {
     size_t lo = 0, hi = sizeof lower_exc / sizeof lower_exc[0];
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
