@@ -18,8 +18,9 @@
 
 #define TRY(x) do { di_status s_ = (x); if (s_ != DI_OK) return s_; } while (0)
 
-/* Text of one content part (borrowed from the JSON). */
-static di_status part_text(const json_t *part, di_role role, di_jpath *p, di_api_error *e, const char **text) {
+/* Text of one content part (borrowed from the JSON); ctx is the message's di_role. */
+static di_status part_text(const json_t *part, const void *ctx, di_jpath *p, di_api_error *e, const char **text) {
+    di_role role = *(const di_role *)ctx;
     if (!json_is_object(part)) return perr_type(e, p, "an object", part);
     const char *type = NULL;
     TRY(jreq_string(part, "type", p, e, &type));
@@ -37,26 +38,7 @@ static di_status part_text(const json_t *part, di_role role, di_jpath *p, di_api
 static di_status content(const json_t *v, di_role role, di_jpath *p, di_api_error *e, char **out) {
     *out = NULL;
     if (!v || json_is_null(v)) return DI_OK;
-    if (json_is_string(v)) {
-        if (!(*out = strdup(json_string_value(v)))) return perr_nomem(e);
-        return DI_OK;
-    }
-    if (!json_is_array(v)) return perr_type(e, p, "one of a string or array of objects", v);
-    char *acc = NULL;
-    if (di_conv_append_str(&acc, NULL, "", 0) != DI_OK) return perr_nomem(e);
-    for (size_t i = 0; i < json_array_size(v); i++) {
-        size_t o = jp_idx(p, i);
-        const char *text = NULL;
-        di_status s = part_text(json_array_get(v, i), role, p, e, &text);
-        if (s == DI_OK && di_conv_append_str(&acc, i ? "\n" : NULL, text, strlen(text)) != DI_OK) s = perr_nomem(e);
-        if (s != DI_OK) {
-            free(acc);
-            return s;
-        }
-        jp_pop(p, o);
-    }
-    *out = acc;
-    return DI_OK;
+    return di_proto_joined_text(v, "one of a string or array of objects", part_text, &role, p, e, out);
 }
 
 static di_status tool_calls(const json_t *arr, di_message *m, di_jpath *p, di_api_error *e) {
@@ -139,136 +121,19 @@ static di_status message(di_conv *c, const json_t *jm, di_jpath *p, di_api_error
     return DI_OK;
 }
 
-static di_status tools(di_conv *c, const json_t *arr, di_jpath *p, di_api_error *e) {
-    for (size_t i = 0; i < json_array_size(arr); i++) {
-        const json_t *t = json_array_get(arr, i);
-        size_t o = jp_idx(p, i);
-        if (!json_is_object(t)) return perr_type(e, p, "an object", t);
-        const char *type = NULL, *name = NULL, *desc = NULL;
-        TRY(jreq_string(t, "type", p, e, &type));
-        if (strcmp(type, "function")) {
-            jp_key(p, "type");
-            return perr_value(e, p, "unsupported_value", "only 'function' tools are supported, got '%s'.", type);
-        }
-        const json_t *fn, *params = NULL;
-        TRY(jopt_object(t, "function", p, e, &fn));
-        if (!fn) {
-            jp_key(p, "function");
-            return perr_missing(e, p);
-        }
-        jp_key(p, "function");
-        TRY(jreq_string(fn, "name", p, e, &name));
-        if (!di_tool_name_ok(name)) {
-            jp_key(p, "name");
-            return perr_value(e, p, "invalid_value", "'%s' does not match the pattern '^[a-zA-Z0-9_.:-]{1,128}$'.",
-                              name);
-        }
-        TRY(jopt_string(fn, "description", p, e, &desc));
-        TRY(jopt_object(fn, "parameters", p, e, &params));
-        int strict = 0;
-        TRY(jopt_bool(fn, "strict", p, e, &strict));
-        if (di_conv_add_tool(c, name, desc, (json_t *)params, strict) != DI_OK) return perr_nomem(e);
-        jp_pop(p, o);
-    }
-    return DI_OK;
-}
-
-static di_status tool_choice(di_conv *c, const json_t *req, di_jpath *p, di_api_error *e) {
-    const json_t *v = json_object_get(req, "tool_choice");
-    if (!v || json_is_null(v)) {
-        c->opt.tool_choice = c->n_tools ? DI_TOOL_CHOICE_AUTO : DI_TOOL_CHOICE_NONE;
-        return DI_OK;
-    }
-    size_t o = jp_key(p, "tool_choice");
-    if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        if (!strcmp(s, "none")) c->opt.tool_choice = DI_TOOL_CHOICE_NONE;
-        else if (!strcmp(s, "auto")) c->opt.tool_choice = DI_TOOL_CHOICE_AUTO;
-        else if (!strcmp(s, "required")) c->opt.tool_choice = DI_TOOL_CHOICE_REQUIRED;
-        else return perr_value(e, p, "invalid_value", "'%s'. Supported values are: 'none', 'auto' and 'required'.", s);
-    } else if (json_is_object(v)) {
-        const char *type = NULL, *name = NULL;
-        const json_t *fn;
-        TRY(jreq_string(v, "type", p, e, &type));
-        if (strcmp(type, "function")) {
-            jp_key(p, "type");
-            return perr_value(e, p, "unsupported_value", "only {\"type\": \"function\"} tool choices are supported.");
-        }
-        TRY(jopt_object(v, "function", p, e, &fn));
-        if (!fn) {
-            jp_key(p, "function");
-            return perr_missing(e, p);
-        }
-        jp_key(p, "function");
-        TRY(jreq_string(fn, "name", p, e, &name));
-        c->opt.tool_choice = DI_TOOL_CHOICE_NAMED;
-        if (di_conv_set_str(&c->opt.tool_choice_name, name) != DI_OK) return perr_nomem(e);
-        int found = 0;
-        for (size_t i = 0; i < c->n_tools; i++) found |= !strcmp(c->tools[i].name, name);
-        if (!found) {
-            jp_key(p, "name");
-            return perr_value(e, p, "invalid_value", "no tool named '%s' is among the request's tools.", name);
-        }
-    } else {
-        return perr_type(e, p, "a string or an object", v);
-    }
-    if (c->opt.tool_choice != DI_TOOL_CHOICE_NONE && c->n_tools == 0)
-        return perr_value(e, p, "invalid_value", "'tool_choice' is only allowed when 'tools' are specified.");
-    jp_pop(p, o);
-    return DI_OK;
-}
-
 static di_status response_format(di_conv *c, const json_t *req, di_jpath *p, di_api_error *e) {
     const json_t *rf;
     TRY(jopt_object(req, "response_format", p, e, &rf));
     if (!rf) return DI_OK;
     size_t o = jp_key(p, "response_format");
-    const char *type = NULL;
-    TRY(jreq_string(rf, "type", p, e, &type));
-    if (!strcmp(type, "text")) {
-        c->opt.response_format = DI_RESPONSE_FORMAT_TEXT;
-    } else if (!strcmp(type, "json_object")) {
-        c->opt.response_format = DI_RESPONSE_FORMAT_JSON_OBJECT;
-    } else if (!strcmp(type, "json_schema")) {
-        const json_t *js, *schema = NULL;
-        const char *name = NULL;
-        TRY(jopt_object(rf, "json_schema", p, e, &js));
-        if (!js) {
-            jp_key(p, "json_schema");
-            return perr_missing(e, p);
-        }
-        jp_key(p, "json_schema");
-        TRY(jreq_string(js, "name", p, e, &name));
-        TRY(jopt_object(js, "schema", p, e, &schema));
-        TRY(jopt_bool(js, "strict", p, e, &c->opt.response_format_strict));
-        c->opt.response_format = DI_RESPONSE_FORMAT_JSON_SCHEMA;
-        if (di_conv_set_str(&c->opt.response_format_name, name) != DI_OK) return perr_nomem(e);
-        if (schema) c->opt.response_schema = json_incref((json_t *)schema);
-    } else {
-        jp_key(p, "type");
-        return perr_value(e, p, "invalid_value", "'%s'. Supported values are: 'text', 'json_object' and "
-                          "'json_schema'.", type);
-    }
+    TRY(di_proto_openai_response_format(c, rf, p, e));
     jp_pop(p, o);
     return DI_OK;
 }
 
 /* thinking: explicit "thinking" > chat_template_kwargs > reasoning_effort. */
 static di_status thinking(di_conv *c, const json_t *req, di_jpath *p, di_api_error *e) {
-    const char *effort = NULL;
-    TRY(jopt_string(req, "reasoning_effort", p, e, &effort));
-    if (effort) {
-        static const char *ok[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
-        int found = 0;
-        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) found |= !strcmp(ok[i], effort);
-        if (!found) {
-            jp_key(p, "reasoning_effort");
-            return perr_value(e, p, "invalid_value", "'%s'. Supported values are: 'none', 'minimal', 'low', "
-                              "'medium', 'high' and 'xhigh'.", effort);
-        }
-        if (di_conv_set_str(&c->opt.reasoning_effort, effort) != DI_OK) return perr_nomem(e);
-        c->opt.thinking = strcmp(effort, "none") ? DI_THINKING_ON : DI_THINKING_OFF;
-    }
+    TRY(di_proto_reasoning_effort(c, req, "reasoning_effort", p, e));
     const json_t *kw;
     TRY(jopt_object(req, "chat_template_kwargs", p, e, &kw));
     if (kw) {
@@ -313,11 +178,7 @@ static di_status sampling(di_conv *c, const json_t *req, di_jpath *p, di_api_err
     TRY(jopt_number(req, "frequency_penalty", p, e, -2, 2, &r->frequency_penalty));
     TRY(jopt_number(req, "repetition_penalty", p, e, 1e-6, 100, &r->repetition_penalty));
     TRY(jopt_stop(req, "stop", p, e, 16, r));
-    const json_t *seed = json_object_get(req, "seed");
-    if (seed && !json_is_null(seed)) {
-        TRY(jopt_int(req, "seed", p, e, INT64_MIN, INT64_MAX, &r->seed));
-        r->has_seed = 1;
-    }
+    TRY(jopt_seed(req, "seed", p, e, r));
     TRY(jopt_int(req, "n", p, e, 1, 128, &r->n));
     TRY(jopt_bool(req, "logprobs", p, e, &r->logprobs));
     TRY(jopt_int(req, "top_logprobs", p, e, 0, 20, &r->top_logprobs));
@@ -344,35 +205,14 @@ static di_status parse(di_conv *c, const json_t *req, unsigned flags, di_api_err
     di_jpath p;
     jp_init(&p, DI_PROTO_CHAT);
     if (!json_is_object(req)) return perr_type(e, &p, "an object (the request body)", req);
-    const char *model = NULL, *user = NULL;
-    if (flags & DI_CONVERT_RENDER_LINE) TRY(jopt_string(req, "model", &p, e, &model));
-    else TRY(jreq_string(req, "model", &p, e, &model));
-    if (model && di_conv_set_str(&c->model, model) != DI_OK) return perr_nomem(e);
+    const char *user = NULL;
+    TRY(di_proto_model(c, req, flags, &p, e));
     TRY(jopt_string(req, "user", &p, e, &user));
     if (user && di_conv_set_str(&c->user, user) != DI_OK) return perr_nomem(e);
 
-    const json_t *msgs;
-    TRY(jopt_array(req, "messages", &p, e, &msgs));
-    size_t o = jp_key(&p, "messages");
-    if (!msgs) return perr_missing(e, &p);
-    if (json_array_size(msgs) == 0)
-        return perr_value(e, &p, "empty_array", "empty array. Expected an array with minimum length 1, but got an "
-                          "empty array instead.");
-    for (size_t i = 0; i < json_array_size(msgs); i++) {
-        size_t o2 = jp_idx(&p, i);
-        TRY(message(c, json_array_get(msgs, i), &p, e));
-        jp_pop(&p, o2);
-    }
-    jp_pop(&p, o);
-
-    const json_t *jt;
-    TRY(jopt_array(req, "tools", &p, e, &jt));
-    if (jt) {
-        o = jp_key(&p, "tools");
-        TRY(tools(c, jt, &p, e));
-        jp_pop(&p, o);
-    }
-    TRY(tool_choice(c, req, &p, e));
+    TRY(di_proto_messages(c, req, message, &p, e));
+    TRY(di_proto_openai_tools(c, req, &p, e));
+    TRY(di_proto_openai_tool_choice(c, req, &p, e));
     TRY(jopt_bool(req, "parallel_tool_calls", &p, e, &c->opt.parallel_tool_calls));
     TRY(response_format(c, req, &p, e));
     TRY(thinking(c, req, &p, e));
@@ -395,16 +235,7 @@ static di_status parse(di_conv *c, const json_t *req, unsigned flags, di_api_err
 }
 
 di_status di_chat_request_parse(const json_t *req, unsigned flags, di_conv **out, di_api_error *err) {
-    *out = NULL;
-    di_conv *c = di_conv_create();
-    if (!c) return perr_nomem(err);
-    di_status s = parse(c, req, flags, err);
-    if (s != DI_OK) {
-        di_conv_free(c);
-        return s;
-    }
-    *out = c;
-    return DI_OK;
+    return di_proto_parse_request(parse, req, flags, out, err);
 }
 
 di_status di_request_parse(di_proto proto, const json_t *req, unsigned flags, di_conv **out, di_api_error *err) {

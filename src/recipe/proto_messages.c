@@ -20,11 +20,17 @@
 
 #define TRY(x) do { di_status s_ = (x); if (s_ != DI_OK) return s_; } while (0)
 
-/* Text of one text block (borrowed from the JSON). */
-static di_status block_text(const json_t *b, di_jpath *p, di_api_error *e, const char **text) {
+/* The "type" of a content block (an object). */
+static di_status block_type(const json_t *b, di_jpath *p, di_api_error *e, const char **type) {
     if (!json_is_object(b)) return perr_type(e, p, "a valid dictionary", b);
+    return jreq_string(b, "type", p, e, type);
+}
+
+/* Text of one text block (borrowed from the JSON). */
+static di_status block_text(const json_t *b, const void *ctx, di_jpath *p, di_api_error *e, const char **text) {
+    (void)ctx;
     const char *type = NULL;
-    TRY(jreq_string(b, "type", p, e, &type));
+    TRY(block_type(b, p, e, &type));
     if (strcmp(type, "text")) {
         jp_key(p, "type");
         return perr_value(e, p, "unsupported_value", "blocks of type '%s' are not supported here (text only).", type);
@@ -35,27 +41,7 @@ static di_status block_text(const json_t *b, di_jpath *p, di_api_error *e, const
 /* Text of text blocks (or a string), joined with "\n"; other block types are rejected.
  * On error *out is NULL. */
 static di_status text_blocks(const json_t *v, di_jpath *p, di_api_error *e, char **out) {
-    *out = NULL;
-    if (json_is_string(v)) {
-        if (!(*out = strdup(json_string_value(v)))) return perr_nomem(e);
-        return DI_OK;
-    }
-    if (!json_is_array(v)) return perr_type(e, p, "a valid string or a list of text blocks", v);
-    char *acc = NULL;
-    if (di_conv_append_str(&acc, NULL, "", 0) != DI_OK) return perr_nomem(e);
-    for (size_t i = 0; i < json_array_size(v); i++) {
-        size_t o = jp_idx(p, i);
-        const char *text = NULL;
-        di_status s = block_text(json_array_get(v, i), p, e, &text);
-        if (s == DI_OK && di_conv_append_str(&acc, i ? "\n" : NULL, text, strlen(text)) != DI_OK) s = perr_nomem(e);
-        if (s != DI_OK) {
-            free(acc);
-            return s;
-        }
-        jp_pop(p, o);
-    }
-    *out = acc;
-    return DI_OK;
+    return di_proto_joined_text(v, "a valid string or a list of text blocks", block_text, NULL, p, e, out);
 }
 
 /* Appends text to the turn being built for this message, creating it when needed. */
@@ -72,9 +58,8 @@ static di_status user_blocks(di_conv *c, const json_t *blocks, di_jpath *p, di_a
     for (size_t i = 0; i < json_array_size(blocks); i++) {
         const json_t *b = json_array_get(blocks, i);
         size_t o = jp_idx(p, i);
-        if (!json_is_object(b)) return perr_type(e, p, "a valid dictionary", b);
         const char *type = NULL;
-        TRY(jreq_string(b, "type", p, e, &type));
+        TRY(block_type(b, p, e, &type));
         if (!strcmp(type, "text")) {
             const char *text = NULL;
             TRY(jreq_string(b, "text", p, e, &text));
@@ -91,12 +76,8 @@ static di_status user_blocks(di_conv *c, const json_t *blocks, di_jpath *p, di_a
             } else if (!(text = strdup(""))) {
                 return perr_nomem(e);
             }
-            di_message *m = di_conv_add_message(c, DI_ROLE_TOOL);
-            if (!m) {
-                free(text);
-                return perr_nomem(e);
-            }
-            m->content = text;
+            di_message *m;
+            TRY(di_proto_add_message(c, DI_ROLE_TOOL, text, e, &m));
             if (di_conv_set_str(&m->tool_call_id, id) != DI_OK) return perr_nomem(e);
             TRY(jopt_bool(b, "is_error", p, e, &m->is_error));
             cur = NULL;
@@ -119,9 +100,8 @@ static di_status assistant_blocks(di_conv *c, const json_t *blocks, di_jpath *p,
     for (size_t i = 0; i < json_array_size(blocks); i++) {
         const json_t *b = json_array_get(blocks, i);
         size_t o = jp_idx(p, i);
-        if (!json_is_object(b)) return perr_type(e, p, "a valid dictionary", b);
         const char *type = NULL;
-        TRY(jreq_string(b, "type", p, e, &type));
+        TRY(block_type(b, p, e, &type));
         m = &c->msgs[idx];
         if (!strcmp(type, "text")) {
             const char *text = NULL;
@@ -185,7 +165,11 @@ static di_status message(di_conv *c, const json_t *jm, di_jpath *p, di_api_error
     return DI_OK;
 }
 
-static di_status tools(di_conv *c, const json_t *arr, di_jpath *p, di_api_error *e) {
+static di_status tools(di_conv *c, const json_t *req, di_jpath *p, di_api_error *e) {
+    const json_t *arr;
+    TRY(jopt_array(req, "tools", p, e, &arr));
+    if (!arr) return DI_OK;
+    size_t o0 = jp_key(p, "tools");
     for (size_t i = 0; i < json_array_size(arr); i++) {
         const json_t *t = json_array_get(arr, i), *schema;
         size_t o = jp_idx(p, i);
@@ -197,11 +181,7 @@ static di_status tools(di_conv *c, const json_t *arr, di_jpath *p, di_api_error 
             return perr_value(e, p, "unsupported_value", "server tools ('%s') are not supported; only custom tools "
                               "with an input_schema.", type);
         }
-        TRY(jreq_string(t, "name", p, e, &name));
-        if (!di_tool_name_ok(name)) {
-            jp_key(p, "name");
-            return perr_value(e, p, "invalid_value", "String should match pattern '^[a-zA-Z0-9_.:-]{1,128}$'");
-        }
+        TRY(di_proto_tool_name(t, p, e, &name));
         TRY(jopt_string(t, "description", p, e, &desc));
         TRY(jopt_object(t, "input_schema", p, e, &schema));
         if (!schema) {
@@ -211,6 +191,7 @@ static di_status tools(di_conv *c, const json_t *arr, di_jpath *p, di_api_error 
         if (di_conv_add_tool(c, name, desc, (json_t *)schema, 0) != DI_OK) return perr_nomem(e);
         jp_pop(p, o);
     }
+    jp_pop(p, o0);
     return DI_OK;
 }
 
@@ -227,14 +208,7 @@ static di_status tool_choice(di_conv *c, const json_t *req, di_jpath *p, di_api_
     else if (!strcmp(type, "none")) c->opt.tool_choice = DI_TOOL_CHOICE_NONE;
     else if (!strcmp(type, "tool")) {
         TRY(jreq_string(tc, "name", p, e, &name));
-        int found = 0;
-        for (size_t i = 0; i < c->n_tools; i++) found |= !strcmp(c->tools[i].name, name);
-        if (!found) {
-            jp_key(p, "name");
-            return perr_value(e, p, "invalid_value", "no tool named '%s' is among the request's tools", name);
-        }
-        c->opt.tool_choice = DI_TOOL_CHOICE_NAMED;
-        if (di_conv_set_str(&c->opt.tool_choice_name, name) != DI_OK) return perr_nomem(e);
+        TRY(di_proto_named_tool_choice(c, name, p, e));
     } else {
         jp_key(p, "type");
         return perr_value(e, p, "invalid_value", "Input should be 'auto', 'any', 'tool' or 'none'");
@@ -280,10 +254,7 @@ static di_status parse(di_conv *c, const json_t *req, unsigned flags, di_api_err
     di_jpath p;
     jp_init(&p, DI_PROTO_MESSAGES);
     if (!json_is_object(req)) return perr_type(e, &p, "a valid dictionary (the request body)", req);
-    const char *model = NULL;
-    if (flags & DI_CONVERT_RENDER_LINE) TRY(jopt_string(req, "model", &p, e, &model));
-    else TRY(jreq_string(req, "model", &p, e, &model));
-    if (model && di_conv_set_str(&c->model, model) != DI_OK) return perr_nomem(e);
+    TRY(di_proto_model(c, req, flags, &p, e));
     di_request_params *q = &c->params;
     if (!(flags & DI_CONVERT_RENDER_LINE) && !json_object_get(req, "max_tokens")) {
         jp_key(&p, "max_tokens");
@@ -295,32 +266,11 @@ static di_status parse(di_conv *c, const json_t *req, unsigned flags, di_api_err
         size_t o = jp_key(&p, "system");
         char *text;
         TRY(text_blocks(sys, &p, e, &text));
-        di_message *m = di_conv_add_message(c, DI_ROLE_SYSTEM);
-        if (!m) {
-            free(text);
-            return perr_nomem(e);
-        }
-        m->content = text;
+        TRY(di_proto_add_message(c, DI_ROLE_SYSTEM, text, e, NULL));
         jp_pop(&p, o);
     }
-    const json_t *msgs;
-    TRY(jopt_array(req, "messages", &p, e, &msgs));
-    size_t o = jp_key(&p, "messages");
-    if (!msgs) return perr_missing(e, &p);
-    if (json_array_size(msgs) == 0) return perr_value(e, &p, "invalid_value", "at least one message is required");
-    for (size_t i = 0; i < json_array_size(msgs); i++) {
-        size_t o2 = jp_idx(&p, i);
-        TRY(message(c, json_array_get(msgs, i), &p, e));
-        jp_pop(&p, o2);
-    }
-    jp_pop(&p, o);
-    const json_t *jt;
-    TRY(jopt_array(req, "tools", &p, e, &jt));
-    if (jt) {
-        o = jp_key(&p, "tools");
-        TRY(tools(c, jt, &p, e));
-        jp_pop(&p, o);
-    }
+    TRY(di_proto_messages(c, req, message, &p, e));
+    TRY(tools(c, req, &p, e));
     TRY(tool_choice(c, req, &p, e));
     TRY(thinking(c, req, &p, e));
     const json_t *stops;
@@ -334,7 +284,7 @@ static di_status parse(di_conv *c, const json_t *req, unsigned flags, di_api_err
     TRY(jopt_object(req, "metadata", &p, e, &meta));
     if (meta) {
         const char *uid = NULL;
-        o = jp_key(&p, "metadata");
+        size_t o = jp_key(&p, "metadata");
         TRY(jopt_string(meta, "user_id", &p, e, &uid));
         if (uid && di_conv_set_str(&c->user, uid) != DI_OK) return perr_nomem(e);
         jp_pop(&p, o);
@@ -344,7 +294,7 @@ static di_status parse(di_conv *c, const json_t *req, unsigned flags, di_api_err
     if (last && last->role == DI_ROLE_ASSISTANT) {
         if (last->n_tool_calls || !last->content) {
             jp_key(&p, "messages");
-            jp_idx(&p, json_array_size(msgs) - 1);
+            jp_idx(&p, json_array_size(json_object_get(req, "messages")) - 1);
             return perr_value(e, &p, "invalid_value", "a final assistant message (prefill) must contain text only");
         }
         c->opt.continue_final_message = 1;
@@ -356,14 +306,5 @@ static di_status parse(di_conv *c, const json_t *req, unsigned flags, di_api_err
 }
 
 di_status di_messages_request_parse(const json_t *req, unsigned flags, di_conv **out, di_api_error *err) {
-    *out = NULL;
-    di_conv *c = di_conv_create();
-    if (!c) return perr_nomem(err);
-    di_status s = parse(c, req, flags, err);
-    if (s != DI_OK) {
-        di_conv_free(c);
-        return s;
-    }
-    *out = c;
-    return DI_OK;
+    return di_proto_parse_request(parse, req, flags, out, err);
 }

@@ -21,7 +21,8 @@
 #define TRY(x) do { di_status s_ = (x); if (s_ != DI_OK) return s_; } while (0)
 
 /* Text of one content part (borrowed from the JSON). */
-static di_status part_text(const json_t *part, di_jpath *p, di_api_error *e, const char **text) {
+static di_status part_text(const json_t *part, const void *ctx, di_jpath *p, di_api_error *e, const char **text) {
+    (void)ctx;
     if (!json_is_object(part)) return perr_type(e, p, "an object", part);
     const char *type = NULL;
     TRY(jreq_string(part, "type", p, e, &type));
@@ -39,27 +40,7 @@ static di_status part_text(const json_t *part, di_jpath *p, di_api_error *e, con
 /* Text of a content field: a string or an array of text-bearing parts joined with "\n".
  * On error *out is NULL. */
 static di_status content_text(const json_t *v, di_jpath *p, di_api_error *e, char **out) {
-    *out = NULL;
-    if (json_is_string(v)) {
-        if (!(*out = strdup(json_string_value(v)))) return perr_nomem(e);
-        return DI_OK;
-    }
-    if (!json_is_array(v)) return perr_type(e, p, "a string or an array of content parts", v);
-    char *acc = NULL;
-    if (di_conv_append_str(&acc, NULL, "", 0) != DI_OK) return perr_nomem(e);
-    for (size_t i = 0; i < json_array_size(v); i++) {
-        size_t o = jp_idx(p, i);
-        const char *text = NULL;
-        di_status s = part_text(json_array_get(v, i), p, e, &text);
-        if (s == DI_OK && di_conv_append_str(&acc, i ? "\n" : NULL, text, strlen(text)) != DI_OK) s = perr_nomem(e);
-        if (s != DI_OK) {
-            free(acc);
-            return s;
-        }
-        jp_pop(p, o);
-    }
-    *out = acc;
-    return DI_OK;
+    return di_proto_joined_text(v, "a string or an array of content parts", part_text, NULL, p, e, out);
 }
 
 typedef struct build {
@@ -99,12 +80,8 @@ static di_status message_item(build *b, const json_t *it, di_jpath *p, di_api_er
     char *text;
     TRY(content_text(jc, p, e, &text));
     jp_pop(p, o);
-    di_message *m = di_conv_add_message(b->c, role);
-    if (!m) {
-        free(text);
-        return perr_nomem(e);
-    }
-    m->content = text;
+    di_message *m;
+    TRY(di_proto_add_message(b->c, role, text, e, &m));
     b->open_assistant = role == DI_ROLE_ASSISTANT;
     if (role == DI_ROLE_ASSISTANT) TRY(take_reasoning(b, m, e));
     return DI_OK;
@@ -136,12 +113,8 @@ static di_status function_output_item(build *b, const json_t *it, di_jpath *p, d
     char *text;
     TRY(content_text(out, p, e, &text));
     jp_pop(p, o);
-    di_message *m = di_conv_add_message(b->c, DI_ROLE_TOOL);
-    if (!m) {
-        free(text);
-        return perr_nomem(e);
-    }
-    m->content = text;
+    di_message *m;
+    TRY(di_proto_add_message(b->c, DI_ROLE_TOOL, text, e, &m));
     if (di_conv_set_str(&m->tool_call_id, call_id) != DI_OK) return perr_nomem(e);
     b->open_assistant = 0;
     return DI_OK;
@@ -190,69 +163,6 @@ static di_status input_items(build *b, const json_t *arr, di_jpath *p, di_api_er
     return DI_OK;
 }
 
-static di_status tools(di_conv *c, const json_t *arr, di_jpath *p, di_api_error *e) {
-    for (size_t i = 0; i < json_array_size(arr); i++) {
-        const json_t *t = json_array_get(arr, i), *params = NULL;
-        size_t o = jp_idx(p, i);
-        if (!json_is_object(t)) return perr_type(e, p, "an object", t);
-        const char *type = NULL, *name = NULL, *desc = NULL;
-        TRY(jreq_string(t, "type", p, e, &type));
-        if (strcmp(type, "function")) {
-            jp_key(p, "type");
-            return perr_value(e, p, "unsupported_value", "only 'function' tools are supported, got '%s'.", type);
-        }
-        TRY(jreq_string(t, "name", p, e, &name));
-        if (!di_tool_name_ok(name)) {
-            jp_key(p, "name");
-            return perr_value(e, p, "invalid_value", "'%s' does not match the pattern '^[a-zA-Z0-9_.:-]{1,128}$'.",
-                              name);
-        }
-        TRY(jopt_string(t, "description", p, e, &desc));
-        TRY(jopt_object(t, "parameters", p, e, &params));
-        int strict = 1;  /* the Responses API defaults strict to true */
-        TRY(jopt_bool(t, "strict", p, e, &strict));
-        if (di_conv_add_tool(c, name, desc, (json_t *)params, strict) != DI_OK) return perr_nomem(e);
-        jp_pop(p, o);
-    }
-    return DI_OK;
-}
-
-static di_status tool_choice(di_conv *c, const json_t *req, di_jpath *p, di_api_error *e) {
-    const json_t *v = json_object_get(req, "tool_choice");
-    c->opt.tool_choice = DI_TOOL_CHOICE_AUTO;  /* the API's default, echoed even without tools */
-    if (!v || json_is_null(v)) return DI_OK;
-    size_t o = jp_key(p, "tool_choice");
-    if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        if (!strcmp(s, "none")) c->opt.tool_choice = DI_TOOL_CHOICE_NONE;
-        else if (!strcmp(s, "auto")) c->opt.tool_choice = DI_TOOL_CHOICE_AUTO;
-        else if (!strcmp(s, "required")) c->opt.tool_choice = DI_TOOL_CHOICE_REQUIRED;
-        else return perr_value(e, p, "invalid_value", "'%s'. Supported values are: 'none', 'auto' and 'required'.", s);
-    } else if (json_is_object(v)) {
-        const char *type = NULL, *name = NULL;
-        TRY(jreq_string(v, "type", p, e, &type));
-        if (strcmp(type, "function")) {
-            jp_key(p, "type");
-            return perr_value(e, p, "unsupported_value", "only {\"type\": \"function\"} tool choices are supported.");
-        }
-        TRY(jreq_string(v, "name", p, e, &name));
-        int found = 0;
-        for (size_t i = 0; i < c->n_tools; i++) found |= !strcmp(c->tools[i].name, name);
-        if (!found) {
-            jp_key(p, "name");
-            return perr_value(e, p, "invalid_value", "no tool named '%s' is among the request's tools.", name);
-        }
-        c->opt.tool_choice = DI_TOOL_CHOICE_NAMED;
-        if (di_conv_set_str(&c->opt.tool_choice_name, name) != DI_OK) return perr_nomem(e);
-    } else {
-        return perr_type(e, p, "a string or an object", v);
-    }
-    if (c->opt.tool_choice != DI_TOOL_CHOICE_NONE && c->n_tools == 0)
-        return perr_value(e, p, "invalid_value", "'tool_choice' is only allowed when 'tools' are specified.");
-    jp_pop(p, o);
-    return DI_OK;
-}
-
 static di_status text_format(di_conv *c, const json_t *req, di_jpath *p, di_api_error *e) {
     const json_t *text, *fmt;
     TRY(jopt_object(req, "text", p, e, &text));
@@ -261,29 +171,7 @@ static di_status text_format(di_conv *c, const json_t *req, di_jpath *p, di_api_
     TRY(jopt_object(text, "format", p, e, &fmt));
     if (fmt) {
         jp_key(p, "format");
-        const char *type = NULL, *name = NULL;
-        const json_t *schema = NULL;
-        TRY(jreq_string(fmt, "type", p, e, &type));
-        if (!strcmp(type, "text")) {
-            c->opt.response_format = DI_RESPONSE_FORMAT_TEXT;
-        } else if (!strcmp(type, "json_object")) {
-            c->opt.response_format = DI_RESPONSE_FORMAT_JSON_OBJECT;
-        } else if (!strcmp(type, "json_schema")) {
-            TRY(jreq_string(fmt, "name", p, e, &name));
-            TRY(jopt_object(fmt, "schema", p, e, &schema));
-            if (!schema) {
-                jp_key(p, "schema");
-                return perr_missing(e, p);
-            }
-            TRY(jopt_bool(fmt, "strict", p, e, &c->opt.response_format_strict));
-            c->opt.response_format = DI_RESPONSE_FORMAT_JSON_SCHEMA;
-            if (di_conv_set_str(&c->opt.response_format_name, name) != DI_OK) return perr_nomem(e);
-            c->opt.response_schema = json_incref((json_t *)schema);
-        } else {
-            jp_key(p, "type");
-            return perr_value(e, p, "invalid_value", "'%s'. Supported values are: 'text', 'json_object' and "
-                              "'json_schema'.", type);
-        }
+        TRY(di_proto_openai_response_format(c, fmt, p, e));
     }
     jp_pop(p, o);
     return DI_OK;
@@ -294,20 +182,7 @@ static di_status options(di_conv *c, const json_t *req, di_jpath *p, di_api_erro
     TRY(jopt_object(req, "reasoning", p, e, &r));
     if (r) {
         size_t o = jp_key(p, "reasoning");
-        const char *effort = NULL;
-        TRY(jopt_string(r, "effort", p, e, &effort));
-        if (effort) {
-            static const char *ok[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
-            int found = 0;
-            for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) found |= !strcmp(ok[i], effort);
-            if (!found) {
-                jp_key(p, "effort");
-                return perr_value(e, p, "invalid_value", "'%s'. Supported values are: 'none', 'minimal', 'low', "
-                                  "'medium', 'high' and 'xhigh'.", effort);
-            }
-            if (di_conv_set_str(&c->opt.reasoning_effort, effort) != DI_OK) return perr_nomem(e);
-            c->opt.thinking = strcmp(effort, "none") ? DI_THINKING_ON : DI_THINKING_OFF;
-        }
+        TRY(di_proto_reasoning_effort(c, r, "effort", p, e));
         jp_pop(p, o);
     }
     di_request_params *q = &c->params;
@@ -321,11 +196,7 @@ static di_status options(di_conv *c, const json_t *req, di_jpath *p, di_api_erro
     TRY(jopt_number(req, "min_p", p, e, 0, 1, &q->min_p));
     TRY(jopt_number(req, "repetition_penalty", p, e, 1e-6, 100, &q->repetition_penalty));
     TRY(jopt_stop(req, "stop", p, e, 16, q));
-    const json_t *seed = json_object_get(req, "seed");
-    if (seed && !json_is_null(seed)) {
-        TRY(jopt_int(req, "seed", p, e, INT64_MIN, INT64_MAX, &q->seed));
-        q->has_seed = 1;
-    }
+    TRY(jopt_seed(req, "seed", p, e, q));
     TRY(jopt_bool(req, "parallel_tool_calls", p, e, &c->opt.parallel_tool_calls));
     return DI_OK;
 }
@@ -334,10 +205,8 @@ static di_status parse(di_conv *c, const json_t *req, unsigned flags, di_api_err
     di_jpath p;
     jp_init(&p, DI_PROTO_RESPONSES);
     if (!json_is_object(req)) return perr_type(e, &p, "an object (the request body)", req);
-    const char *model = NULL, *instructions = NULL, *user = NULL;
-    if (flags & DI_CONVERT_RENDER_LINE) TRY(jopt_string(req, "model", &p, e, &model));
-    else TRY(jreq_string(req, "model", &p, e, &model));
-    if (model && di_conv_set_str(&c->model, model) != DI_OK) return perr_nomem(e);
+    const char *instructions = NULL, *user = NULL;
+    TRY(di_proto_model(c, req, flags, &p, e));
     TRY(jopt_string(req, "user", &p, e, &user));
     if (user && di_conv_set_str(&c->user, user) != DI_OK) return perr_nomem(e);
     static const char *stateful[] = {"previous_response_id", "conversation", "prompt"};
@@ -376,14 +245,8 @@ static di_status parse(di_conv *c, const json_t *req, unsigned flags, di_api_err
         jp_key(&p, "input");
         return perr_value(e, &p, "empty_array", "the input contains no user, assistant or tool items.");
     }
-    const json_t *jt;
-    TRY(jopt_array(req, "tools", &p, e, &jt));
-    if (jt) {
-        o = jp_key(&p, "tools");
-        TRY(tools(c, jt, &p, e));
-        jp_pop(&p, o);
-    }
-    TRY(tool_choice(c, req, &p, e));
+    TRY(di_proto_openai_tools(c, req, &p, e));
+    TRY(di_proto_openai_tool_choice(c, req, &p, e));
     TRY(text_format(c, req, &p, e));
     TRY(options(c, req, &p, e));
     c->opt.add_generation_prompt = !(flags & DI_CONVERT_RENDER_LINE);
@@ -391,14 +254,5 @@ static di_status parse(di_conv *c, const json_t *req, unsigned flags, di_api_err
 }
 
 di_status di_responses_request_parse(const json_t *req, unsigned flags, di_conv **out, di_api_error *err) {
-    *out = NULL;
-    di_conv *c = di_conv_create();
-    if (!c) return perr_nomem(err);
-    di_status s = parse(c, req, flags, err);
-    if (s != DI_OK) {
-        di_conv_free(c);
-        return s;
-    }
-    *out = c;
-    return DI_OK;
+    return di_proto_parse_request(parse, req, flags, out, err);
 }

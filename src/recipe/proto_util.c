@@ -271,6 +271,13 @@ di_status jopt_stop(const json_t *obj, const char *key, di_jpath *p, di_api_erro
     return s;
 }
 
+di_status jopt_seed(const json_t *obj, const char *key, di_jpath *p, di_api_error *e, di_request_params *params) {
+    if (!present(obj, key)) return DI_OK;
+    di_status s = jopt_int(obj, key, p, e, INT64_MIN, INT64_MAX, &params->seed);
+    if (s == DI_OK) params->has_seed = 1;
+    return s;
+}
+
 int di_tool_name_ok(const char *name) {
     size_t n = strlen(name);
     if (n == 0 || n > 128) return 0;
