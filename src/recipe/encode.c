@@ -82,14 +82,19 @@ di_status di_prompt_special(di_prompt *p, const char *tok) {
     return append(p, DI_SEG_SPECIAL, tok, strlen(tok));
 }
 
+di_status di_encode_need_content(const di_message *m, size_t i) {
+    if (!m->content)
+        return di_error(DI_ERR_INVALID_ARG, "messages[%zu]: %s message content is null", i, di_role_name(m->role));
+    return DI_OK;
+}
+
 di_status di_encode_system_prefix(const di_conv *c, const di_encode_opts *o, di_prompt *out) {
     DI_TRY(di_prompt_special(out, o->bos_token ? o->bos_token : DI_TOK_STR_BOS));
     int first = 1;
     for (size_t i = 0; i < c->n_msgs; i++) {
         const di_message *m = &c->msgs[i];
         if (m->role != DI_ROLE_SYSTEM) continue;
-        if (!m->content)
-            return di_error(DI_ERR_INVALID_ARG, "messages[%zu]: system message content is null", i);
+        DI_TRY(di_encode_need_content(m, i));
         if (!first) DI_TRY(di_prompt_text(out, "\n\n", 2));
         DI_TRY(di_prompt_text(out, m->content, strlen(m->content)));
         first = 0;

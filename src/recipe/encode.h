@@ -92,6 +92,9 @@ di_status di_encode_v3(const di_conv *c, const di_encode_opts *o, di_prompt *out
 di_status di_encode_r1(const di_conv *c, const di_encode_opts *o, di_prompt *out);
 di_status di_encode_v31(const di_conv *c, const di_encode_opts *o, di_prompt *out);
 
+/* Shared by the encoders: DI_ERR_INVALID_ARG naming message i when its content is null (where
+ * the Jinja template would fail concatenating None to a string). */
+di_status di_encode_need_content(const di_message *m, size_t i);
 /* Shared by the encoders: "<bos>" + all system contents joined by "\n\n". */
 di_status di_encode_system_prefix(const di_conv *c, const di_encode_opts *o, di_prompt *out);
 /* Shared by V3 and R1: type<sep>name + "\n```json\n" + arguments + "\n```" (no call begin/end). */

@@ -17,12 +17,6 @@
 #define TEXT(s) DI_TRY(di_prompt_text(p, (s), strlen(s)))
 #define SPECIAL(t) DI_TRY(di_prompt_special(p, (t)))
 
-static di_status need_content(const di_message *m, size_t i) {
-    if (!m->content)
-        return di_error(DI_ERR_INVALID_ARG, "messages[%zu]: %s message content is null", i, di_role_name(m->role));
-    return DI_OK;
-}
-
 /* Text after the last occurrence of "</think>" (Python: s.split('</think>')[-1]). */
 static const char *after_last_think_end(const char *s) {
     const char *r = s, *q;
@@ -40,7 +34,7 @@ di_status di_encode_r1(const di_conv *c, const di_encode_opts *o, di_prompt *p) 
         case DI_ROLE_SYSTEM:
             break;
         case DI_ROLE_USER:
-            DI_TRY(need_content(m, i));
+            DI_TRY(di_encode_need_content(m, i));
             is_tool = 0;
             SPECIAL(DI_TOK_STR_USER);
             TEXT(m->content);
@@ -64,7 +58,7 @@ di_status di_encode_r1(const di_conv *c, const di_encode_opts *o, di_prompt *p) 
                 SPECIAL(DI_TOK_STR_CALLS_END);
                 SPECIAL(eos);
             } else {
-                DI_TRY(need_content(m, i));
+                DI_TRY(di_encode_need_content(m, i));
                 if (is_tool) {
                     SPECIAL(DI_TOK_STR_OUTPUTS_END);
                     TEXT(m->content);
@@ -77,7 +71,7 @@ di_status di_encode_r1(const di_conv *c, const di_encode_opts *o, di_prompt *p) 
             }
             break;
         case DI_ROLE_TOOL:
-            DI_TRY(need_content(m, i));
+            DI_TRY(di_encode_need_content(m, i));
             is_tool = 1;
             if (is_output_first) {
                 SPECIAL(DI_TOK_STR_OUTPUTS_BEGIN);

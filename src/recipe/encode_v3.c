@@ -32,12 +32,6 @@ di_status di_encode_fenced_call(di_prompt *p, const di_tool_call *tc) {
     return DI_OK;
 }
 
-static di_status need_content(const di_message *m, size_t i) {
-    if (!m->content)
-        return di_error(DI_ERR_INVALID_ARG, "messages[%zu]: %s message content is null", i, di_role_name(m->role));
-    return DI_OK;
-}
-
 di_status di_encode_v3(const di_conv *c, const di_encode_opts *o, di_prompt *p) {
     const char *eos = o->eos_token ? o->eos_token : DI_TOK_STR_EOS;
     DI_TRY(di_encode_system_prefix(c, o, p));
@@ -48,7 +42,7 @@ di_status di_encode_v3(const di_conv *c, const di_encode_opts *o, di_prompt *p) 
         case DI_ROLE_SYSTEM:
             break;
         case DI_ROLE_USER:
-            DI_TRY(need_content(m, i));
+            DI_TRY(di_encode_need_content(m, i));
             is_tool = 0;
             SPECIAL(DI_TOK_STR_USER);
             TEXT(m->content);
@@ -85,7 +79,7 @@ di_status di_encode_v3(const di_conv *c, const di_encode_opts *o, di_prompt *p) 
             }
             break;
         case DI_ROLE_TOOL:
-            DI_TRY(need_content(m, i));
+            DI_TRY(di_encode_need_content(m, i));
             is_tool = 1;
             if (is_output_first) {
                 SPECIAL(DI_TOK_STR_OUTPUTS_BEGIN);

@@ -26,12 +26,6 @@
 #define TEXT(s) DI_TRY(di_prompt_text(p, (s), strlen(s)))
 #define SPECIAL(t) DI_TRY(di_prompt_special(p, (t)))
 
-static di_status need_content(const di_message *m, size_t i) {
-    if (!m->content)
-        return di_error(DI_ERR_INVALID_ARG, "messages[%zu]: %s message content is null", i, di_role_name(m->role));
-    return DI_OK;
-}
-
 /* Text after the first "</think>" (Python: s.split('</think>', 1)[1]), or s if none. */
 static const char *after_first_think_end(const char *s) {
     const char *q = strstr(s, DI_TOK_STR_THINK_END);
@@ -92,7 +86,7 @@ di_status di_encode_v31(const di_conv *c, const di_encode_opts *o, di_prompt *p)
         case DI_ROLE_SYSTEM:
             break;
         case DI_ROLE_USER:
-            DI_TRY(need_content(m, i));
+            DI_TRY(di_encode_need_content(m, i));
             is_tool = 0;
             is_last_user = 1;
             SPECIAL(DI_TOK_STR_USER);
@@ -121,7 +115,7 @@ di_status di_encode_v31(const di_conv *c, const di_encode_opts *o, di_prompt *p)
                     SPECIAL(m->prefix && thinking ? DI_TOK_STR_THINK : DI_TOK_STR_THINK_END);
                 }
                 is_last_user = 0;
-                DI_TRY(need_content(m, i));
+                DI_TRY(di_encode_need_content(m, i));
                 if (is_tool) {
                     TEXT(m->content);
                     is_tool = 0;
@@ -132,7 +126,7 @@ di_status di_encode_v31(const di_conv *c, const di_encode_opts *o, di_prompt *p)
             }
             break;
         case DI_ROLE_TOOL:
-            DI_TRY(need_content(m, i));
+            DI_TRY(di_encode_need_content(m, i));
             is_last_user = 0;
             is_tool = 1;
             SPECIAL(DI_TOK_STR_OUTPUT_BEGIN);
