@@ -1,15 +1,16 @@
 /* cpu_backend.c - the CPU backend: its op table, memory (host allocations), and weight upload
- * (every checkpoint dtype dequantized to fp32 at load, FP8 with its 128x128 block scales).
+ * (every checkpoint dtype dequantized to fp32 at load, FP8 with its 128x128 block scales, by
+ * the host-side helpers of backend_host.c shared with the CUDA backend).
  *
  * Owner: model. "Device" memory is 64-byte-aligned host memory; upload/download are memcpy and
  * sync is a no-op. The op implementations live in cpu_ops.c, cpu_matmul.c, cpu_attention.c
  * cpu_moe.c and cpu_indexer.c; they run on a thread pool created here (n_threads, DEEPINFER_THREADS, or
  * all cores). */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_host.h"
 #include "backend/cpu/cpu_internal.h"
 #include "core/status.h"
 
@@ -42,67 +43,12 @@ static void cpu_memset(di_backend *be, void *dst, int byte, size_t bytes) {
 
 static di_status cpu_sync(di_backend *be) { (void)be; return DI_OK; }
 
-/* float8_e4m3fn -> float for all 256 codes (exact; filled once from di_fp8e4m3_to_f32). */
-static float g_fp8_lut[256];
-static pthread_once_t g_fp8_once = PTHREAD_ONCE_INIT;
-static void fill_fp8_lut(void) {
-    for (int i = 0; i < 256; i++) g_fp8_lut[i] = di_fp8e4m3_to_f32((uint8_t)i);
-}
-
-/* Converts rows [row0, row0 + rows) of a host matrix to fp32, dequantizing FP8 blocks
- * (W = Wq * weight_scale_inv of the 128x128 block). */
-static void convert_part(float *dst, const di_host_matrix *p) {
-    size_t es = di_dtype_size(p->dtype);
-    for (int r = 0; r < p->rows; r++) {
-        size_t src_row = (size_t)p->row0 + r;
-        float *d = dst + (size_t)r * p->cols;
-        const void *src = (const char *)p->data + src_row * p->cols * es;
-        if (p->dtype == DI_DTYPE_F8_E4M3) {
-            const uint8_t *q = src;
-            size_t sc_cols = ((size_t)p->cols + p->block_cols - 1) / p->block_cols;
-            const float *srow = p->scale + src_row / p->block_rows * sc_cols;
-            for (int c = 0; c < p->cols; c++) d[c] = g_fp8_lut[q[c]] * srow[c / p->block_cols];
-        } else {
-            di_convert_to_f32(d, src, p->dtype, (size_t)p->cols);
-        }
-    }
-}
-
-static di_status check_part(const di_host_matrix *p, const di_host_matrix *first_of_index) {
-    const char *nm = p->name ? p->name : "(unnamed)";
-    if (p->dtype != DI_DTYPE_F32 && p->dtype != DI_DTYPE_BF16 && p->dtype != DI_DTYPE_F16 &&
-        p->dtype != DI_DTYPE_F8_E4M3)
-        return di_error(DI_ERR_UNSUPPORTED, "tensor '%s': dtype %s is not a supported weight dtype "
-                        "(expected F32, BF16, F16 or F8_E4M3)", nm, di_dtype_name(p->dtype));
-    if (p->rows <= 0 || p->cols <= 0 || p->row0 < 0 || !p->data)
-        return di_error(DI_ERR_INVALID_ARG, "tensor '%s': empty or invalid matrix (rows %d from %d, cols %d)",
-                        nm, p->rows, p->row0, p->cols);
-    if (p->dtype == DI_DTYPE_F8_E4M3 && (!p->scale || p->block_rows <= 0 || p->block_cols <= 0))
-        return di_error(DI_ERR_FORMAT, "tensor '%s': F8_E4M3 weight without weight_scale_inv block scales", nm);
-    if (first_of_index && (p->rows != first_of_index->rows || p->cols != first_of_index->cols))
-        return di_error(DI_ERR_FORMAT, "tensor '%s': shape [%d, %d] differs from '%s' [%d, %d] it is stacked with",
-                        nm, p->rows, p->cols, first_of_index->name ? first_of_index->name : "?",
-                        first_of_index->rows, first_of_index->cols);
-    return DI_OK;
-}
-
 static di_status cpu_weight_upload(di_backend *be, int n, int n_parts, const di_host_matrix *parts,
                                    di_weight_layout layout, di_weight *out) {
     memset(out, 0, sizeof *out);
-    if (n <= 0 || n_parts <= 0) return di_error(DI_ERR_INVALID_ARG, "weight_upload: n=%d n_parts=%d", n, n_parts);
-    int rows = 0, cols = parts[0].cols;
-    for (int p = 0; p < n_parts; p++) rows += parts[p].rows;
-    for (int i = 0; i < n; i++)
-        for (int p = 0; p < n_parts; p++) {
-            const di_host_matrix *hm = &parts[(size_t)i * n_parts + p];
-            DI_TRY(check_part(hm, i ? &parts[p] : NULL));
-            if (hm->cols != cols)
-                return di_error(DI_ERR_FORMAT, "tensor '%s': %d columns, but '%s' it is concatenated with has %d",
-                                hm->name ? hm->name : "?", hm->cols, parts[0].name ? parts[0].name : "?", cols);
-        }
+    int rows, cols;
+    DI_TRY(di_weight_parts_check(n, n_parts, parts, &rows, &cols));
     size_t per = (size_t)rows * cols, total = per * (size_t)n;
-    if (total / (size_t)n != per || total > ((size_t)1 << 40))
-        return di_error(DI_ERR_NOMEM, "tensor '%s': weight of %d x [%d, %d] is too large", parts[0].name, n, rows, cols);
     float *data = NULL, *tmp = NULL;
     DI_TRY(cpu_alloc(be, total * sizeof(float), (void **)&data));
     if (layout == DI_WEIGHT_TRANSPOSED && !(tmp = malloc(per * sizeof(float)))) {
@@ -111,12 +57,7 @@ static di_status cpu_weight_upload(di_backend *be, int n, int n_parts, const di_
     }
     for (int i = 0; i < n; i++) {
         float *dst = data + (size_t)i * per, *buf = layout == DI_WEIGHT_TRANSPOSED ? tmp : dst;
-        size_t row_off = 0;
-        for (int p = 0; p < n_parts; p++) {
-            const di_host_matrix *hm = &parts[(size_t)i * n_parts + p];
-            convert_part(buf + row_off * cols, hm);
-            row_off += (size_t)hm->rows;
-        }
+        di_host_matrices_to_f32(buf, &parts[(size_t)i * n_parts], n_parts);
         if (layout == DI_WEIGHT_TRANSPOSED)
             for (int r = 0; r < rows; r++)
                 for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = buf[(size_t)r * cols + c];
@@ -162,7 +103,6 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out) {
     }
     st->n_threads = di_threadpool_size(st->pool);
     di_cpu_isa_init();
-    pthread_once(&g_fp8_once, fill_fp8_lut);
     st->par_min_work = CPU_PAR_MIN_WORK;
     const char *pm = getenv("DEEPINFER_CPU_PAR_MIN_WORK");
     if (pm && *pm) st->par_min_work = atof(pm);

@@ -1,6 +1,7 @@
 /* cuda_backend.cu - the CUDA backend (Hopper sm_90a): creation, the op table, device memory
  * and pinned staging, weight upload (bf16, or fp8 e4m3 + 128x128 block scales kept as in the
- * checkpoint), the step workspace (reserve) and CUDA-graph capture hooks.
+ * checkpoint; parts checked and converted on the host by backend_host.c), the step workspace
+ * (reserve) and CUDA-graph capture hooks.
  *
  * Owner: cuda. Invariants: one non-blocking stream per backend, every op enqueued on it; the
  * host never waits except in download() and sync(), which also report the first recorded
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/backend_host.h"
 
 /* ---------------------------------------------------------------- errors ---- */
 
@@ -101,39 +103,6 @@ static void c_memset(di_backend *be, void *dst, int byte, size_t bytes) {
 }
 
 /* ---------------------------------------------------------------- weights ---- */
-
-static di_status check_part(const di_host_matrix *p, const di_host_matrix *first_of_index) {
-    const char *nm = p->name ? p->name : "(unnamed)";
-    if (p->dtype != DI_DTYPE_F32 && p->dtype != DI_DTYPE_BF16 && p->dtype != DI_DTYPE_F16 &&
-        p->dtype != DI_DTYPE_F8_E4M3)
-        return di_error(DI_ERR_UNSUPPORTED, "tensor '%s': dtype %s is not a supported weight dtype "
-                        "(expected F32, BF16, F16 or F8_E4M3)", nm, di_dtype_name(p->dtype));
-    if (p->rows <= 0 || p->cols <= 0 || p->row0 < 0 || !p->data)
-        return di_error(DI_ERR_INVALID_ARG, "tensor '%s': empty or invalid matrix (rows %d from %d, cols %d)", nm,
-                        p->rows, p->row0, p->cols);
-    if (p->dtype == DI_DTYPE_F8_E4M3 && (!p->scale || p->block_rows <= 0 || p->block_cols <= 0))
-        return di_error(DI_ERR_FORMAT, "tensor '%s': F8_E4M3 weight without weight_scale_inv block scales", nm);
-    if (first_of_index && (p->rows != first_of_index->rows || p->cols != first_of_index->cols))
-        return di_error(DI_ERR_FORMAT, "tensor '%s': shape [%d, %d] differs from '%s' [%d, %d] it is stacked with", nm,
-                        p->rows, p->cols, first_of_index->name ? first_of_index->name : "?", first_of_index->rows,
-                        first_of_index->cols);
-    return DI_OK;
-}
-
-/* Rows [row0, row0 + rows) of a part as fp32 (fp8 dequantized with its block scales). */
-static void part_to_f32(float *dst, const di_host_matrix *p) {
-    size_t es = di_dtype_size(p->dtype);
-    for (int r = 0; r < p->rows; r++) {
-        size_t src_row = (size_t)p->row0 + r;
-        float *d = dst + (size_t)r * p->cols;
-        di_convert_to_f32(d, (const char *)p->data + src_row * p->cols * es, p->dtype, (size_t)p->cols);
-        if (p->dtype == DI_DTYPE_F8_E4M3) {
-            size_t sc_cols = ((size_t)p->cols + p->block_cols - 1) / p->block_cols;
-            const float *srow = p->scale + src_row / p->block_rows * sc_cols;
-            for (int c = 0; c < p->cols; c++) d[c] *= srow[c / p->block_cols];
-        }
-    }
-}
 
 /* 1 if the stacked parts can stay fp8 with one block-scale grid per matrix. */
 static int keep_fp8(int n, int n_parts, const di_host_matrix *parts, di_weight_layout layout) {
@@ -251,12 +220,7 @@ static di_status upload_converted(di_backend *be, int n, int n_parts, const di_h
             }
             continue;
         }
-        size_t off = 0;
-        for (int p = 0; p < n_parts; p++) {
-            const di_host_matrix *hm = &parts[(size_t)i * n_parts + p];
-            part_to_f32(f + off, hm);
-            off += (size_t)hm->rows * cols;
-        }
+        di_host_matrices_to_f32(f, &parts[(size_t)i * n_parts], n_parts);
         if (vec) {
             s = upload_dev(st, dst, f, per * 4, parts[0].name);
             continue;
@@ -288,20 +252,8 @@ static di_status upload_converted(di_backend *be, int n, int n_parts, const di_h
 static di_status c_weight_upload(di_backend *be, int n, int n_parts, const di_host_matrix *parts,
                                  di_weight_layout layout, di_weight *out) {
     memset(out, 0, sizeof *out);
-    if (n <= 0 || n_parts <= 0) return di_error(DI_ERR_INVALID_ARG, "weight_upload: n=%d n_parts=%d", n, n_parts);
-    int rows = 0, cols = parts[0].cols;
-    for (int p = 0; p < n_parts; p++) rows += parts[p].rows;
-    for (int i = 0; i < n; i++)
-        for (int p = 0; p < n_parts; p++) {
-            const di_host_matrix *hm = &parts[(size_t)i * n_parts + p];
-            DI_TRY(check_part(hm, i ? &parts[p] : NULL));
-            if (hm->cols != cols)
-                return di_error(DI_ERR_FORMAT, "tensor '%s': %d columns, but '%s' it is concatenated with has %d",
-                                hm->name ? hm->name : "?", hm->cols, parts[0].name ? parts[0].name : "?", cols);
-        }
-    size_t per = (size_t)rows * cols;
-    if (per * (size_t)n / (size_t)n != per || per * (size_t)n > ((size_t)1 << 40))
-        return di_error(DI_ERR_NOMEM, "tensor '%s': weight of %d x [%d, %d] is too large", parts[0].name, n, rows, cols);
+    int rows, cols;
+    DI_TRY(di_weight_parts_check(n, n_parts, parts, &rows, &cols));
     if (!(n == 1 && rows == 1) && keep_fp8(n, n_parts, parts, layout))
         return upload_fp8(be, n, n_parts, parts, rows, cols, out);
     return upload_converted(be, n, n_parts, parts, rows, cols, layout, out);
