@@ -33,8 +33,9 @@ static void usage(FILE *f) {
             "  --threads N       generator threads (default: DEEPINFER_THREADS or all cores)\n"
             "\n"
             "presets:\n");
-    for (const char *const *p = di_mkmodel_preset_names(); *p; p++)
-        fprintf(f, "  %-16s %s\n", *p, di_mkmodel_preset_help(*p));
+    const char *name;
+    for (size_t i = 0; (name = di_mkmodel_preset_name(i)) != NULL; i++)
+        fprintf(f, "  %-16s %s\n", name, di_mkmodel_preset_help(name));
 }
 
 static int parse_u64(const char *s, unsigned long long *out) {

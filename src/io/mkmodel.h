@@ -40,8 +40,9 @@ typedef struct di_mkmodel_opts {
  * tiny-v2-grouped, tiny-v32, demo-v3, v2lite-8l. *default_dtype is the dtype the preset implies (fp8 for
  * the *-fp8 and demo presets). */
 di_status di_mkmodel_preset(const char *name, di_model_config *cfg, di_mk_dtype *default_dtype);
-/* NULL-terminated list of preset names with one-line descriptions. */
-const char *const *di_mkmodel_preset_names(void);
+/* Name of preset i (0, 1, ...), NULL past the last; the preset's one-line description (NULL if
+ * no such preset). */
+const char *di_mkmodel_preset_name(size_t i);
 const char *di_mkmodel_preset_help(const char *name);
 
 /* Writes the checkpoint for cfg (whose fp8 / num_nextn_predict_layers fields are overridden by

@@ -8,7 +8,8 @@
  * tensors. Dimensions are
  * deliberately not multiples of 128 (and several exceed 128), so FP8 checkpoints have partial
  * scale blocks in both directions; v_head_dim differs from qk_nope_head_dim. `v2lite-8l` is the
- * benchmark model (bench/models/v2lite-8l.config.json, embedded verbatim below). */
+ * benchmark model (bench/models/v2lite-8l.config.json, embedded verbatim below).
+ * One table (k_presets) lists every preset once: name, implied dtype, builder, help line. */
 #include <stdio.h>
 #include <string.h>
 
@@ -54,27 +55,15 @@ static const char k_v2lite_8l_json[] =
     "  \"torch_dtype\": \"bfloat16\"\n"
     "}\n";
 
-static const char *const k_names[] = {
-    "tiny-v3", "tiny-v3-nolora", "tiny-v3-fp8", "tiny-v3-neox", "tiny-v2-lite", "tiny-v2-grouped", "tiny-v32", "demo-v3", "v2lite-8l", NULL};
-
-static const char *const k_help[] = {
-    "V3: q-LoRA, YaRN (x8 over 64 positions, attention factor != 1), noaux_tc 16 experts in 4 groups (2 kept), top-4, 1 shared, 3 layers (1 dense)",
-    "V3: no q-LoRA, plain RoPE, 8 experts in 2 groups (1 kept), top-2, 2 shared, 2 layers (1 dense)",
-    "tiny-v3 with FP8 128x128 block-quantized projections (partial blocks both ways)",
-    "tiny-v3 with rope_interleave = false (NeoX RoPE pairs)",
-    "V2-Lite-like: no q-LoRA, softmax greedy top-3 of 12, 2 shared, YaRN mscale 0.707, 3 layers (1 dense)",
-    "V2: q-LoRA, softmax group_limited_greedy (16 experts, 4 groups, 2 kept), top-3, plain RoPE, 2 MoE layers",
-    "V3.2: tiny-v3 + the DSA indexer tensors (4 heads x 32, index_topk 64)",
-    "demo model (26.1M params, +9.0M with --mtp): V3, FP8, hidden 512, 16 experts, 4 layers",
-    "benchmark model: DeepSeek-V2-Lite shapes, 8 layers, vocab 129280 (~4.7B params, 9.4 GB bf16)",
-};
-
-const char *const *di_mkmodel_preset_names(void) { return k_names; }
-
-const char *di_mkmodel_preset_help(const char *name) {
-    for (int i = 0; k_names[i]; i++)
-        if (!strcmp(k_names[i], name)) return k_help[i];
-    return NULL;
+/* YaRN RoPE with DeepSeek's ramp (beta_fast 32, beta_slow 1). */
+static void yarn(di_model_config *c, double factor, int original_max_position, double mscale, double mscale_all_dim) {
+    c->rope.type = DI_ROPE_YARN;
+    c->rope.factor = factor;
+    c->rope.original_max_position = original_max_position;
+    c->rope.beta_fast = 32.0;
+    c->rope.beta_slow = 1.0;
+    c->rope.mscale = mscale;
+    c->rope.mscale_all_dim = mscale_all_dim;
 }
 
 static void tiny_common(di_model_config *c) {
@@ -89,7 +78,7 @@ static void tiny_common(di_model_config *c) {
     c->rope.theta = 10000.0;
 }
 
-static void tiny_v3(di_model_config *c) {
+static di_status tiny_v3(di_model_config *c) {
     di_config_defaults(DI_ARCH_DEEPSEEK_V3, c);
     tiny_common(c);
     c->hidden_size = 160;
@@ -110,16 +99,11 @@ static void tiny_v3(di_model_config *c) {
     c->routed_scaling_factor = 2.5;
     c->norm_topk_prob = 1;
     c->first_k_dense_replace = 1;
-    c->rope.type = DI_ROPE_YARN;
-    c->rope.factor = 8.0;
-    c->rope.original_max_position = 64;
-    c->rope.beta_fast = 32.0;
-    c->rope.beta_slow = 1.0;
-    c->rope.mscale = 1.0;
-    c->rope.mscale_all_dim = 0.8;
+    yarn(c, 8.0, 64, 1.0, 0.8);
+    return DI_OK;
 }
 
-static void tiny_v3_nolora(di_model_config *c) {
+static di_status tiny_v3_nolora(di_model_config *c) {
     di_config_defaults(DI_ARCH_DEEPSEEK_V3, c);
     tiny_common(c);
     c->hidden_size = 136;
@@ -140,9 +124,10 @@ static void tiny_v3_nolora(di_model_config *c) {
     c->routed_scaling_factor = 1.5;
     c->norm_topk_prob = 1;
     c->first_k_dense_replace = 1;
+    return DI_OK;
 }
 
-static void tiny_v2_lite(di_model_config *c) {
+static di_status tiny_v2_lite(di_model_config *c) {
     di_config_defaults(DI_ARCH_DEEPSEEK_V2, c);
     tiny_common(c);
     c->hidden_size = 128;
@@ -163,16 +148,11 @@ static void tiny_v2_lite(di_model_config *c) {
     c->topk_method = DI_TOPK_GREEDY;
     c->routed_scaling_factor = 1.0;
     c->first_k_dense_replace = 1;
-    c->rope.type = DI_ROPE_YARN;
-    c->rope.factor = 4.0;
-    c->rope.original_max_position = 128;
-    c->rope.beta_fast = 32.0;
-    c->rope.beta_slow = 1.0;
-    c->rope.mscale = 0.707;
-    c->rope.mscale_all_dim = 0.707;
+    yarn(c, 4.0, 128, 0.707, 0.707);
+    return DI_OK;
 }
 
-static void tiny_v2_grouped(di_model_config *c) {
+static di_status tiny_v2_grouped(di_model_config *c) {
     di_config_defaults(DI_ARCH_DEEPSEEK_V2, c);
     tiny_common(c);
     c->hidden_size = 96;
@@ -193,9 +173,10 @@ static void tiny_v2_grouped(di_model_config *c) {
     c->topk_method = DI_TOPK_GROUP_LIMITED_GREEDY;
     c->routed_scaling_factor = 2.0;
     c->first_k_dense_replace = 0;
+    return DI_OK;
 }
 
-static void demo_v3(di_model_config *c) {
+static di_status demo_v3(di_model_config *c) {
     di_config_defaults(DI_ARCH_DEEPSEEK_V3, c);
     tiny_common(c);
     c->vocab_size = 1024;
@@ -217,42 +198,80 @@ static void demo_v3(di_model_config *c) {
     c->topk_group = 2;
     c->routed_scaling_factor = 2.5;
     c->first_k_dense_replace = 1;
-    c->rope.type = DI_ROPE_YARN;
-    c->rope.factor = 4.0;
-    c->rope.original_max_position = 1024;
-    c->rope.beta_fast = 32.0;
-    c->rope.beta_slow = 1.0;
-    c->rope.mscale = 1.0;
-    c->rope.mscale_all_dim = 1.0;
+    yarn(c, 4.0, 1024, 1.0, 1.0);
+    return DI_OK;
+}
+
+static di_status tiny_v3_neox(di_model_config *c) {
+    DI_TRY(tiny_v3(c));
+    c->rope.interleave = 0;
+    return DI_OK;
+}
+
+static di_status tiny_v32(di_model_config *c) {
+    DI_TRY(tiny_v3(c));
+    c->arch = DI_ARCH_DEEPSEEK_V32;
+    snprintf(c->model_type, sizeof c->model_type, "%s", "deepseek_v32");
+    c->num_nextn_predict_layers = 0;
+    c->index_n_heads = 4;
+    c->index_head_dim = 32;
+    c->index_topk = 64;
+    return DI_OK;
+}
+
+static di_status v2lite_8l(di_model_config *c) {
+    json_t *root = NULL;
+    DI_TRY(di_json_loadb(k_v2lite_8l_json, sizeof k_v2lite_8l_json - 1, "preset v2lite-8l", &root));
+    di_status s = di_config_from_json(root, "preset v2lite-8l", c);
+    json_decref(root);
+    return s;
+}
+
+/* The presets: name, the checkpoint dtype it implies, its configuration, --help line. */
+static const struct preset {
+    const char *name;
+    di_mk_dtype dtype;
+    di_status (*build)(di_model_config *c);
+    const char *help;
+} k_presets[] = {
+    {"tiny-v3", DI_MK_BF16, tiny_v3,
+     "V3: q-LoRA, YaRN (x8 over 64 positions, attention factor != 1), noaux_tc 16 experts in 4 groups (2 kept), "
+     "top-4, 1 shared, 3 layers (1 dense)"},
+    {"tiny-v3-nolora", DI_MK_BF16, tiny_v3_nolora,
+     "V3: no q-LoRA, plain RoPE, 8 experts in 2 groups (1 kept), top-2, 2 shared, 2 layers (1 dense)"},
+    {"tiny-v3-fp8", DI_MK_FP8, tiny_v3,
+     "tiny-v3 with FP8 128x128 block-quantized projections (partial blocks both ways)"},
+    {"tiny-v3-neox", DI_MK_BF16, tiny_v3_neox, "tiny-v3 with rope_interleave = false (NeoX RoPE pairs)"},
+    {"tiny-v2-lite", DI_MK_BF16, tiny_v2_lite,
+     "V2-Lite-like: no q-LoRA, softmax greedy top-3 of 12, 2 shared, YaRN mscale 0.707, 3 layers (1 dense)"},
+    {"tiny-v2-grouped", DI_MK_BF16, tiny_v2_grouped,
+     "V2: q-LoRA, softmax group_limited_greedy (16 experts, 4 groups, 2 kept), top-3, plain RoPE, 2 MoE layers"},
+    {"tiny-v32", DI_MK_BF16, tiny_v32, "V3.2: tiny-v3 + the DSA indexer tensors (4 heads x 32, index_topk 64)"},
+    {"demo-v3", DI_MK_FP8, demo_v3,
+     "demo model (26.1M params, +9.0M with --mtp): V3, FP8, hidden 512, 16 experts, 4 layers"},
+    {"v2lite-8l", DI_MK_BF16, v2lite_8l,
+     "benchmark model: DeepSeek-V2-Lite shapes, 8 layers, vocab 129280 (~4.7B params, 9.4 GB bf16)"},
+};
+
+static const struct preset *find(const char *name) {
+    for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
+        if (!strcmp(k_presets[i].name, name)) return &k_presets[i];
+    return NULL;
+}
+
+const char *di_mkmodel_preset_name(size_t i) {
+    return i < sizeof k_presets / sizeof k_presets[0] ? k_presets[i].name : NULL;
+}
+
+const char *di_mkmodel_preset_help(const char *name) {
+    const struct preset *p = find(name);
+    return p ? p->help : NULL;
 }
 
 di_status di_mkmodel_preset(const char *name, di_model_config *c, di_mk_dtype *default_dtype) {
-    di_mk_dtype dt = DI_MK_BF16;
-    if (!strcmp(name, "tiny-v3")) tiny_v3(c);
-    else if (!strcmp(name, "tiny-v3-nolora")) tiny_v3_nolora(c);
-    else if (!strcmp(name, "tiny-v3-fp8")) { tiny_v3(c); dt = DI_MK_FP8; }
-    else if (!strcmp(name, "tiny-v3-neox")) { tiny_v3(c); c->rope.interleave = 0; }
-    else if (!strcmp(name, "tiny-v2-lite")) tiny_v2_lite(c);
-    else if (!strcmp(name, "tiny-v2-grouped")) tiny_v2_grouped(c);
-    else if (!strcmp(name, "tiny-v32")) {
-        tiny_v3(c);
-        c->arch = DI_ARCH_DEEPSEEK_V32;
-        snprintf(c->model_type, sizeof c->model_type, "%s", "deepseek_v32");
-        c->num_nextn_predict_layers = 0;
-        c->index_n_heads = 4;
-        c->index_head_dim = 32;
-        c->index_topk = 64;
-    }
-    else if (!strcmp(name, "demo-v3")) { demo_v3(c); dt = DI_MK_FP8; }
-    else if (!strcmp(name, "v2lite-8l")) {
-        json_t *root = NULL;
-        DI_TRY(di_json_loadb(k_v2lite_8l_json, sizeof k_v2lite_8l_json - 1, "preset v2lite-8l", &root));
-        di_status s = di_config_from_json(root, "preset v2lite-8l", c);
-        json_decref(root);
-        DI_TRY(s);
-    } else {
-        return di_error(DI_ERR_INVALID_ARG, "unknown preset '%s' (see deepinfer mkmodel --help)", name);
-    }
-    if (default_dtype) *default_dtype = dt;
+    const struct preset *p = find(name);
+    if (!p) return di_error(DI_ERR_INVALID_ARG, "unknown preset '%s' (see deepinfer mkmodel --help)", name);
+    DI_TRY(p->build(c));
+    if (default_dtype) *default_dtype = p->dtype;
     return di_config_validate(c, name);
 }
