@@ -204,19 +204,6 @@ di_status di_tok_stage_apply(const di_tok_stage *st, di_tok_ws *ws, const char *
     return DI_OK;
 }
 
-di_status di_tok_pretokenize(const di_tokenizer *t, di_tok_ws *ws, const char *seg, size_t n, di_tok_pieces **out) {
-    di_tok_pieces *a = &ws->pa, *b = &ws->pb;
-    a->n = 0;
-    if (n > 0x7fffffff) return di_error(DI_ERR_UNSUPPORTED, "tokenizer: text segment longer than 2 GB");
-    if (n) DI_TRY(di_tok_pieces_push(a, 0, (uint32_t)n));
-    for (size_t i = 0; i < t->n_stages; i++) {
-        b->n = 0;
-        DI_TRY(di_tok_stage_apply(&t->stages[i], ws, seg, a->v, a->n, b));
-        di_tok_pieces *x = a; a = b; b = x;
-    }
-    *out = a;
-    return DI_OK;
-}
 
 /* ================= segment-parallel pre-tokenization ================= */
 
@@ -407,8 +394,10 @@ static di_status stage_parallel(const di_tok_stage *st, di_tok_ws **wss, int n_w
     return rc;
 }
 
-di_status di_tok_pretokenize_parallel(const di_tokenizer *t, di_tok_ws **wss, int n_ws, di_threadpool *pool,
-                                   const char *seg, size_t n, di_tok_pieces **out) {
+/* The pipeline over one segment: each stage maps the previous stage's pieces (at first the whole
+ * segment), ping-ponging between wss[0]'s two piece lists; with a pool, stage_parallel. */
+static di_status run_stages(const di_tokenizer *t, di_tok_ws **wss, int n_ws, di_threadpool *pool, const char *seg,
+                            size_t n, di_tok_pieces **out) {
     di_tok_ws *ws = wss[0];
     di_tok_pieces *a = &ws->pa, *b = &ws->pb;
     a->n = 0;
@@ -416,9 +405,19 @@ di_status di_tok_pretokenize_parallel(const di_tokenizer *t, di_tok_ws **wss, in
     if (n) DI_TRY(di_tok_pieces_push(a, 0, (uint32_t)n));
     for (size_t i = 0; i < t->n_stages; i++) {
         b->n = 0;
-        DI_TRY(stage_parallel(&t->stages[i], wss, n_ws, pool, seg, a, b));
+        DI_TRY(pool ? stage_parallel(&t->stages[i], wss, n_ws, pool, seg, a, b)
+                    : di_tok_stage_apply(&t->stages[i], ws, seg, a->v, a->n, b));
         di_tok_pieces *x = a; a = b; b = x;
     }
     *out = a;
     return DI_OK;
+}
+
+di_status di_tok_pretokenize(const di_tokenizer *t, di_tok_ws *ws, const char *seg, size_t n, di_tok_pieces **out) {
+    return run_stages(t, &ws, 1, NULL, seg, n, out);
+}
+
+di_status di_tok_pretokenize_parallel(const di_tokenizer *t, di_tok_ws **wss, int n_ws, di_threadpool *pool,
+                                   const char *seg, size_t n, di_tok_pieces **out) {
+    return run_stages(t, wss, n_ws, pool, seg, n, out);
 }
