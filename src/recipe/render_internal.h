@@ -29,6 +29,11 @@ struct di_stream {
     json_t *items;        /* Responses: finished output items */
 };
 
+/* The open-item invariant, kept by these two: di_stream_item_open makes the next item / block
+ * (index n_items) of `kind` the open one, with empty text; di_stream_item_close leaves none open. */
+void di_stream_item_open(di_stream *s, int kind);
+void di_stream_item_close(di_stream *s);
+
 /* Appends {"event": event-or-null, "data": data} to out (steals data). Returns 0 or -1. */
 int di_stream_push(json_t *out, const char *event, json_t *data);
 

@@ -102,16 +102,12 @@ static di_status close_block(di_stream *s, json_t *out) {
                                                         "signature_delta", "signature", sig)));
     }
     DI_TRY(ev(out, "content_block_stop", json_pack("{s:i}", "index", s->item_index)));
-    s->open = OPEN_NONE;
-    s->text.len = 0;
+    di_stream_item_close(s);
     return DI_OK;
 }
 
 static di_status open_block(di_stream *s, json_t *out, int kind, const di_out_event *e) {
-    s->open = kind;
-    s->item_index = s->n_items++;
-    s->text.len = 0;
-    sb_put(&s->text, "", 0);
+    di_stream_item_open(s, kind);
     json_t *block;
     if (kind == OPEN_REASONING) block = json_pack("{s:s, s:s}", "type", "thinking", "thinking", "");
     else if (kind == OPEN_TEXT) block = json_pack("{s:s, s:s}", "type", "text", "text", "");

@@ -200,16 +200,12 @@ static di_status close_item(di_stream *s, json_t *out, int incomplete) {
     if (!item) return di_error(DI_ERR_NOMEM, "out of memory rendering a stream event");
     json_array_append(s->items, item);
     DI_TRY(ev(s, out, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", idx, "item", item)));
-    s->open = OPEN_NONE;
-    s->text.len = 0;
+    di_stream_item_close(s);
     return DI_OK;
 }
 
 static di_status open_item(di_stream *s, json_t *out, int kind, const di_out_event *e) {
-    s->open = kind;
-    s->item_index = s->n_items++;
-    s->text.len = 0;
-    sb_put(&s->text, "", 0);
+    di_stream_item_open(s, kind);
     json_t *item;
     if (kind == OPEN_REASONING) {
         item_id(s->item_id, sizeof s->item_id, "rs_", &s->m, s->item_index);

@@ -32,6 +32,18 @@ void di_stream_free(di_stream *s) {
     free(s);
 }
 
+void di_stream_item_open(di_stream *s, int kind) {
+    s->open = kind;
+    s->item_index = s->n_items++;
+    s->text.len = 0;
+    sb_put(&s->text, "", 0);
+}
+
+void di_stream_item_close(di_stream *s) {
+    s->open = OPEN_NONE;
+    s->text.len = 0;
+}
+
 int di_stream_push(json_t *out, const char *event, json_t *data) {
     if (!data) return -1;
     json_t *e = json_pack("{s:o, s:o}", "event", event ? json_string(event) : json_null(), "data", data);
