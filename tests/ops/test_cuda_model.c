@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "core/json_util.h"
 #include "core/mmap_file.h"
@@ -23,6 +22,8 @@
 #include "core/timer.h"
 #include "model/model.h"
 #include "test_util.h"
+#include "cli_test_util.h"
+#include "golden_util.h"
 
 static uint64_t g_rs = 88172645463325252ull;
 static uint64_t rnd(void) {
@@ -30,23 +31,6 @@ static uint64_t rnd(void) {
     g_rs ^= g_rs >> 7;
     g_rs ^= g_rs << 17;
     return g_rs;
-}
-
-static int run(const char *cmd) {
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static long read_f32(const char *path, float **out) {
-    char *buf = NULL;
-    size_t len = 0;
-    *out = NULL;
-    if (di_read_file(path, &buf, &len, 0) != DI_OK || len % 4) {
-        free(buf);
-        return -1;
-    }
-    *out = (float *)buf;
-    return (long)(len / 4);
 }
 
 /* checkpoint directory of a golden case (made once per preset/seed/dtype) */
@@ -62,7 +46,7 @@ static const char *case_dir(json_t *c, char *dir, size_t n) {
     if (stat(probe, &sb) != 0) {
         snprintf(cmd, sizeof cmd, "'%s' mkmodel --preset %s --seed %lld --dtype %s --out '%s' >/dev/null 2>&1", bin, preset,
                  seed, dtype, dir);
-        if (run(cmd) != 0) return NULL;
+        if (test_run(cmd) != 0) return NULL;
     }
     return dir;
 }
@@ -117,7 +101,7 @@ static void test_golden(void) {
         float *ref = NULL;
         char refpath[1024];
         snprintf(refpath, sizeof refpath, "tests/data/golden/%s", logits);
-        long n_ids = (long)json_array_size(ids), n_ref = read_f32(test_src_path(refpath), &ref);
+        long n_ids = (long)json_array_size(ids), n_ref = test_read_f32(test_src_path(refpath), &ref);
         CHECK_MSG(n_ref == n_ids * vocab, "%s: reference size", name);
         if (n_ref != n_ids * vocab) {
             free(ref);
@@ -128,10 +112,7 @@ static void test_golden(void) {
             maxref = fmax(maxref, fabs(ref[i]));
             rr += (double)ref[i] * ref[i];
         }
-        char *idstr = (char *)malloc((size_t)n_ids * 12 + 1);
-        size_t k = 0;
-        for (long i = 0; i < n_ids; i++)
-            k += (size_t)sprintf(idstr + k, "%s%lld", i ? "," : "", json_integer_value(json_array_get(ids, (size_t)i)));
+        char *idstr = test_ids_csv(ids);
         int fp8 = dtype && !strcmp(dtype, "fp8");
         for (int aq = fp8 ? 0 : 1; aq <= 1; aq++)
             for (int m = 0; m < 2; m++) {
@@ -141,10 +122,10 @@ static void test_golden(void) {
                 remove(out);
                 snprintf(cmd, sizeof cmd, "DEEPINFER_FP8_ACT_QUANT=%d '%s' logits --device cuda --model '%s' --ids %s --mode %s --out '%s'",
                          aq, bin, dir, idstr, mode, out);
-                int rc = run(cmd);
+                int rc = test_run(cmd);
                 CHECK_MSG(rc == 0, "%s/%s: deepinfer logits --device cuda failed (exit %d)", name, mode, rc);
                 float *got = NULL;
-                long n_got = rc == 0 ? read_f32(out, &got) : -1;
+                long n_got = rc == 0 ? test_read_f32(out, &got) : -1;
                 CHECK_MSG(n_got == n_ref, "%s/%s: %ld floats, expected %ld", name, mode, n_got, n_ref);
                 if (n_got == n_ref) {
                     double maxd = 0, dd = 0;
@@ -390,7 +371,7 @@ static void test_routing(void) {
         if (!case_dir(c, dir, sizeof dir) || cuda_unsupported(dir)) continue;
         snprintf(refpath, sizeof refpath, "tests/data/golden/%s", logits);
         float *ref = NULL;
-        if (read_f32(test_src_path(refpath), &ref) != (long)n * V) {
+        if (test_read_f32(test_src_path(refpath), &ref) != (long)n * V) {
             free(ref);
             continue;
         }

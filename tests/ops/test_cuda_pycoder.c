@@ -317,7 +317,7 @@ static int generate_cli(const char *in, const char *out, const char *extra, int 
     snprintf(cmd, sizeof cmd, "'%s' generate --model '%s' --input '%s' --output '%s' --temperature 0 --max-tokens %d "
                               "--ignore-eos --quiet %s", getenv("DI_BIN"), pg_model_dir(), in, out, G_NEW, extra);
     double t0 = di_now_s();
-    int rc = pg_sh(cmd);
+    int rc = test_run(cmd);
     CHECK_MSG(rc == 0, "`deepinfer generate %s` failed (exit %d)", extra, rc);
     if (rc) return -1;
     fprintf(stderr, "    generate %s: %.2f s\n", extra, di_now_s() - t0);
@@ -349,11 +349,11 @@ static float *last_logits(const int32_t *ids, int n, const char *devflag, const 
     char *cmd = (char *)malloc(cap);
     snprintf(cmd, cap, "'%s' logits --model '%s' --ids %s --mode decode %s --out '%s'", getenv("DI_BIN"), pg_model_dir(),
              s, devflag, out);
-    int rc = pg_sh(cmd);
+    int rc = test_run(cmd);
     free(s);
     free(cmd);
     float *all = NULL;
-    long got = rc == 0 ? pg_read_f32(out, &all) : -1;
+    long got = rc == 0 ? test_read_f32(out, &all) : -1;
     if (got != (long)n * V) {
         free(all);
         return NULL;

@@ -16,12 +16,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "core/json_util.h"
 #include "core/mmap_file.h"
 #include "core/status.h"
 #include "test_util.h"
+#include "cli_test_util.h"
+#include "golden_util.h"
 
 typedef struct pg_stats {
     double rel_max;      /* max|d| / max|ref| over the kept rows */
@@ -37,43 +38,6 @@ static const char *pg_model_dir(void) {
     return m && *m ? m : test_src_path("models/pycoder-moe");
 }
 
-static int pg_sh(const char *cmd) {
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-/* Reads a float32 file; returns the element count or -1 (then *out is NULL). */
-static long pg_read_f32(const char *path, float **out) {
-    char *buf = NULL;
-    size_t len = 0;
-    *out = NULL;
-    if (di_read_file(path, &buf, &len, 0) != DI_OK || len % 4) {
-        free(buf);
-        return -1;
-    }
-    *out = (float *)malloc(len ? len : 4);
-    if (*out && len) memcpy(*out, buf, len);
-    free(buf);
-    return *out ? (long)(len / 4) : -1;
-}
-
-static uint32_t pg_crc32_file(const char *path, int *ok) {
-    static uint32_t table[256];
-    if (!table[1])
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-    di_mmap m;
-    *ok = di_mmap_open(&m, path) == DI_OK;
-    if (!*ok) return 0;
-    uint32_t c = 0xffffffffu;
-    for (size_t i = 0; i < m.size; i++) c = table[(c ^ m.data[i]) & 0xff] ^ (c >> 8);
-    di_mmap_close(&m);
-    return c ^ 0xffffffffu;
-}
-
 /* The manifest, after checking that the model files are the ones transformers read. */
 static json_t *pg_manifest(void) {
     json_t *man = NULL;
@@ -86,7 +50,7 @@ static json_t *pg_manifest(void) {
         char path[4400];
         int ok;
         snprintf(path, sizeof path, "%s/%s", pg_model_dir(), f);
-        uint32_t got = pg_crc32_file(path, &ok);
+        uint32_t got = test_crc32_file(path, &ok);
         CHECK_MSG(ok && got == (uint32_t)json_integer_value(crc),
                   "%s: crc32 %08x, the golden data was made from %08x: the model changed; rerun "
                   "tools/golden/make_pycoder_golden.py", path, got, (uint32_t)json_integer_value(crc));
@@ -94,17 +58,6 @@ static json_t *pg_manifest(void) {
     }
     CHECK_MSG(n_files >= 2, "golden_pycoder.json lists %d model files", n_files);
     return man;
-}
-
-/* "a,b,c" of a JSON id array (malloc'd) */
-static char *pg_ids(json_t *ids) {
-    size_t n = json_array_size(ids), k = 0;
-    char *s = (char *)malloc(n * 12 + 1);
-    if (!s) return NULL;
-    s[0] = 0;
-    for (size_t i = 0; i < n; i++)
-        k += (size_t)sprintf(s + k, "%s%lld", i ? "," : "", json_integer_value(json_array_get(ids, i)));
-    return s;
 }
 
 /* Reference rows of a case (malloc'd [rows, vocab]); NULL on error (reported). */
@@ -118,7 +71,7 @@ static float *pg_reference(json_t *man, json_t *c) {
     if (dir && *dir) snprintf(path, sizeof path, "%s/%s", dir, file ? file : "?");
     else snprintf(path, sizeof path, "%s/tests/data/golden_pycoder/%s", build ? build : ".", file ? file : "?");
     float *ref = NULL;
-    long n = pg_read_f32(path, &ref);
+    long n = test_read_f32(path, &ref);
     CHECK_MSG(n == rows * V && rows > 0, "%s: %s has %ld floats, expected %ld rows x %ld (unpacked from "
               "golden_pycoder.tar.xz at configure time?)", name ? name : "?", path, n, rows, V);
     if (n != rows * V || rows <= 0) {
@@ -139,7 +92,7 @@ static int pg_compare(json_t *man, json_t *c, const float *ref, const char *mode
     long n_ids = (long)json_array_size(ids), n_rows = (long)json_array_size(rows);
     memset(st, 0, sizeof *st);
     if (all) *all = NULL;
-    char *idstr = pg_ids(ids);
+    char *idstr = test_ids_csv(ids);
     size_t cap = strlen(idstr ? idstr : "") + 8192;
     char *cmd = (char *)malloc(cap);
     if (!idstr || !cmd || !bin) {
@@ -151,13 +104,13 @@ static int pg_compare(json_t *man, json_t *c, const float *ref, const char *mode
     remove(out);
     snprintf(cmd, cap, "'%s' logits --model '%s' --ids %s --mode %s %s --out '%s'", bin, pg_model_dir(), idstr, mode,
              extra ? extra : "", out);
-    int rc = pg_sh(cmd);
+    int rc = test_run(cmd);
     free(idstr);
     free(cmd);
     CHECK_MSG(rc == 0, "%s/%s: `deepinfer logits %s` failed (exit %d)", name, mode, extra ? extra : "", rc);
     if (rc != 0) return -1;
     float *got = NULL;
-    long n = pg_read_f32(out, &got);
+    long n = test_read_f32(out, &got);
     CHECK_MSG(n == n_ids * V, "%s/%s: %ld floats written, expected %ld x %ld", name, mode, n, n_ids, V);
     if (n != n_ids * V) {
         free(got);

@@ -15,6 +15,7 @@
 #include "deepinfer.h"
 #include "io/mkmodel.h"
 #include "test_util.h"
+#include "cli_test_util.h"
 #include "tokenizer/tokenizer.h"
 
 static char g_dir[2048], g_tmp[1024];
@@ -33,8 +34,7 @@ static int sh(const char *fmt, const char *a, const char *b) {
     char full[8800];
     snprintf(cmd, sizeof cmd, fmt, a, b);
     snprintf(full, sizeof full, "%s %s", bin ? bin : "build/bin/deepinfer", cmd);
-    int rc = system(full);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    return test_run(full);
 }
 
 static char *slurp(const char *path) {
@@ -49,13 +49,7 @@ static void setup(void) {
     snprintf(g_tmp, sizeof g_tmp, "%s/test_engine_cli", root ? root : "/tmp");
     mkdir(g_tmp, 0755);
     snprintf(g_dir, sizeof g_dir, "%s/tiny-v3", g_tmp);
-    di_model_config c;
-    di_mk_dtype dt;
-    CHECK_OK(di_mkmodel_preset("tiny-v3", &c, &dt));
-    di_mkmodel_opts o = {0};
-    o.seed = 3;
-    o.dtype = dt;
-    CHECK_OK(di_mkmodel_write(&c, &o, g_dir));
+    test_make_model("tiny-v3", 3, g_dir);
 }
 
 static const char *k_lines[] = {

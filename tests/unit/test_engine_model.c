@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "sampling/rng.h"
 #include "test_util.h"
+#include "cli_test_util.h"
 #include "tokenizer/tokenizer.h"
 
 enum { NREQ = 64, MAXP = 160, MAXNEW = 12 };
@@ -37,13 +38,7 @@ static const char *make_model(void) {
     snprintf(g_dir, sizeof g_dir, "%s/test_engine_model", root ? root : "/tmp");
     mkdir(g_dir, 0755);
     snprintf(g_dir, sizeof g_dir, "%s/test_engine_model/tiny-v3", root ? root : "/tmp");
-    di_model_config c;
-    di_mk_dtype dt;
-    CHECK_OK(di_mkmodel_preset("tiny-v3", &c, &dt));
-    di_mkmodel_opts o = {0};
-    o.seed = 11;
-    o.dtype = dt;
-    CHECK_OK(di_mkmodel_write(&c, &o, g_dir));
+    test_make_model("tiny-v3", 11, g_dir);
     return g_dir;
 }
 

@@ -11,46 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "core/json_util.h"
 #include "core/mmap_file.h"
 #include "core/status.h"
 #include "test_util.h"
-
-static uint32_t crc32_file(const char *path, int *ok) {
-    static uint32_t table[256];
-    if (!table[1])
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-    di_mmap m;
-    *ok = di_mmap_open(&m, path) == DI_OK;
-    if (!*ok) return 0;
-    uint32_t c = 0xffffffffu;
-    for (size_t i = 0; i < m.size; i++) c = table[(c ^ m.data[i]) & 0xff] ^ (c >> 8);
-    di_mmap_close(&m);
-    return c ^ 0xffffffffu;
-}
-
-static int run(const char *cmd) {
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-/* Reads a float32 file; returns the element count or -1. */
-static long read_f32(const char *path, float **out) {
-    char *buf = NULL;
-    size_t len = 0;
-    *out = NULL;
-    if (di_read_file(path, &buf, &len, 0) != DI_OK || len % 4) { free(buf); return -1; }
-    *out = (float *)malloc(len ? len : 4);
-    if (*out && len) memcpy(*out, buf, len);
-    free(buf);
-    return (long)(len / 4);
-}
+#include "cli_test_util.h"
+#include "golden_util.h"
 
 #define MAX_CKPT 32
 
@@ -92,7 +59,7 @@ static void test_golden(void) {
         if (!have) {
             snprintf(cmd, sizeof cmd, "'%s' mkmodel --preset %s --seed %lld --dtype %s --out '%s' 2>&1", bin, preset, seed,
                      dtype, dir);
-            int rc = run(cmd);
+            int rc = test_run(cmd);
             CHECK_MSG(rc == 0, "%s: mkmodel failed (exit %d): %s", name, rc, cmd);
             if (rc != 0) continue;
             const char *f;
@@ -100,7 +67,7 @@ static void test_golden(void) {
             json_object_foreach(json_object_get(c, "checkpoint_crc32"), f, crc) {
                 int ok;
                 snprintf(path, sizeof path, "%s/%s", dir, f);
-                uint32_t got = crc32_file(path, &ok);
+                uint32_t got = test_crc32_file(path, &ok);
                 CHECK_MSG(ok && got == (uint32_t)json_integer_value(crc),
                           "%s: %s differs from the checkpoint transformers loaded (crc32 %08x, expected %08x): mkmodel "
                           "output changed; regenerate the golden data", name, path, got, (uint32_t)json_integer_value(crc));
@@ -112,7 +79,7 @@ static void test_golden(void) {
         const long n_ids = (long)json_array_size(ids);
         char refpath[1024];
         snprintf(refpath, sizeof refpath, "tests/data/golden/%s", logits);
-        long n_ref = read_f32(test_src_path(refpath), &ref);
+        long n_ref = test_read_f32(test_src_path(refpath), &ref);
         if (n_ids >= 300) long_cases++;
         for (int p = 0; p < 5; p++) covered[p] |= !strcmp(preset, k_required[p]);
         CHECK_MSG(n_ref == n_ids * vocab, "%s: reference has %ld floats, expected %ld x %lld", name, n_ref, n_ids, vocab);
@@ -120,22 +87,19 @@ static void test_golden(void) {
         double maxref = 0;
         for (long i = 0; i < n_ref; i++) maxref = fmax(maxref, fabs(ref[i]));
         /* ids "a,b,c" */
-        char *idstr = malloc((size_t)n_ids * 12 + 1);
-        size_t k = 0;
-        for (long i = 0; i < n_ids; i++)
-            k += (size_t)sprintf(idstr + k, "%s%lld", i ? "," : "", json_integer_value(json_array_get(ids, (size_t)i)));
+        char *idstr = test_ids_csv(ids);
         const char *modes[2] = {"prefill", "decode"};
         for (int m = 0; m < 2; m++) {
             char out[4200];
             snprintf(out, sizeof out, "%s/golden/%s.%s.bin", build, name, modes[m]);
             remove(out);
             snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --ids %s --mode %s --out '%s' 2>&1", bin, dir, idstr, modes[m], out);
-            int rc = run(cmd);
+            int rc = test_run(cmd);
             CHECK_MSG(rc == 0, "%s: `deepinfer logits --mode %s` failed with exit code %d (is the logits command built?)",
                       name, modes[m], rc);
             if (rc != 0) continue;
             float *got = NULL;
-            long n_got = read_f32(out, &got);
+            long n_got = test_read_f32(out, &got);
             CHECK_MSG(n_got == n_ref, "%s/%s: %ld floats written, expected %ld", name, modes[m], n_got, n_ref);
             if (n_got == n_ref) {
                 double maxd = 0;

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "core/json_util.h"
 #include "core/mmap_file.h"
@@ -20,6 +19,7 @@
 #include "io/model_files.h"
 #include "io/safetensors.h"
 #include "test_util.h"
+#include "cli_test_util.h"
 
 static const char *out_dir(const char *name) {
     static char buf[4][4096];
@@ -316,8 +316,7 @@ static int run_cli(const char *args) {
     if (!bin) return -1;
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "'%s' mkmodel %s >/dev/null 2>&1", bin, args);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    return test_run(cmd);
 }
 
 static void test_cli(void) {

@@ -9,6 +9,7 @@
 #include "io/mkmodel.h"
 #include "model/model.h"
 #include "test_util.h"
+#include "cli_test_util.h"
 
 static char g_model[512], g_tmp[256];
 
@@ -18,8 +19,7 @@ static int run_cli(const char *args) {
     const char *bin = getenv("DI_BIN");
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s logits %s 2>%s/err.txt >%s/out.txt", bin ? bin : "deepinfer", args, g_tmp, g_tmp);
-    int st = system(cmd);
-    return st == -1 ? -1 : WEXITSTATUS(st);
+    return test_run(cmd);
 }
 static int err_has(const char *needle) {
     char p[600], *txt = NULL;
@@ -37,13 +37,7 @@ static void setup(void) {
     snprintf(g_tmp, sizeof g_tmp, "%.200s/test_model_cli", root ? root : "/tmp");
     mkdir(g_tmp, 0755);
     snprintf(g_model, sizeof g_model, "%s/tiny-v3", g_tmp);
-    di_model_config c;
-    di_mk_dtype dt;
-    CHECK_OK(di_mkmodel_preset("tiny-v3", &c, &dt));
-    di_mkmodel_opts o = {0};
-    o.seed = 3;
-    o.dtype = dt;
-    CHECK_OK(di_mkmodel_write(&c, &o, g_model));
+    test_make_model("tiny-v3", 3, g_model);
 }
 
 static void test_output_matches_library(void) {

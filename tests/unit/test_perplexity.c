@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "tokenizer/tokenizer.h"
 #include "test_util.h"
+#include "cli_test_util.h"
 
 static json_t *g_ref;
 
@@ -49,10 +50,10 @@ static int run(const char *args, char **out) {
     char outp[600], cmd[4096];
     snprintf(outp, sizeof outp, "%s/test_perplexity.out", bd ? bd : "/tmp");
     snprintf(cmd, sizeof cmd, "%s perplexity %s >%s 2>&1", bin ? bin : "deepinfer", args, outp);
-    int st = system(cmd);
+    int rc = test_run(cmd);
     *out = NULL;
     di_read_file(outp, out, NULL, 0);
-    return st == -1 ? -1 : WEXITSTATUS(st);
+    return rc;
 }
 
 static void test_slice_perplexity_matches_pytorch(void) {

@@ -15,28 +15,10 @@
 #include "core/status.h"
 #include "recipe/recipe.h"
 #include "test_util.h"
+#include "cli_test_util.h"
 
 static di_tokenizer *g_tok;
 static char g_tok_dir[4096];
-
-static char *command_output(const char *cmd, size_t *len) {
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, k;
-    char *buf = malloc(cap);
-    while (buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (cap - n < 2) buf = realloc(buf, cap *= 2);
-    }
-    int rc = pclose(f);
-    if (!buf || rc != 0) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    if (len) *len = n;
-    return buf;
-}
 
 /* The vendored DeepSeek-V3 tokenizer: DI_RECIPE_TOKENIZER, else where the tokenizer's test data
  * unpacks it ($DI_BUILD_DIR/tests/data/tokenizers/deepseek-v3), else the first deepseek-v3
@@ -56,7 +38,7 @@ static const char *find_tokenizer(void) {
     snprintf(cmd, sizeof cmd,
              "find '%s' '%s' -path '*deepseek-v3*' -name tokenizer.json 2>/dev/null | grep -v /render/ | sort | head -n 1",
              build ? build : "build", test_src_path("tests/data/tokenizers"));
-    char *out = command_output(cmd, NULL);
+    char *out = test_command_output(cmd, NULL);
     if (!out) return NULL;
     char *nl = strchr(out, '\n');
     if (nl) *nl = '\0';
@@ -69,7 +51,7 @@ static char **fixture_lines(const char *name, size_t *n, char **data) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "xz -dc '%s/%s.xz'", test_src_path("tests/data/recipe/render"), name);
     *n = 0;
-    if (!(*data = command_output(cmd, NULL))) return NULL;
+    if (!(*data = test_command_output(cmd, NULL))) return NULL;
     size_t cap = 512;
     char **lines = malloc(cap * sizeof *lines);
     for (char *p = *data; p && *p;) {
@@ -284,7 +266,7 @@ static void test_cli_ids(void) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "printf '%%s\\n' '{\"messages\": [{\"role\": \"user\", \"content\": \"hi <｜Assistant｜>\"}], "
              "\"add_generation_prompt\": true}' | '%s' render --tokenizer '%s' --jsonl --ids", bin, g_tok_dir);
-    char *out = command_output(cmd, NULL);
+    char *out = test_command_output(cmd, NULL);
     CHECK(out != NULL);
     json_t *j = out ? json_loads(out, 0, NULL) : NULL;
     const json_t *ids = json_object_get(j, "ids");

@@ -12,32 +12,13 @@
 #include "recipe/encode.h"
 #include "recipe/proto.h"
 #include "test_util.h"
-
-/* Output of a shell command, whole (malloc'd, NUL-terminated), or NULL. */
-static char *command_output(const char *cmd, size_t *len) {
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, k;
-    char *buf = malloc(cap);
-    while (buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (cap - n < 2) buf = realloc(buf, cap *= 2);
-    }
-    int rc = pclose(f);
-    if (!buf || rc != 0) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    if (len) *len = n;
-    return buf;
-}
+#include "cli_test_util.h"
 
 /* A committed xz fixture, decompressed (caller frees). */
 static char *fixture(const char *name, size_t *len) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "xz -dc '%s/%s.xz'", test_src_path("tests/data/recipe/render"), name);
-    char *s = command_output(cmd, len);
+    char *s = test_command_output(cmd, len);
     if (!s) fprintf(stderr, "cannot read fixture %s (%s)\n", name, cmd);
     return s;
 }
@@ -140,7 +121,7 @@ static void check_cli(const char *fmt, const char *expected_file) {
     snprintf(cmd, sizeof cmd, "xz -dc '%s/conversations.jsonl.xz' | '%s' render --tokenizer '%s' --jsonl --format %s",
              test_src_path("tests/data/recipe/render"), bin, test_src_path("tests/data/recipe/deepseek-v3-config"), fmt);
     size_t gl = 0, wl = 0;
-    char *got = command_output(cmd, &gl), *want = fixture(expected_file, &wl);
+    char *got = test_command_output(cmd, &gl), *want = fixture(expected_file, &wl);
     CHECK_MSG(got && want && gl == wl && !memcmp(got, want, gl), "CLI output for --format %s differs", fmt);
     free(got);
     free(want);

@@ -2,10 +2,10 @@
  * ($DI_BIN): ids equal HF's (values from HF `tokenizers`), --safe, --add-special, --jsonl in
  * order, detokenize of plain and JSONL ids, --help, and clear failures (exit status and
  * message) for a missing tokenizer, invalid UTF-8 and malformed JSONL lines. */
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test_util.h"
+#include "cli_test_util.h"
 #include "tok_test_util.h"
 
 /* Runs `sh -c cmd` with `in` on stdin; returns the exit status, stdout in *out (malloc'd). */
@@ -18,7 +18,7 @@ static int run(const char *cmd, const char *in, size_t in_len, char **out, char 
     di_write_file(inpath, in, in_len);
     char full[4096];
     snprintf(full, sizeof full, "%s < '%s' > '%s' 2> '%s'", cmd, inpath, outpath, errpath);
-    int st = system(full);
+    int rc = test_run(full);
     size_t n;
     *out = NULL;
     di_read_file(outpath, out, &n, 0);
@@ -26,7 +26,7 @@ static int run(const char *cmd, const char *in, size_t in_len, char **out, char 
     unlink(inpath);
     unlink(outpath);
     unlink(errpath);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return rc;
 }
 
 static void test_cli(void) {
