@@ -24,6 +24,7 @@
 #include "test_util.h"
 #include "cli_test_util.h"
 #include "golden_util.h"
+#include "route_test_util.h"
 
 static uint64_t g_rs = 88172645463325252ull;
 static uint64_t rnd(void) {
@@ -293,58 +294,9 @@ static void test_generate(void) {
 /* ---------------------------------------------------------------- routing ---- */
 /* Diagnosis of golden mismatches: records every layer's routing decisions on the CPU (fp32)
  * and the GPU (bf16), reports per token whether they differ, and re-runs the GPU with the
- * CPU's decisions injected (by wrapping the backend's moe_route). If the injected run matches
- * the reference within bf16 tolerance, the remaining error is routing flips at near-ties. */
-enum { RT_MAXL = 16 };
-static void (*g_orig_route[2])(di_backend *, int32_t *, float *, const void *, const di_weight *, const di_weight *,
-                                const di_route_params *, int, float *);
-static int32_t *g_ridx[2][RT_MAXL];
-static float *g_rw[2][RT_MAXL];
-static int g_rcalls[2], g_inject;
-
-static void route_hook(int which, di_backend *be, int32_t *idx, float *w, const void *x, const di_weight *W_g,
-                       const di_weight *bias, const di_route_params *rp, int T, float *scratch) {
-    g_orig_route[which](be, idx, w, x, W_g, bias, rp, T, scratch);
-    int l = g_rcalls[which]++, n = T * rp->top_k;
-    if (l >= RT_MAXL) return;
-    free(g_ridx[which][l]);
-    free(g_rw[which][l]);
-    g_ridx[which][l] = (int32_t *)malloc((size_t)n * 4);
-    g_rw[which][l] = (float *)malloc((size_t)n * 4);
-    if (which == 0) {
-        memcpy(g_ridx[0][l], idx, (size_t)n * 4);
-        memcpy(g_rw[0][l], w, (size_t)n * 4);
-        return;
-    }
-    be->download(be, g_ridx[1][l], idx, (size_t)n * 4);
-    be->download(be, g_rw[1][l], w, (size_t)n * 4);
-    if (g_inject && g_ridx[0][l]) {
-        be->upload(be, idx, g_ridx[0][l], (size_t)n * 4);
-        be->upload(be, w, g_rw[0][l], (size_t)n * 4);
-    }
-}
-static void route_cpu(di_backend *be, int32_t *i, float *w, const void *x, const di_weight *g, const di_weight *b,
-                      const di_route_params *rp, int T, float *s) { route_hook(0, be, i, w, x, g, b, rp, T, s); }
-static void route_gpu(di_backend *be, int32_t *i, float *w, const void *x, const di_weight *g, const di_weight *b,
-                      const di_route_params *rp, int T, float *s) { route_hook(1, be, i, w, x, g, b, rp, T, s); }
-
-static di_status prefill_logits(di_model *m, json_t *ids, float *out) {
-    int n = (int)json_array_size(ids), nb = (n + 63) / 64;
-    int32_t *tok = (int32_t *)malloc((size_t)n * 4), *pos = (int32_t *)malloc((size_t)n * 4);
-    int32_t *bt = (int32_t *)malloc((size_t)nb * 4), start[2] = {0, n}, ctx = n;
-    for (int i = 0; i < n; i++) {
-        tok[i] = (int32_t)json_integer_value(json_array_get(ids, (size_t)i));
-        pos[i] = i;
-    }
-    for (int i = 0; i < nb; i++) bt[i] = i;
-    di_batch b = {n, tok, pos, pos, 1, 0, start, &ctx, bt, nb, n, pos};
-    di_status s = di_model_forward(m, &b, out);
-    free(tok);
-    free(pos);
-    free(bt);
-    return s;
-}
-
+ * CPU's decisions injected (the moe_route hooks of route_test_util.h). If the injected run
+ * matches the reference within bf16 tolerance, the remaining error is routing flips at
+ * near-ties. */
 static double tok_err(const float *got, const float *ref, long V, double maxref) {
     double md = 0;
     for (long v = 0; v < V; v++) {
@@ -394,27 +346,24 @@ static void test_routing(void) {
             continue;
         }
         di_backend *bc = di_model_backend(mc), *bg = di_model_backend(mg);
-        g_orig_route[0] = bc->moe_route;
-        g_orig_route[1] = bg->moe_route;
-        bc->moe_route = route_cpu;
-        bg->moe_route = route_gpu;
+        rt_hooks_install(bc, bg);
         float *lc = (float *)malloc((size_t)n * V * 4), *lg = (float *)malloc((size_t)n * V * 4);
         float *li = (float *)malloc((size_t)n * V * 4);
-        g_rcalls[0] = g_rcalls[1] = 0;
-        g_inject = 0;
-        CHECK_OK(prefill_logits(mc, ids, lc));
-        CHECK_OK(prefill_logits(mg, ids, lg));
-        int L = g_rcalls[0] < RT_MAXL ? g_rcalls[0] : RT_MAXL, k = di_model_config_of(mc)->num_experts_per_tok;
-        g_rcalls[1] = 0;
-        g_inject = 1;
-        CHECK_OK(prefill_logits(mg, ids, li));
-        g_inject = 0;
+        g_rt_calls[0] = g_rt_calls[1] = 0;
+        g_rt_inject = 0;
+        CHECK_OK(rt_prefill(mc, ids, lc));
+        CHECK_OK(rt_prefill(mg, ids, lg));
+        int L = g_rt_calls[0] < RT_MAXL ? g_rt_calls[0] : RT_MAXL, k = di_model_config_of(mc)->num_experts_per_tok;
+        g_rt_calls[1] = 0;
+        g_rt_inject = 1;
+        CHECK_OK(rt_prefill(mg, ids, li));
+        g_rt_inject = 0;
         int toks_diff = 0, big = 0, big_diff = 0;
         double e_same = 0, e_diff = 0, e_inj = 0, e_cpu = 0;
         for (int t = 0; t < n; t++) {
             int diff = 0;
             for (int l = 0; l < L; l++)
-                for (int j = 0; j < k; j++) diff |= g_ridx[0][l][t * k + j] != g_ridx[1][l][t * k + j];
+                for (int j = 0; j < k; j++) diff |= g_rt_idx[0][l][t * k + j] != g_rt_idx[1][l][t * k + j];
             double eg = tok_err(lg + (long)t * V, ref + (long)t * V, V, maxref);
             double ei = tok_err(li + (long)t * V, ref + (long)t * V, V, maxref);
             double ec = tok_err(lc + (long)t * V, ref + (long)t * V, V, maxref);
@@ -435,8 +384,7 @@ static void test_routing(void) {
                 name, n, toks_diff, big, big_diff, e_same, e_diff, e_inj, e_cpu);
         worst_inj = fmax(worst_inj, e_inj);
         if (!toks_diff) worst_same = fmax(worst_same, e_same);
-        bc->moe_route = g_orig_route[0];
-        bg->moe_route = g_orig_route[1];
+        rt_hooks_remove(bc, bg);
         free(lc); free(lg); free(li); free(ref);
         di_model_free(mc);
         di_model_free(mg);
@@ -474,10 +422,7 @@ static void test_generate_routed(void) {
             continue;
         }
         di_backend *bc = di_model_backend(mc), *bg = di_model_backend(mg);
-        g_orig_route[0] = bc->moe_route;
-        g_orig_route[1] = bg->moe_route;
-        bc->moe_route = route_cpu;
-        bg->moe_route = route_gpu;
+        rt_hooks_install(bc, bg);
         int V = di_model_config_of(mc)->vocab_size, local = 0;
         for (int p = 0; p < GEN_PROMPTS; p++) {
             int P = 4 + (int)(rnd() % (GEN_MAXP - 4)), nb = 2, ok = 1, first = -1;
@@ -489,12 +434,12 @@ static void test_generate_routed(void) {
             di_sample_row sr = {0.0f, 1.0f, 0.0f, 0, 0, 0, 0};
             di_batch b = {P, ids, pos, pos, 1, 0, start, &ctx, bt, nb, 1, &row};
             for (int step = 0; step < GEN_NEW && ok; step++) {
-                g_rcalls[0] = g_rcalls[1] = 0;
-                g_inject = 0;
+                g_rt_calls[0] = g_rt_calls[1] = 0;
+                g_rt_inject = 0;
                 ok &= di_model_forward_sample(mc, &b, &sr, &tc) == DI_OK;
-                g_inject = 1;
+                g_rt_inject = 1;
                 ok &= di_model_forward_sample(mg, &b, &sr, &tg) == DI_OK;
-                g_inject = 0;
+                g_rt_inject = 0;
                 steps++;
                 if (tg != tc) {
                     diff_steps++;
@@ -515,8 +460,7 @@ static void test_generate_routed(void) {
             prompts++;
         }
         same += local;
-        bc->moe_route = g_orig_route[0];
-        bg->moe_route = g_orig_route[1];
+        rt_hooks_remove(bc, bg);
         fprintf(stderr, "  generate-routed %-32s %d/%d prompts identical over %d tokens\n", strrchr(dir, '/') + 1, local,
                 GEN_PROMPTS, GEN_NEW);
         di_model_free(mc);
@@ -565,24 +509,20 @@ static void compare_model(const char *dir) {
     di_batch b = {P, ids, pos, slots, 1, 0, start, &ctx, bt, 4, P, rows};
     /* record routing on both; then the GPU again with the CPU's routing injected */
     di_backend *bc = di_model_backend(mc), *bg = di_model_backend(mg);
-    g_orig_route[0] = bc->moe_route;
-    g_orig_route[1] = bg->moe_route;
-    bc->moe_route = route_cpu;
-    bg->moe_route = route_gpu;
-    g_rcalls[0] = g_rcalls[1] = 0;
-    g_inject = 0;
+    rt_hooks_install(bc, bg);
+    g_rt_calls[0] = g_rt_calls[1] = 0;
+    g_rt_inject = 0;
     CHECK_OK(di_model_forward(mc, &b, lc));
     CHECK_OK(di_model_forward(mg, &b, lg));
-    int L = g_rcalls[0] < RT_MAXL ? g_rcalls[0] : RT_MAXL, k = di_model_config_of(mc)->num_experts_per_tok, nd = 0;
+    int L = g_rt_calls[0] < RT_MAXL ? g_rt_calls[0] : RT_MAXL, k = di_model_config_of(mc)->num_experts_per_tok, nd = 0;
     for (int l = 0; l < L; l++)
-        for (int i = 0; i < P * k; i++) nd += g_ridx[0][l][i] != g_ridx[1][l][i];
+        for (int i = 0; i < P * k; i++) nd += g_rt_idx[0][l][i] != g_rt_idx[1][l][i];
     float *li = (float *)malloc((size_t)P * V * 4);
-    g_rcalls[1] = 0;
-    g_inject = 1;
+    g_rt_calls[1] = 0;
+    g_rt_inject = 1;
     CHECK_OK(di_model_forward(mg, &b, li));
-    g_inject = 0;
-    bc->moe_route = g_orig_route[0];
-    bg->moe_route = g_orig_route[1];
+    g_rt_inject = 0;
+    rt_hooks_remove(bc, bg);
     double mi = 0, mri = 0;
     for (size_t i = 0; i < (size_t)P * V; i++) {
         mi = fmax(mi, fabs((double)li[i] - lc[i]));

@@ -26,6 +26,7 @@
  * staged one), DI_PYCODER_MODEL (else $DI_SOURCE_DIR/models/pycoder-moe), DI_TEST_DEVICE=cpu
  * (dry run of the whole program with the CPU standing in for the GPU). */
 #include "pycoder_golden.h"
+#include "route_test_util.h"
 
 #include "core/timer.h"
 #include "deepinfer.h"
@@ -116,53 +117,6 @@ static void test_golden(void) {
 
 /* ---------------------------------------------------------------- routing ---- */
 
-enum { RT_MAXL = 16 };
-typedef void (*route_fn)(di_backend *, int32_t *, float *, const void *, const di_weight *, const di_weight *,
-                         const di_route_params *, int, float *);
-static route_fn g_orig[2];
-static int32_t *g_idx[2][RT_MAXL];
-static float *g_w[2][RT_MAXL];
-static int g_calls[2], g_inject;
-
-/* records each layer's decisions (which = 0 CPU, 1 GPU); injects the CPU's into the GPU */
-static void route_hook(int which, di_backend *be, int32_t *idx, float *w, const void *x, const di_weight *W_g,
-                       const di_weight *bias, const di_route_params *rp, int T, float *scratch) {
-    g_orig[which](be, idx, w, x, W_g, bias, rp, T, scratch);
-    int l = g_calls[which]++, n = T * rp->top_k;
-    if (l >= RT_MAXL) return;
-    free(g_idx[which][l]);
-    free(g_w[which][l]);
-    g_idx[which][l] = (int32_t *)malloc((size_t)n * 4);
-    g_w[which][l] = (float *)malloc((size_t)n * 4);
-    be->download(be, g_idx[which][l], idx, (size_t)n * 4);
-    be->download(be, g_w[which][l], w, (size_t)n * 4);
-    if (which == 1 && g_inject && g_idx[0][l]) {
-        be->upload(be, idx, g_idx[0][l], (size_t)n * 4);
-        be->upload(be, w, g_w[0][l], (size_t)n * 4);
-    }
-}
-static void route_cpu(di_backend *be, int32_t *i, float *w, const void *x, const di_weight *g, const di_weight *b,
-                      const di_route_params *rp, int T, float *s) { route_hook(0, be, i, w, x, g, b, rp, T, s); }
-static void route_gpu(di_backend *be, int32_t *i, float *w, const void *x, const di_weight *g, const di_weight *b,
-                      const di_route_params *rp, int T, float *s) { route_hook(1, be, i, w, x, g, b, rp, T, s); }
-
-static di_status prefill_all(di_model *m, json_t *ids, float *out) {
-    int n = (int)json_array_size(ids), nb = (n + 63) / 64;
-    int32_t *tok = (int32_t *)malloc((size_t)n * 4), *pos = (int32_t *)malloc((size_t)n * 4);
-    int32_t *bt = (int32_t *)malloc((size_t)nb * 4), start[2] = {0, n}, ctx = n;
-    for (int i = 0; i < n; i++) {
-        tok[i] = (int32_t)json_integer_value(json_array_get(ids, (size_t)i));
-        pos[i] = i;
-    }
-    for (int i = 0; i < nb; i++) bt[i] = i;
-    di_batch b = {n, tok, pos, pos, 1, 0, start, &ctx, bt, nb, n, pos};
-    di_status s = di_model_forward(m, &b, out);
-    free(tok);
-    free(pos);
-    free(bt);
-    return s;
-}
-
 /* max|d| / max|ref| over the kept rows of all-row logits */
 static double kept_err(json_t *c, const float *all, const float *ref, long V) {
     json_t *rows = json_object_get(c, "rows");
@@ -199,10 +153,7 @@ static void test_routing(void) {
         return;
     }
     di_backend *bc = di_model_backend(mc), *bg = di_model_backend(mg);
-    g_orig[0] = bc->moe_route;
-    g_orig[1] = bg->moe_route;
-    bc->moe_route = route_cpu;
-    bg->moe_route = route_gpu;
+    rt_hooks_install(bc, bg);
     const int k = di_model_config_of(mc)->num_experts_per_tok;
     int total_diff = 0, total = 0;
     double worst_inj = 0;
@@ -219,25 +170,25 @@ static void test_routing(void) {
             free(ref); free(lc); free(lg); free(li);
             continue;
         }
-        g_calls[0] = g_calls[1] = 0;
-        g_inject = 0;
-        CHECK_OK(prefill_all(mc, ids, lc));
-        CHECK_OK(prefill_all(mg, ids, lg));
-        int L = g_calls[0] < RT_MAXL ? g_calls[0] : RT_MAXL, diff = 0, toks = 0;
+        g_rt_calls[0] = g_rt_calls[1] = 0;
+        g_rt_inject = 0;
+        CHECK_OK(rt_prefill(mc, ids, lc));
+        CHECK_OK(rt_prefill(mg, ids, lg));
+        int L = g_rt_calls[0] < RT_MAXL ? g_rt_calls[0] : RT_MAXL, diff = 0, toks = 0;
         for (int t = 0; t < n; t++) {
             int any = 0;
             for (int l = 0; l < L; l++) {
                 int dl = 0;
-                for (int j = 0; j < k; j++) dl |= g_idx[0][l][t * k + j] != g_idx[1][l][t * k + j];
+                for (int j = 0; j < k; j++) dl |= g_rt_idx[0][l][t * k + j] != g_rt_idx[1][l][t * k + j];
                 diff += dl;
                 any |= dl;
             }
             toks += any;
         }
-        g_calls[1] = 0;
-        g_inject = 1;
-        CHECK_OK(prefill_all(mg, ids, li));
-        g_inject = 0;
+        g_rt_calls[1] = 0;
+        g_rt_inject = 1;
+        CHECK_OK(rt_prefill(mg, ids, li));
+        g_rt_inject = 0;
         double eg = kept_err(c, lg, ref, V), ei = kept_err(c, li, ref, V);
         fprintf(stderr, "  %-18s n=%-4d routing decisions that differ CPU vs GPU: %d of %d (%d tokens); GPU vs "
                         "transformers %.3e, with the CPU's routing %.3e (manifest: route margin min %.2e, %lld "
@@ -249,15 +200,8 @@ static void test_routing(void) {
         worst_inj = fmax(worst_inj, ei);
         free(ref); free(lc); free(lg); free(li);
     }
-    bc->moe_route = g_orig[0];
-    bg->moe_route = g_orig[1];
-    for (int w = 0; w < 2; w++)
-        for (int l = 0; l < RT_MAXL; l++) {
-            free(g_idx[w][l]);
-            free(g_w[w][l]);
-            g_idx[w][l] = NULL;
-            g_w[w][l] = NULL;
-        }
+    rt_hooks_remove(bc, bg);
+    rt_records_free();
     fprintf(stderr, "  pycoder routing: %d of %d decisions differ; worst error with the CPU's routing %.3e\n", total_diff,
             total, worst_inj);
     CHECK_MSG(worst_inj <= 2e-2, "with the CPU's routing the GPU is %.3g from transformers", worst_inj);
