@@ -13,32 +13,7 @@
 #include "recipe/proto.h"
 #include "test_util.h"
 #include "cli_test_util.h"
-
-/* A committed xz fixture, decompressed (caller frees). */
-static char *fixture(const char *name, size_t *len) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "xz -dc '%s/%s.xz'", test_src_path("tests/data/recipe/render"), name);
-    char *s = test_command_output(cmd, len);
-    if (!s) fprintf(stderr, "cannot read fixture %s (%s)\n", name, cmd);
-    return s;
-}
-
-/* Reads a fixture into lines (pointers into *data; caller frees both). */
-static char **read_lines(const char *name, size_t *n, char **data) {
-    *n = 0;
-    if (!(*data = fixture(name, NULL))) return NULL;
-    size_t cap = 64;
-    char **lines = malloc(cap * sizeof *lines);
-    char *p = *data;
-    while (p && *p) {
-        char *nl = strchr(p, '\n');
-        if (nl) *nl = '\0';
-        if (*n == cap) lines = realloc(lines, (cap *= 2) * sizeof *lines);
-        lines[(*n)++] = p;
-        p = nl ? nl + 1 : NULL;
-    }
-    return lines;
-}
+#include "recipe_test_util.h"
 
 /* Segment invariants: text is the concatenation, specials are known tokens, texts not adjacent. */
 static int segments_ok(const di_prompt *p) {
@@ -57,8 +32,8 @@ static int segments_ok(const di_prompt *p) {
 static void check_format(const char *fmt_name, const char *expected_file) {
     size_t n_conv, n_exp;
     char *d1, *d2;
-    char **conv = read_lines("conversations.jsonl", &n_conv, &d1);
-    char **exp = read_lines(expected_file, &n_exp, &d2);
+    char **conv = recipe_fixture_lines("conversations.jsonl", &n_conv, &d1);
+    char **exp = recipe_fixture_lines(expected_file, &n_exp, &d2);
     CHECK(conv && exp);
     if (!conv || !exp) return;
     CHECK_EQ_INT(n_conv, n_exp);
@@ -121,7 +96,7 @@ static void check_cli(const char *fmt, const char *expected_file) {
     snprintf(cmd, sizeof cmd, "xz -dc '%s/conversations.jsonl.xz' | '%s' render --tokenizer '%s' --jsonl --format %s",
              test_src_path("tests/data/recipe/render"), bin, test_src_path("tests/data/recipe/deepseek-v3-config"), fmt);
     size_t gl = 0, wl = 0;
-    char *got = test_command_output(cmd, &gl), *want = fixture(expected_file, &wl);
+    char *got = test_command_output(cmd, &gl), *want = recipe_fixture(expected_file, &wl);
     CHECK_MSG(got && want && gl == wl && !memcmp(got, want, gl), "CLI output for --format %s differs", fmt);
     free(got);
     free(want);
@@ -163,20 +138,11 @@ static void test_cli(void) {
     CHECK(system(cmd) != 0);
 }
 
-static di_conv *conv_of(const char *json) {
-    json_t *req = json_loads(json, 0, NULL);
-    di_conv *c = NULL;
-    di_api_error e;
-    if (di_chat_request_parse(req, DI_CONVERT_RENDER_LINE, &c, &e) != DI_OK) fprintf(stderr, "%s\n", e.message);
-    json_decref(req);
-    return c;
-}
-
 static void test_errors_and_options(void) {
     di_prompt p;
     di_prompt_init(&p);
     /* null system content is a template error (str + None) */
-    di_conv *c = conv_of("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}");
+    di_conv *c = recipe_conv_of("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}");
     CHECK(c != NULL);
     if (!c) return;
     free(c->msgs[0].content);
@@ -190,7 +156,7 @@ static void test_errors_and_options(void) {
     di_conv_free(c);
 
     /* continue_final_message: the last assistant text is left open */
-    c = conv_of("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, "
+    c = recipe_conv_of("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, "
                 "{\"role\": \"assistant\", \"content\": \"<think>a</think>Hel\"}]}");
     CHECK(c != NULL);
     if (!c) return;
@@ -223,7 +189,7 @@ static void test_errors_and_options(void) {
  * deepseek_v3_1 agent-template test (tests/test_align/test_template/test_agent.py), which
  * encodes the same conversation independently of us. */
 static void test_v31_tools_prompt(void) {
-    di_conv *c = conv_of(
+    di_conv *c = recipe_conv_of(
         "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"convert_temperature\", \"description\": "
         "\"Convert temperature from one unit to another\", \"parameters\": {\"type\": \"object\", \"properties\": "
         "{\"temperature\": {\"type\": \"number\", \"description\": \"The temperature value\"}, \"from_unit\": "
