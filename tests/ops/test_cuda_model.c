@@ -225,6 +225,26 @@ static di_status load(const char *dir, di_device dev, di_model **m) {
     return di_model_load(dir, &o, m);
 }
 
+/* The checkpoint of golden case c (into dir) on the CPU (*mc) and the GPU (*mg); 0 when it is
+ * not to be run: mkmodel failed, V3.2, already in done[0 .. *n_done) (recorded there, at most
+ * 32), or a load failed (reported). */
+static int load_pair(json_t *c, char done[][4096], int *n_done, char *dir, di_model **mc, di_model **mg) {
+    *mc = *mg = NULL;
+    if (!case_dir(c, dir, 4096) || cuda_unsupported(dir)) return 0;
+    int seen = 0;
+    for (int i = 0; i < *n_done; i++) seen |= !strcmp(done[i], dir);
+    if (seen || *n_done >= 32) return 0;
+    snprintf(done[(*n_done)++], 4096, "%s", dir);
+    CHECK_OK(load(dir, DI_DEVICE_CPU, mc));
+    CHECK_OK(load(dir, DI_DEVICE_CUDA, mg));
+    if (!*mc || !*mg) {
+        di_model_free(*mc);
+        di_model_free(*mg);
+        return 0;
+    }
+    return 1;
+}
+
 static void test_generate(void) {
     json_t *man = NULL;
     CHECK_OK(di_json_load_file(test_src_path("tests/data/golden/golden.json"), &man));
@@ -235,19 +255,8 @@ static void test_generate(void) {
     json_t *c;
     json_array_foreach(json_object_get(man, "cases"), ci, c) {
         char dir[4096];
-        if (!case_dir(c, dir, sizeof dir) || cuda_unsupported(dir)) continue;
-        int seen = 0;
-        for (int i = 0; i < n_done; i++) seen |= !strcmp(done[i], dir);
-        if (seen || n_done >= 32) continue;
-        snprintf(done[n_done++], sizeof done[0], "%s", dir);
-        di_model *mc = NULL, *mg = NULL;
-        CHECK_OK(load(dir, DI_DEVICE_CPU, &mc));
-        CHECK_OK(load(dir, DI_DEVICE_CUDA, &mg));
-        if (!mc || !mg) {
-            di_model_free(mc);
-            di_model_free(mg);
-            continue;
-        }
+        di_model *mc, *mg;
+        if (!load_pair(c, done, &n_done, dir, &mc, &mg)) continue;
         int V = di_model_config_of(mc)->vocab_size;
         static int32_t prompts[GEN_PROMPTS][GEN_MAXP], oc[GEN_PROMPTS][GEN_NEW], og[GEN_PROMPTS][GEN_NEW],
             ob[GEN_PROMPTS][GEN_NEW];
@@ -408,19 +417,8 @@ static void test_generate_routed(void) {
     json_t *c;
     json_array_foreach(json_object_get(man, "cases"), ci, c) {
         char dir[4096];
-        if (!case_dir(c, dir, sizeof dir) || cuda_unsupported(dir)) continue;
-        int seen = 0;
-        for (int i = 0; i < n_done; i++) seen |= !strcmp(done[i], dir);
-        if (seen || n_done >= 32) continue;
-        snprintf(done[n_done++], sizeof done[0], "%s", dir);
-        di_model *mc = NULL, *mg = NULL;
-        CHECK_OK(load(dir, DI_DEVICE_CPU, &mc));
-        CHECK_OK(load(dir, DI_DEVICE_CUDA, &mg));
-        if (!mc || !mg) {
-            di_model_free(mc);
-            di_model_free(mg);
-            continue;
-        }
+        di_model *mc, *mg;
+        if (!load_pair(c, done, &n_done, dir, &mc, &mg)) continue;
         di_backend *bc = di_model_backend(mc), *bg = di_model_backend(mg);
         rt_hooks_install(bc, bg);
         int V = di_model_config_of(mc)->vocab_size, local = 0;
