@@ -372,13 +372,5 @@ static void reserve_gpu(void) {
 int main(int argc, char **argv) {
     const t_group groups[] = {{"reserve", reserve_gpu}, {"decode", test_decode}, {"prefill", test_prefill},
                               {"route", test_route},     {"experts", test_experts}, {"sample", test_sample}};
-    int n = (int)(sizeof groups / sizeof groups[0]);
-    if (argc > 1) {
-        char **av = (char **)malloc((size_t)(argc + 1) * sizeof *av);
-        av[0] = argv[0];
-        av[1] = (char *)"reserve";
-        for (int i = 1; i < argc; i++) av[i + 1] = argv[i];
-        return t_main(argc + 1, av, groups, n);
-    }
-    return t_main(argc, argv, groups, n);
+    return t_main_first_always(argc, argv, groups, (int)(sizeof groups / sizeof groups[0]));
 }

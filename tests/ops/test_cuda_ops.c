@@ -283,13 +283,5 @@ int main(int argc, char **argv) {
     const t_group groups[] = {{"reserve", reserve_gpu}, {"rows", test_rows}, {"gemm", test_gemm}, {"bmm", test_bmm},
                               {"graph", test_graph}};
     /* reserve always runs first (it is what a model does at load) */
-    int n = (int)(sizeof groups / sizeof groups[0]);
-    if (argc > 1) {
-        char **av = (char **)malloc((size_t)(argc + 1) * sizeof *av);
-        av[0] = argv[0];
-        av[1] = (char *)"reserve";
-        for (int i = 1; i < argc; i++) av[i + 1] = argv[i];
-        return t_main(argc + 1, av, groups, n);
-    }
-    return t_main(argc, argv, groups, n);
+    return t_main_first_always(argc, argv, groups, (int)(sizeof groups / sizeof groups[0]));
 }
