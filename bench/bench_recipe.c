@@ -34,6 +34,19 @@ static char *slurp(const char *cmd) {
     return b;
 }
 
+/* Feeds text to the parser as ordinary tokens of 1-4 bytes, draining the events after each
+ * token; adds to the token and event counts. */
+static void feed_text(di_outparse *p, const char *text, size_t *tokens, size_t *events) {
+    size_t k, ne;
+    for (const char *s = text; *s; s += k, (*tokens)++) {
+        k = 1 + (size_t)(s - text) % 4;
+        if (k > strlen(s)) k = strlen(s);
+        di_outparse_feed(p, 5000, s, k);
+        di_outparse_events(p, &ne);
+        *events += ne;
+    }
+}
+
 int main(int argc, char **argv) {
     char cmd[4096];
     if (argc > 1 && argv[1][0] && strcmp(argv[1], "-")) snprintf(cmd, sizeof cmd, "cat '%s'", argv[1]);
@@ -112,36 +125,15 @@ int main(int argc, char **argv) {
         di_outparse_config_default(&cfg, DI_CHAT_FORMAT_R1);
         cfg.id_think_end = 128799;
         di_outparse *p = di_outparse_create(&cfg);
-        size_t k = 0, ne;
-        for (int rep = 0; rep < 20; rep++)
-            for (const char *s = reasoning; *s; s += k, tokens++) {
-                k = 1 + (size_t)(s - reasoning) % 4;
-                if (k > strlen(s)) k = strlen(s);
-                di_outparse_feed(p, 5000, s, k);
-                di_outparse_events(p, &ne);
-                events += ne;
-            }
+        for (int rep = 0; rep < 20; rep++) feed_text(p, reasoning, &tokens, &events);
         di_outparse_feed(p, 128799, "", 0);
-        for (int rep = 0; rep < 20; rep++)
-            for (const char *s = content; *s; s += k, tokens++) {
-                k = 1 + (size_t)(s - content) % 4;
-                if (k > strlen(s)) k = strlen(s);
-                di_outparse_feed(p, 5000, s, k);
-                di_outparse_events(p, &ne);
-                events += ne;
-            }
+        for (int rep = 0; rep < 20; rep++) feed_text(p, content, &tokens, &events);
         di_outparse_feed(p, 128806, "", 0);
         for (int c = 0; c < 4; c++) {
             di_outparse_feed(p, 128808, "", 0);
             di_outparse_feed(p, 5000, "function", 8);
             di_outparse_feed(p, 128814, "", 0);
-            for (const char *s = call; *s; s += k, tokens++) {
-                k = 1 + (size_t)(s - call) % 4;
-                if (k > strlen(s)) k = strlen(s);
-                di_outparse_feed(p, 5000, s, k);
-                di_outparse_events(p, &ne);
-                events += ne;
-            }
+            feed_text(p, call, &tokens, &events);
             di_outparse_feed(p, 128809, "", 0);
             tokens += 4;
         }
