@@ -38,7 +38,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zlib
 
 import numpy as np
 import safetensors
@@ -46,6 +45,8 @@ import tokenizers
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+
+from checksum import crc32
 
 TOL = 1e-4
 MIN_MARGIN = 2e-5  # smallest accepted routing score gap (fp32 noise is ~1e-7..1e-6)
@@ -77,16 +78,6 @@ CASES = [
     # V3.2 beyond index_topk: DeepSeek sparse attention (each query attends to its top-64 positions)
     ("v32_len100", "tiny-v32", 8, "bf16", 100, 82),
 ]
-
-
-def crc32(path):
-    c = 0
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(1 << 20)
-            if not b:
-                return c & 0xFFFFFFFF
-            c = zlib.crc32(b, c)
 
 
 def mkmodel(binary, preset, seed, dtype, out):

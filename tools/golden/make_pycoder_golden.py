@@ -37,7 +37,6 @@ import os
 import sys
 import tarfile
 import tempfile
-import zlib
 
 import numpy as np
 import torch
@@ -47,19 +46,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
 import export as X  # noqa: E402  (write_dequantized_twin)
+from checksum import crc32  # noqa: E402
 
 TOL = 1e-4          # CPU (fp32) tolerance of the C test: max|d| / max|ref| over the kept rows
 GPU_TOL = 2e-2      # CUDA (bf16 activations) tolerance of tests/ops
-
-
-def crc32(path):
-    c = 0
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(1 << 20)
-            if not b:
-                return c & 0xFFFFFFFF
-            c = zlib.crc32(b, c)
 
 
 def kept_rows(n):

@@ -21,15 +21,15 @@ Usage: python3 tools/tokenizer/gen_corpus.py [--tokenizers DIR]
 """
 import argparse
 import glob
-import io
 import json
 import os
 import random
-import tarfile
 import unicodedata
 
 import tokenizers
 from tokenizers import Tokenizer
+
+from tarxz import write_tar_xz
 
 SEED = 20261129
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -424,19 +424,10 @@ def main():
     meta = {"tokenizers": tokenizers.__version__, "seed": SEED, "strings": len(strings), "decode": len(dec),
             "large": len(large), "categories": cats}
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz", preset=9) as tf:
-        for name, data in (("corpus.jsonl", "\n".join(lines) + "\n"), ("decode.jsonl", "\n".join(dec) + "\n"),
-                           ("large.jsonl", "\n".join(large) + "\n"), ("meta.json", json.dumps(meta, indent=1) + "\n")):
-            b = data.encode("utf-8")
-            ti = tarfile.TarInfo("tokenizer_corpus/" + name)
-            ti.size = len(b)
-            ti.mtime = 0
-            ti.mode = 0o644
-            tf.addfile(ti, io.BytesIO(b))
-    with open(OUT, "wb") as f:
-        f.write(buf.getvalue())
-    print("wrote %s (%d bytes): %s" % (OUT, len(buf.getvalue()), meta))
+    files = (("corpus.jsonl", "\n".join(lines) + "\n"), ("decode.jsonl", "\n".join(dec) + "\n"),
+             ("large.jsonl", "\n".join(large) + "\n"), ("meta.json", json.dumps(meta, indent=1) + "\n"))
+    size = write_tar_xz(OUT, [("tokenizer_corpus/" + name, data) for name, data in files])
+    print("wrote %s (%d bytes): %s" % (OUT, size, meta))
 
 
 if __name__ == "__main__":

@@ -15,14 +15,14 @@ fuse_unk, byte_fallback, continuing_subword_prefix/end_of_word_suffix, legacy "a
 "#version" line; no decoder.
 Usage: python3 tools/tokenizer/gen_feature_cases.py (needs the corpus archive unpacked in build/).
 """
-import io
 import json
 import os
 import random
-import tarfile
 
 import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from tarxz import write_tar_xz
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "data", "tokenizer_features", "features.tar.xz")
@@ -274,18 +274,8 @@ def main():
     files.append(("tokenizer_features/meta.json", json.dumps({"tokenizers": tokenizers.__version__, "seed": SEED,
                                                               "variants": len(vs), "strings": len(sample)}) + "\n"))
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz", preset=9) as tf:
-        for name, data in files:
-            b = data.encode("utf-8")
-            ti = tarfile.TarInfo(name)
-            ti.size = len(b)
-            ti.mtime = 0
-            ti.mode = 0o644
-            tf.addfile(ti, io.BytesIO(b))
-    with open(OUT, "wb") as f:
-        f.write(buf.getvalue())
-    print("wrote %s (%d bytes), %d variants x %d strings" % (OUT, len(buf.getvalue()), len(vs), len(sample)))
+    size = write_tar_xz(OUT, files)
+    print("wrote %s (%d bytes), %d variants x %d strings" % (OUT, size, len(vs), len(sample)))
 
 
 if __name__ == "__main__":
