@@ -116,15 +116,18 @@ static const json_t *present(const json_t *obj, const char *key) {
     return v && !json_is_null(v) ? v : NULL;
 }
 
+/* perr_type for obj[key] (p is the path of obj). */
+static di_status key_type_error(di_api_error *e, di_jpath *p, const char *key, const char *expected, const json_t *got) {
+    size_t o = jp_key(p, key);
+    di_status s = perr_type(e, p, expected, got);
+    jp_pop(p, o);
+    return s;
+}
+
 di_status jopt_string(const json_t *obj, const char *key, di_jpath *p, di_api_error *e, const char **out) {
     const json_t *v = present(obj, key);
     if (!v) return DI_OK;
-    if (!json_is_string(v)) {
-        size_t o = jp_key(p, key);
-        di_status s = perr_type(e, p, "a string", v);
-        jp_pop(p, o);
-        return s;
-    }
+    if (!json_is_string(v)) return key_type_error(e, p, key, "a string", v);
     *out = json_string_value(v);
     return DI_OK;
 }
@@ -142,12 +145,7 @@ di_status jreq_string(const json_t *obj, const char *key, di_jpath *p, di_api_er
 di_status jopt_bool(const json_t *obj, const char *key, di_jpath *p, di_api_error *e, int *out) {
     const json_t *v = present(obj, key);
     if (!v) return DI_OK;
-    if (!json_is_boolean(v)) {
-        size_t o = jp_key(p, key);
-        di_status s = perr_type(e, p, "a boolean", v);
-        jp_pop(p, o);
-        return s;
-    }
+    if (!json_is_boolean(v)) return key_type_error(e, p, key, "a boolean", v);
     *out = json_is_true(v);
     return DI_OK;
 }
@@ -210,12 +208,7 @@ di_status jopt_object(const json_t *obj, const char *key, di_jpath *p, di_api_er
     const json_t *v = present(obj, key);
     *out = NULL;
     if (!v) return DI_OK;
-    if (!json_is_object(v)) {
-        size_t o = jp_key(p, key);
-        di_status s = perr_type(e, p, "an object", v);
-        jp_pop(p, o);
-        return s;
-    }
+    if (!json_is_object(v)) return key_type_error(e, p, key, "an object", v);
     *out = v;
     return DI_OK;
 }
@@ -224,12 +217,7 @@ di_status jopt_array(const json_t *obj, const char *key, di_jpath *p, di_api_err
     const json_t *v = present(obj, key);
     *out = NULL;
     if (!v) return DI_OK;
-    if (!json_is_array(v)) {
-        size_t o = jp_key(p, key);
-        di_status s = perr_type(e, p, "an array", v);
-        jp_pop(p, o);
-        return s;
-    }
+    if (!json_is_array(v)) return key_type_error(e, p, key, "an array", v);
     *out = v;
     return DI_OK;
 }
