@@ -34,6 +34,18 @@ static char *slurp(const char *cmd) {
     return b;
 }
 
+/* Converts a render line and encodes it in chat format f into pr; 0 on success. */
+static int render_one(const json_t *req, int f, di_prompt *pr) {
+    di_conv *c;
+    di_api_error e;
+    if (di_chat_request_parse(req, DI_CONVERT_RENDER_LINE, &c, &e) != DI_OK) return -1;
+    di_encode_opts o = {.format = (di_chat_format)f, .add_generation_prompt = c->opt.add_generation_prompt,
+                        .thinking = c->opt.thinking};
+    di_status s = di_chat_encode(c, &o, pr);
+    di_conv_free(c);
+    return s == DI_OK ? 0 : -1;
+}
+
 /* Feeds text to the parser as ordinary tokens of 1-4 bytes, draining the events after each
  * token; adds to the token and event counts. */
 static void feed_text(di_outparse *p, const char *text, size_t *tokens, size_t *events) {
@@ -82,30 +94,17 @@ int main(int argc, char **argv) {
         size_t bytes = 0, n_ids = 0;
         double t0 = now();
         for (int it = 0; it < iters; it++)
-            for (size_t i = 0; i < n; i++) {
-                di_conv *c;
-                di_api_error e;
-                if (di_chat_request_parse(reqs[i], DI_CONVERT_RENDER_LINE, &c, &e) != DI_OK) continue;
-                di_encode_opts o = {.format = (di_chat_format)f, .add_generation_prompt = c->opt.add_generation_prompt,
-                                    .thinking = c->opt.thinking};
-                if (di_chat_encode(c, &o, &pr) == DI_OK) bytes += pr.len;
-                di_conv_free(c);
-            }
+            for (size_t i = 0; i < n; i++)
+                if (render_one(reqs[i], f, &pr) == 0) bytes += pr.len;
         double dt = now() - t0;
         printf("render %-4s: %zu conversations x %d: %.1f us/conversation, %.1f MB/s of prompt text\n", names[f], n,
                iters, dt / (n * iters) * 1e6, bytes / dt / 1e6);
         if (tok) {
             t0 = now();
             for (size_t i = 0; i < n; i++) {
-                di_conv *c;
-                di_api_error e;
-                if (di_chat_request_parse(reqs[i], DI_CONVERT_RENDER_LINE, &c, &e) != DI_OK) continue;
-                di_encode_opts o = {.format = (di_chat_format)f, .add_generation_prompt = c->opt.add_generation_prompt,
-                                    .thinking = c->opt.thinking};
                 di_ids ids = {0};
-                if (di_chat_encode(c, &o, &pr) == DI_OK && di_prompt_to_ids(&pr, tok, &ids, NULL) == DI_OK) n_ids += ids.n;
+                if (render_one(reqs[i], f, &pr) == 0 && di_prompt_to_ids(&pr, tok, &ids, NULL) == DI_OK) n_ids += ids.n;
                 di_ids_free(&ids);
-                di_conv_free(c);
             }
             dt = now() - t0;
             printf("ids    %-4s: %.1f us/conversation including tokenization, %.2f M ids/s\n", names[f], dt / n * 1e6,
