@@ -43,6 +43,16 @@ static di_status content_text(const json_t *v, di_jpath *p, di_api_error *e, cha
     return di_proto_joined_text(v, "a string or an array of content parts", part_text, NULL, p, e, out);
 }
 
+/* it[key]: required; its text (a string or parts) into *text (malloc'd). */
+static di_status required_text(const json_t *it, const char *key, di_jpath *p, di_api_error *e, char **text) {
+    const json_t *v = json_object_get(it, key);
+    size_t o = jp_key(p, key);
+    if (!v || json_is_null(v)) return perr_missing(e, p);
+    TRY(content_text(v, p, e, text));
+    jp_pop(p, o);
+    return DI_OK;
+}
+
 typedef struct build {
     di_conv *c;
     char *pending_reasoning;  /* from a reasoning item, for the next assistant turn */
@@ -74,12 +84,8 @@ static di_status message_item(build *b, const json_t *it, di_jpath *p, di_api_er
         return perr_value(e, p, "invalid_value", "'%s'. Supported values are: 'user', 'assistant', 'system', and "
                           "'developer'.", role_s);
     }
-    const json_t *jc = json_object_get(it, "content");
-    size_t o = jp_key(p, "content");
-    if (!jc || json_is_null(jc)) return perr_missing(e, p);
     char *text;
-    TRY(content_text(jc, p, e, &text));
-    jp_pop(p, o);
+    TRY(required_text(it, "content", p, e, &text));
     di_message *m;
     TRY(di_proto_add_message(b->c, role, text, e, &m));
     b->open_assistant = role == DI_ROLE_ASSISTANT;
@@ -107,12 +113,8 @@ static di_status function_call_item(build *b, const json_t *it, di_jpath *p, di_
 static di_status function_output_item(build *b, const json_t *it, di_jpath *p, di_api_error *e) {
     const char *call_id = NULL;
     TRY(jreq_string(it, "call_id", p, e, &call_id));
-    const json_t *out = json_object_get(it, "output");
-    size_t o = jp_key(p, "output");
-    if (!out || json_is_null(out)) return perr_missing(e, p);
     char *text;
-    TRY(content_text(out, p, e, &text));
-    jp_pop(p, o);
+    TRY(required_text(it, "output", p, e, &text));
     di_message *m;
     TRY(di_proto_add_message(b->c, DI_ROLE_TOOL, text, e, &m));
     if (di_conv_set_str(&m->tool_call_id, call_id) != DI_OK) return perr_nomem(e);
