@@ -20,44 +20,61 @@
 #include "sampling/penalties.h"
 #include "sampling/sampler.h"
 
+/* Both structures put what every generated token touches in their first 64 bytes and are
+ * allocated 64-byte aligned (di_engine_prepare_request), so the per-token work of a step
+ * reads one cache line of the request and two of the completion (its own and its sequence's
+ * hot line): with 256 running sequences the step's data does not fit in L1, so the lines
+ * touched per sequence set the step's cost. */
 typedef struct di_completion {
-    di_seq seq;
-    int n_gen;                       /* generated tokens (seq.len - prompt_len) */
-    di_token_counts counts;          /* output token counts, when a penalty is active */
-    di_token_logprob *logprobs;      /* [max_new] when params.logprobs >= 0 */
-    char *text;                      /* decoded output, NUL-terminated at text_len */
-    size_t text_len, text_cap;
-    size_t visible;                  /* bytes that may be shown (stop-string hold-back) */
-    size_t stop_checked;             /* text searched for stop strings up to here */
-    void *detok;
+    /* hot (64 bytes) */
+    _Alignas(64) int n_gen;          /* generated tokens (seq.len - prompt_len) */
     di_finish_reason finish;
+    uint64_t first_token_ns, last_token_ns;
+    di_token_logprob *logprobs;      /* [max_new] when params.logprobs >= 0 */
+    void *detok;
+    char *text;                      /* decoded output, NUL-terminated at text_len */
+    size_t text_len;
+    size_t visible;                  /* bytes that may be shown (stop-string hold-back) */
+    di_seq seq;                      /* its first 64 bytes are hot too */
+    /* cold */
+    di_token_counts counts;          /* output token counts, when a penalty is active */
+    size_t text_cap;
+    size_t stop_checked;             /* text searched for stop strings up to here */
     int stop_index;                  /* matched stop string, -1 */
     int32_t stop_token;              /* EOS / stop id that ended it, -1 */
-    uint64_t first_token_ns, last_token_ns;
 } di_completion;
 
 typedef struct di_req {
+    /* hot (64 bytes) */
+    _Alignas(64) di_completion *comp; /* [n] */
+    uint64_t first_sched_ns, first_token_ns;
+    int n;
+    int n_finished;
+    int max_new;                     /* effective max_tokens */
+    int min_tokens;                  /* params.min_tokens */
+    uint8_t forked;                  /* completions 1..n-1 exist as running sequences */
+    uint8_t touched;                 /* produced tokens / finished since the last report */
+    uint8_t reported_final;
+    uint8_t plain_greedy;            /* di_sampler_plain_greedy(&params) */
+    uint8_t penalized;               /* di_penalties_active(&params): output counts kept */
+    uint8_t check_stop_ids;          /* stop_token_ids given, or EOS not ignored */
+    uint8_t has_stop_strs;           /* params.n_stop > 0 */
+    uint8_t out_ready;               /* the constant fields of out / outc are set */
+    uint8_t out_timed;               /* out's cached_tokens, queue_s and ttft_s are final */
+    /* cold */
     int64_t id;
     di_sampling_params params;       /* arrays below are owned deep copies */
     char **stop_strs;
     int32_t *stop_ids;
     int32_t *bias_ids;
     float *bias_vals;
-    int max_new;                     /* effective max_tokens */
     uint64_t seed;
     int prompt_len;
-    di_token_counts prompt_counts;   /* when repetition_penalty != 1 */
-    int n;
-    di_completion *comp;             /* [n] */
-    int n_finished;
-    int forked;                      /* completions 1..n-1 exist as running sequences */
-    uint64_t arrival_ns, first_sched_ns, first_token_ns, finish_ns;
     int cached_tokens;
-    int touched;                     /* produced tokens / finished since the last report */
-    int reported_final;
-    int out_ready;                   /* the constant fields of out / outc are set */
-    di_request_output out;
-    di_completion_output *outc;      /* [n] */
+    di_token_counts prompt_counts;   /* when repetition_penalty != 1 */
+    uint64_t arrival_ns, finish_ns;
+    di_completion_output *outc;      /* [n], 64-byte aligned */
+    _Alignas(64) di_request_output out; /* its fields that change per token in one line */
 } di_req;
 
 struct di_engine {
@@ -72,6 +89,8 @@ struct di_engine {
     di_sampler *sampler;
     di_req **active;                 /* by id order */
     int n_active, cap_active;
+    int n_final_unreported;          /* requests all finished, final output not reported yet */
+    int n_to_reap;                   /* requests whose final output the last step reported */
     const di_request_output **outs;  /* [cap_active] this step's report */
     int64_t next_id;
     di_engine_stats stats;
