@@ -253,8 +253,17 @@ static di_status scan_max(const float *x, const float *raw, int V, float *m_out)
 /* Greedy: the lowest id among the maxima of x[0..V). With SSE2 (every x86-64): one pass of
  * packed max and "x <= FLT_MAX" flags (false for NaN and +inf), then a packed search for the
  * first element equal to the max; a row with a bad value goes to scan_max for its error. The
- * result is the same as scan_max + the first-maximum search below (maxps picks an operand
- * exactly; -0 and +0 compare equal in both). */
+ * result is the same as scan_max + the first-maximum search below (maxps picks one of its
+ * operands exactly; -0 and +0 compare equal in both). */
+static __attribute__((noinline)) di_status argmax_scalar(const float *x, int V, int32_t *token) {
+    float m;
+    DI_TRY(scan_max(x, x, V, &m));
+    int i = 0;
+    while (x[i] != m) i++; /* the lowest id among the maxima */
+    *token = i;
+    return DI_OK;
+}
+
 di_status di_sampler_argmax(const float *x, int V, int32_t *token) {
 #if defined(__SSE2__)
     if (V >= 8) {
@@ -268,6 +277,12 @@ di_status di_sampler_argmax(const float *x, int V, int32_t *token) {
             m1 = _mm_max_ps(m1, b);
             ok = _mm_and_ps(ok, _mm_and_ps(_mm_cmple_ps(a, lim), _mm_cmple_ps(b, lim)));
         }
+        if (i + 4 <= V) {
+            __m128 a = _mm_loadu_ps(x + i);
+            m0 = _mm_max_ps(m0, a);
+            ok = _mm_and_ps(ok, _mm_cmple_ps(a, lim));
+            i += 4;
+        }
         m0 = _mm_max_ps(m0, m1);
         m0 = _mm_max_ps(m0, _mm_movehl_ps(m0, m0));
         m0 = _mm_max_ss(m0, _mm_shuffle_ps(m0, m0, 1));
@@ -279,8 +294,9 @@ di_status di_sampler_argmax(const float *x, int V, int32_t *token) {
         }
         if (good && mx != -INFINITY) {
             const __m128 mv = _mm_set1_ps(mx);
-            for (i = 0; i + 4 <= V; i += 4) {
-                int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i), mv));
+            for (i = 0; i + 8 <= V; i += 8) {
+                int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i), mv)) |
+                          _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i + 4), mv)) << 4;
                 if (hit) {
                     *token = i + __builtin_ctz((unsigned)hit);
                     return DI_OK;
@@ -293,12 +309,7 @@ di_status di_sampler_argmax(const float *x, int V, int32_t *token) {
         /* fall through: scan_max names the bad value */
     }
 #endif
-    float m;
-    DI_TRY(scan_max(x, x, V, &m));
-    int i = 0;
-    while (x[i] != m) i++; /* the lowest id among the maxima */
-    *token = i;
-    return DI_OK;
+    return argmax_scalar(x, V, token);
 }
 
 static int is_greedy(const di_sampling_params *p) { return p->temperature < 1e-5f; }
