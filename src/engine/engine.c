@@ -446,30 +446,6 @@ static di_status run_sampling_step(di_engine *e, const di_step_plan *plan, const
     return DI_OK;
 }
 
-static void report(di_engine *e, size_t *n_outs) {
-    *n_outs = 0;
-    if (!e->params.stream_outputs && e->n_final_unreported == 0) return; /* nothing to report */
-    uint64_t now = di_now_ns();
-    size_t n = 0;
-    for (int i = 0; i < e->n_active; i++) {
-        di_req *q = e->active[i];
-        if (!q->touched) continue;
-        if (!e->params.stream_outputs && q->n_finished < q->n) {
-            q->touched = 0;
-            continue;
-        }
-        di_engine_fill_output(e, q, now);
-        q->touched = 0;
-        if (q->n_finished == q->n) {
-            q->reported_final = 1;
-            e->n_final_unreported--;
-            e->n_to_reap++;
-        }
-        e->outs[n++] = &q->out;
-    }
-    *n_outs = n;
-}
-
 di_status di_engine_step(di_engine *e, const di_request_output *const **outs, size_t *n_outs) {
     *outs = e->outs;
     *n_outs = 0;
@@ -529,6 +505,6 @@ di_status di_engine_step(di_engine *e, const di_request_output *const **outs, si
             }
         }
     }
-    report(e, n_outs);
+    di_engine_report(e, n_outs);
     return err;
 }

@@ -119,6 +119,8 @@ di_status di_engine_append_token(di_engine *e, di_req *q, int k, int32_t token, 
                                  uint64_t now_ns);
 /* Ends completion k with `reason` (abort / length) if it is still running. */
 void di_engine_finish_completion(di_engine *e, di_req *q, int k, di_finish_reason reason, uint64_t now_ns);
-/* Fills q->out from the completions. */
-void di_engine_fill_output(di_engine *e, di_req *q, uint64_t now_ns);
+/* This step's report: e->outs[0 .. *n_outs) are the requests that produced tokens or
+ * finished (only the finished ones without stream_outputs), in id order, their outputs
+ * refreshed; a request reported finished is marked to be freed at the next step. */
+void di_engine_report(di_engine *e, size_t *n_outs);
 #endif

@@ -2,10 +2,14 @@
  * the logprobs; it is decoded into the completion's text by the streaming detokenizer; then
  * the stop conditions are checked in this order: EOS / stop token id (kept in token_ids, not
  * in text), stop string (text cut before it, OpenAI semantics; only from min_tokens on),
- * max_tokens / context limit. Also the reported output of a request.
+ * max_tokens / context limit. Also the step's report: which requests are reported and their
+ * refreshed outputs.
  *
  * Owner: engine. Text invariants: text[text_len] == 0; visible <= text_len, and while running
- * the bytes past `visible` are a possible start of a stop string (held back). */
+ * the bytes past `visible` are a possible start of a stop string (held back). Counters:
+ * e->n_final_unreported = requests whose completions all finished and whose final output
+ * was not reported yet (each has touched set); e->n_to_reap = requests reported final by
+ * the last report (freed at the next step). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,9 +106,7 @@ static double secs(uint64_t a, uint64_t b) { return b > a ? (double)(b - a) * 1e
  * once (out_ready), those fixed once known (cached tokens, queue time, TTFT) until then
  * (out_timed), those of a completion's end when it ends, and the per-step work is a few
  * stores per completion. */
-void di_engine_fill_output(di_engine *e, di_req *q, uint64_t now) {
-    (void)e;
-    (void)now;
+static void fill_output(di_req *q) {
     di_request_output *o = &q->out;
     if (!q->out_ready) {
         o->request_id = q->id;
@@ -157,4 +159,27 @@ void di_engine_fill_output(di_engine *e, di_req *q, uint64_t now) {
         o->timing.tpot_s = longest > 1 ? secs(q->first_token_ns, last) / (longest - 1) : 0.0;
         o->timing.e2e_s = secs(q->arrival_ns, q->finish_ns);
     }
+}
+
+void di_engine_report(di_engine *e, size_t *n_outs) {
+    *n_outs = 0;
+    if (!e->params.stream_outputs && e->n_final_unreported == 0) return; /* nothing to report */
+    size_t n = 0;
+    for (int i = 0; i < e->n_active; i++) {
+        di_req *q = e->active[i];
+        if (!q->touched) continue;
+        if (!e->params.stream_outputs && q->n_finished < q->n) {
+            q->touched = 0;
+            continue;
+        }
+        fill_output(q);
+        q->touched = 0;
+        if (q->n_finished == q->n) {
+            q->reported_final = 1;
+            e->n_final_unreported--;
+            e->n_to_reap++;
+        }
+        e->outs[n++] = &q->out;
+    }
+    *n_outs = n;
 }
