@@ -132,6 +132,7 @@ di_status di_scheduler_add(di_scheduler *s, di_seq *q) {
 static void release_blocks(di_scheduler *s, di_seq *q) {
     for (int j = q->n_blocks - 1; j >= 0; j--) di_block_manager_unref(s->bm, q->blocks[j]);
     q->n_blocks = 0;
+    q->tail_shared = 0;
     q->n_registered = 0;
     q->table_version = ++s->versions;
 }
@@ -181,6 +182,7 @@ static void plan_tokens(di_scheduler *s, di_seq *q, int n, int cow) {
         di_block_manager_unref(s->bm, q->blocks[j]);
         q->blocks[j] = nb;
         q->table_version = ++s->versions;
+        q->tail_shared = 0; /* the copy, and any block allocated below, are its own */
     }
     int need = (q->n_computed + n + DI_BLOCK_TOKENS - 1) / DI_BLOCK_TOKENS;
     DI_ASSERT(need <= q->cap_blocks);
@@ -196,11 +198,22 @@ static void plan_tokens(di_scheduler *s, di_seq *q, int n, int cow) {
  * nothing changed. The same decision as fit_tokens(q, 1, n_free) == 1 followed by
  * plan_tokens(q, 1): given n_blocks * 64 >= n_computed, the token needs a copy-on-write block
  * when it lands inside a shared block, or a new block when it starts one past the table;
- * otherwise (63 steps in 64) it only becomes a plan entry. */
+ * otherwise (63 steps in 64) it only becomes a plan entry.
+ * A partly filled block can only be shared through a fork (the prefix cache shares full
+ * blocks, which their holders never write again), so the refcount is read only while
+ * tail_shared (set by di_scheduler_fork) says a fork may still share it; once it reads 1 the
+ * block stays this sequence's alone until the next fork. */
 static inline int plan_decode(di_scheduler *s, di_seq *q) {
     const int pos = q->n_computed, j = pos / DI_BLOCK_TOKENS;
-    const int inside = j < q->n_blocks;
-    const int cow = inside && pos % DI_BLOCK_TOKENS != 0 && s->ref[q->blocks[j]] > 1;
+    const int inside = j < q->n_blocks, partial = inside && pos % DI_BLOCK_TOKENS != 0;
+#ifndef NDEBUG
+    DI_ASSERT(!partial || q->tail_shared || s->ref[q->blocks[j]] == 1);
+#endif
+    int cow = 0;
+    if (partial && q->tail_shared) {
+        cow = s->ref[q->blocks[j]] > 1;
+        if (!cow) q->tail_shared = 0;
+    }
     if (inside && !cow) {
         add_entry(s, q, 1);
         return 1;
@@ -367,6 +380,7 @@ di_status di_scheduler_fork(di_scheduler *s, di_seq *parent, di_seq *child) {
     child->n_cached_first = parent->n_cached_first;
     child->seats = 1;
     parent->seats--;
+    parent->tail_shared = child->tail_shared = 1; /* their partly filled block is shared now */
     child->state = DI_SEQ_RUNNING;
     sorted_insert(s->running, &s->n_running, child);
     return DI_OK;

@@ -42,7 +42,10 @@ typedef struct di_seq {
                                appending (release, copy-on-write, admission, fork); lets the
                                runner copy only appended entries of a block table */
     int index;              /* completion index; the sampler's RNG stream */
-    di_seq_state state;
+    uint8_t state;          /* di_seq_state */
+    uint8_t tail_shared;    /* scheduler: set by a fork; 0 promises that a block holding
+                               computed tokens that the next token is written after is this
+                               sequence's alone (no refcount lookup needed) */
     /* cold: admission, preemption, prefix hashing */
     uint64_t arrival;       /* order among equal priorities (request id) */
     uint64_t *hashes;       /* [cap_blocks] */
