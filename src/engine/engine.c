@@ -220,11 +220,6 @@ static di_status build_request(di_engine *e, const di_request_input *r, const in
     int room = limit - n_ids;
     q->max_new = sp->max_tokens > 0 && sp->max_tokens < room ? sp->max_tokens : room;
     q->prompt_len = n_ids;
-    q->min_tokens = sp->min_tokens;
-    q->plain_greedy = (uint8_t)di_sampler_plain_greedy(&q->params);
-    q->penalized = (uint8_t)di_penalties_active(&q->params);
-    q->check_stop_ids = sp->n_stop_token_ids > 0 || !sp->ignore_eos;
-    q->has_stop_strs = sp->n_stop > 0;
     q->n = sp->n;
     q->comp = calloc_lines((size_t)q->n, sizeof *q->comp);
     q->outc = calloc_lines((size_t)q->n, sizeof *q->outc);
@@ -233,6 +228,14 @@ static di_status build_request(di_engine *e, const di_request_input *r, const in
         di_completion *c = &q->comp[k];
         c->stop_index = -1;
         c->stop_token = -1;
+        c->max_new = q->max_new;
+        c->min_tokens = sp->min_tokens;
+        c->plain_greedy = (uint8_t)di_sampler_plain_greedy(&q->params);
+        c->penalized = (uint8_t)di_penalties_active(&q->params);
+        c->check_stop_ids = sp->n_stop_token_ids > 0 || !sp->ignore_eos;
+        c->has_stop_strs = sp->n_stop > 0;
+        c->fork_pending = k == 0 && q->n > 1;
+        c->sched_seen = k > 0; /* only completion 0 is scheduled before the request is */
         DI_TRY(di_seq_init(&c->seq, ids, n_ids, n_ids + q->max_new));
         c->seq.req = q;
         c->seq.index = k;
@@ -394,14 +397,17 @@ static di_status sample_entry(di_engine *e, di_seq *seq, const float *row, uint6
             di_seq_copy_tokens(child, seq);
             s = di_scheduler_fork(e->sched, seq, child);
         }
-        if (s == DI_OK) q->forked = 1;
+        if (s == DI_OK) {
+            q->forked = 1;
+            c->fork_pending = 0;
+        }
         for (int k = 0; k < q->n && s == DI_OK; k++)
-            s = di_engine_append_token(e, q, k, toks[k], lps ? &lps[k] : NULL, now);
+            s = di_engine_append_token(e, q, &q->comp[k], toks[k], lps ? &lps[k] : NULL, now);
         free(lps);
         return s;
     }
     DI_TRY(di_sampler_sample(e->sampler, row, &rq, &tok, q->params.logprobs >= 0 ? &lp : NULL));
-    return di_engine_append_token(e, q, seq->index, tok, q->params.logprobs >= 0 ? &lp : NULL, now);
+    return di_engine_append_token(e, q, c, tok, q->params.logprobs >= 0 ? &lp : NULL, now);
 }
 
 /* Whether seq's next token can be drawn from a di_sample_row alone: no penalties, logit bias,
@@ -478,23 +484,25 @@ di_status di_engine_step(di_engine *e, const di_request_output *const **outs, si
         for (int i = 0; i < plan->n_seqs; i++) {
             di_seq *seq = plan->seqs[i];
             di_req *q = seq->req;
+            di_completion *c = di_seq_completion(seq);
             if (di_scheduler_commit_due(plan, i)) di_scheduler_commit_entry(e->sched, plan, i); /* -> prefix cache */
-            if (!q->first_sched_ns) {
-                q->first_sched_ns = now;
-                q->cached_tokens = seq->n_cached_first;
+            if (!c->sched_seen) {
+                c->sched_seen = 1;
+                if (!q->first_sched_ns) {
+                    q->first_sched_ns = now;
+                    q->cached_tokens = seq->n_cached_first;
+                }
             }
-            if (row_of[i] < 0) continue;
-            di_completion *c = &q->comp[seq->index];
-            if (c->finish != DI_FINISH_NONE) continue;
+            if (row_of[i] < 0 || c->finish != DI_FINISH_NONE) continue;
             if (in_executor) {
                 s = e->stokens[row_of[i]] >= 0
-                        ? di_engine_append_token(e, q, seq->index, e->stokens[row_of[i]], NULL, now)
+                        ? di_engine_append_token(e, q, c, e->stokens[row_of[i]], NULL, now)
                         : di_error(DI_ERR_BACKEND, "sampling in the executor: %s", sample_failure(e->sstatus[row_of[i]]));
-            } else if (q->plain_greedy && c->n_gen >= q->min_tokens && (q->n == 1 || q->forked)) {
+            } else if (c->plain_greedy && c->n_gen >= c->min_tokens && !c->fork_pending) {
                 /* what di_sampler_sample would do for this row, without its per-row setup */
                 int32_t tok;
                 s = di_sampler_argmax(logits + (size_t)row_of[i] * V, V, &tok);
-                if (s == DI_OK) s = di_engine_append_token(e, q, seq->index, tok, NULL, now);
+                if (s == DI_OK) s = di_engine_append_token(e, q, c, tok, NULL, now);
             } else {
                 s = sample_entry(e, seq, logits + (size_t)row_of[i] * V, now);
             }

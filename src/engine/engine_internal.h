@@ -9,6 +9,7 @@
  * reported it finished. */
 #ifndef DI_ENGINE_ENGINE_INTERNAL_H
 #define DI_ENGINE_ENGINE_INTERNAL_H
+#include <stddef.h>
 #include <stdint.h>
 #include "deepinfer.h"
 #include "engine/block_manager.h"
@@ -20,23 +21,32 @@
 #include "sampling/penalties.h"
 #include "sampling/sampler.h"
 
-/* Both structures put what every generated token touches in their first 64 bytes and are
- * allocated 64-byte aligned (di_engine_prepare_request), so the per-token work of a step
- * reads one cache line of the request and two of the completion (its own and its sequence's
- * hot line): with 256 running sequences the step's data does not fit in L1, so the lines
- * touched per sequence set the step's cost. */
+/* What every generated token touches is in the first 64 bytes of a completion (and of its
+ * sequence, right after), copies of the request's per-token constants included, and
+ * completions are allocated 64-byte aligned (di_engine_prepare_request): with hundreds of
+ * running sequences a step's data does not fit in L1, so the cache lines touched per
+ * sequence set the step's cost. Steady decode of a plain request touches the request itself
+ * only to report it (stream_outputs). */
 typedef struct di_completion {
     /* hot (64 bytes) */
     _Alignas(64) int n_gen;          /* generated tokens (seq.len - prompt_len) */
     di_finish_reason finish;
-    uint64_t first_token_ns, last_token_ns;
-    di_token_logprob *logprobs;      /* [max_new] when params.logprobs >= 0 */
+    int max_new;                     /* = req max_new */
+    int min_tokens;                  /* = req params.min_tokens */
+    uint64_t last_token_ns;
     void *detok;
     char *text;                      /* decoded output, NUL-terminated at text_len */
     size_t text_len;
     size_t visible;                  /* bytes that may be shown (stop-string hold-back) */
+    uint8_t plain_greedy;            /* di_sampler_plain_greedy(&req params) */
+    uint8_t penalized;               /* di_penalties_active(&req params): counts kept */
+    uint8_t check_stop_ids;          /* stop_token_ids given, or EOS not ignored */
+    uint8_t has_stop_strs;           /* req params.n_stop > 0 */
+    uint8_t fork_pending;            /* completion 0 of an n > 1 request before the fork */
+    uint8_t sched_seen;              /* its first scheduled step is recorded in the request */
     di_seq seq;                      /* its first 64 bytes are hot too */
     /* cold */
+    di_token_logprob *logprobs;      /* [max_new] when params.logprobs >= 0 */
     di_token_counts counts;          /* output token counts, when a penalty is active */
     size_t text_cap;
     size_t stop_checked;             /* text searched for stop strings up to here */
@@ -44,25 +54,25 @@ typedef struct di_completion {
     int32_t stop_token;              /* EOS / stop id that ended it, -1 */
 } di_completion;
 
+/* The completion that holds an engine sequence (every di_seq the engine schedules is one). */
+static inline di_completion *di_seq_completion(di_seq *s) {
+    return (di_completion *)((char *)s - offsetof(di_completion, seq));
+}
+
 typedef struct di_req {
-    /* hot (64 bytes) */
-    _Alignas(64) di_completion *comp; /* [n] */
+    /* hot (64 bytes): what the report reads */
+    _Alignas(64) di_completion *comp; /* [n], 64-byte aligned */
     uint64_t first_sched_ns, first_token_ns;
     int n;
     int n_finished;
-    int max_new;                     /* effective max_tokens */
-    int min_tokens;                  /* params.min_tokens */
     uint8_t forked;                  /* completions 1..n-1 exist as running sequences */
-    uint8_t touched;                 /* produced tokens / finished since the last report */
+    uint8_t touched;                 /* a completion finished since the last report */
     uint8_t reported_final;
-    uint8_t plain_greedy;            /* di_sampler_plain_greedy(&params) */
-    uint8_t penalized;               /* di_penalties_active(&params): output counts kept */
-    uint8_t check_stop_ids;          /* stop_token_ids given, or EOS not ignored */
-    uint8_t has_stop_strs;           /* params.n_stop > 0 */
     uint8_t out_ready;               /* the constant fields of out / outc are set */
     uint8_t out_timed;               /* out's cached_tokens, queue_s and ttft_s are final */
     /* cold */
     int64_t id;
+    int max_new;                     /* effective max_tokens */
     di_sampling_params params;       /* arrays below are owned deep copies */
     char **stop_strs;
     int32_t *stop_ids;
@@ -113,10 +123,10 @@ di_status di_engine_enqueue(di_engine *e, di_req *q);
 void di_req_free(di_engine *e, di_req *q);
 
 /* output.c */
-/* Appends a sampled token to completion k: counts, logprobs, text, stop / length checks;
- * finishes the completion (releasing its blocks) when done. */
-di_status di_engine_append_token(di_engine *e, di_req *q, int k, int32_t token, const di_token_logprob *lp,
-                                 uint64_t now_ns);
+/* Appends a sampled token to completion c of q: counts, logprobs, text, stop / length
+ * checks; finishes the completion (releasing its blocks) when done. */
+di_status di_engine_append_token(di_engine *e, di_req *q, di_completion *c, int32_t token,
+                                 const di_token_logprob *lp, uint64_t now_ns);
 /* Ends completion k with `reason` (abort / length) if it is still running. */
 void di_engine_finish_completion(di_engine *e, di_req *q, int k, di_finish_reason reason, uint64_t now_ns);
 /* This step's report: e->outs[0 .. *n_outs) are the requests that produced tokens or

@@ -3,7 +3,8 @@
  * the stop conditions are checked in this order: EOS / stop token id (kept in token_ids, not
  * in text), stop string (text cut before it, OpenAI semantics; only from min_tokens on),
  * max_tokens / context limit. Also the step's report: which requests are reported and their
- * refreshed outputs.
+ * refreshed outputs: with stream_outputs every request that produced tokens (its completions'
+ * counts differ from those it last reported) or finished (touched), else the finished ones.
  *
  * Owner: engine. Text invariants: text[text_len] == 0; visible <= text_len, and while running
  * the bytes past `visible` are a possible start of a stop string (held back). Counters:
@@ -53,22 +54,21 @@ void di_engine_finish_completion(di_engine *e, di_req *q, int k, di_finish_reaso
     }
 }
 
-di_status di_engine_append_token(di_engine *e, di_req *q, int k, int32_t token, const di_token_logprob *lp, uint64_t now) {
-    di_completion *c = &q->comp[k];
+di_status di_engine_append_token(di_engine *e, di_req *q, di_completion *c, int32_t token, const di_token_logprob *lp,
+                                 uint64_t now) {
     di_seq *s = &c->seq;
     const di_sampling_params *p = &q->params;
-    DI_ASSERT(c->n_gen < q->max_new && c->finish == DI_FINISH_NONE); /* so s->len < s->cap */
+    const int k = s->index;
+    DI_ASSERT(c->n_gen < c->max_new && c->finish == DI_FINISH_NONE); /* so s->len < s->cap */
     s->tokens[s->len++] = token;
     c->n_gen++;
     e->stats.generated_tokens++;
-    q->touched = 1;
-    if (!c->first_token_ns) c->first_token_ns = now;
-    if (!q->first_token_ns) q->first_token_ns = now;
+    if (c->n_gen == 1 && !q->first_token_ns) q->first_token_ns = now;
     c->last_token_ns = now;
-    if (c->logprobs && lp) c->logprobs[c->n_gen - 1] = *lp;
-    if (q->penalized) DI_TRY(di_token_counts_add(&c->counts, token));
+    if (lp && c->logprobs) c->logprobs[c->n_gen - 1] = *lp;
+    if (c->penalized) DI_TRY(di_token_counts_add(&c->counts, token));
 
-    if (q->check_stop_ids && is_stop_token(e, q, token)) {
+    if (c->check_stop_ids && is_stop_token(e, q, token)) {
         c->stop_token = token;
         di_engine_finish_completion(e, q, k, DI_FINISH_STOP, now);
         return DI_OK;
@@ -76,9 +76,9 @@ di_status di_engine_append_token(di_engine *e, di_req *q, int k, int32_t token, 
     if (c->detok) {
         DI_TRY(ensure_text(c));
         DI_TRY(e->codec.detok_push(c->detok, token, &c->text, &c->text_len, &c->text_cap));
-        if (q->has_stop_strs) {
+        if (c->has_stop_strs) {
             size_t at = 0;
-            int idx = c->n_gen >= p->min_tokens
+            int idx = c->n_gen >= c->min_tokens
                           ? di_stop_find(c->text, c->text_len, c->stop_checked, p->stop, p->n_stop, &at)
                           : -1;
             c->stop_checked = c->text_len;
@@ -91,12 +91,12 @@ di_status di_engine_append_token(di_engine *e, di_req *q, int k, int32_t token, 
             }
         }
     }
-    if (c->n_gen >= q->max_new) {
+    if (c->n_gen >= c->max_new) {
         di_engine_finish_completion(e, q, k, DI_FINISH_LENGTH, now);
         return DI_OK;
     }
     c->visible = c->text_len;
-    if (q->has_stop_strs && c->text) c->visible -= di_stop_holdback(c->text, c->text_len, p->stop, p->n_stop);
+    if (c->has_stop_strs && c->text) c->visible -= di_stop_holdback(c->text, c->text_len, p->stop, p->n_stop);
     return DI_OK;
 }
 
@@ -161,14 +161,23 @@ static void fill_output(di_req *q) {
     }
 }
 
+/* Whether a completion of q produced tokens since q's last report (which left each
+ * completion's count in its reported output). */
+static int has_new_tokens(const di_req *q) {
+    for (int k = 0; k < q->n; k++)
+        if ((size_t)q->comp[k].n_gen != q->outc[k].n_tokens) return 1;
+    return 0;
+}
+
 void di_engine_report(di_engine *e, size_t *n_outs) {
     *n_outs = 0;
-    if (!e->params.stream_outputs && e->n_final_unreported == 0) return; /* nothing to report */
+    const int stream = e->params.stream_outputs;
+    if (!stream && e->n_final_unreported == 0) return; /* nothing to report */
     size_t n = 0;
     for (int i = 0; i < e->n_active; i++) {
         di_req *q = e->active[i];
-        if (!q->touched) continue;
-        if (!e->params.stream_outputs && q->n_finished < q->n) {
+        if (!q->touched && !(stream && has_new_tokens(q))) continue;
+        if (!stream && q->n_finished < q->n) {
             q->touched = 0;
             continue;
         }
