@@ -220,7 +220,7 @@ static di_status build_request(di_engine *e, const di_request_input *r, const in
     int room = limit - n_ids;
     q->max_new = sp->max_tokens > 0 && sp->max_tokens < room ? sp->max_tokens : room;
     q->prompt_len = n_ids;
-    q->n = sp->n;
+    q->n = (int16_t)sp->n;
     q->comp = calloc_lines((size_t)q->n, sizeof *q->comp);
     q->outc = calloc_lines((size_t)q->n, sizeof *q->outc);
     if (!q->comp || !q->outc) return di_error(DI_ERR_NOMEM, "out of memory for %d completions", q->n);

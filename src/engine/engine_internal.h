@@ -59,19 +59,23 @@ static inline di_completion *di_seq_completion(di_seq *s) {
     return (di_completion *)((char *)s - offsetof(di_completion, seq));
 }
 
+_Static_assert(DI_SAMPLING_MAX_N <= INT16_MAX, "di_req.n is an int16_t");
+
 typedef struct di_req {
-    /* hot (64 bytes): what the report reads */
+    /* hot: what the report reads and writes, in the request's first cache line: these 16
+       bytes, then out's request_id .. completion_tokens (the fields a token changes) */
     _Alignas(64) di_completion *comp; /* [n], 64-byte aligned */
-    uint64_t first_sched_ns, first_token_ns;
-    int n;
-    int n_finished;
-    uint8_t forked;                  /* completions 1..n-1 exist as running sequences */
+    int16_t n;                       /* <= DI_SAMPLING_MAX_N */
+    int16_t n_finished;
     uint8_t touched;                 /* a completion finished since the last report */
-    uint8_t reported_final;
     uint8_t out_ready;               /* the constant fields of out / outc are set */
     uint8_t out_timed;               /* out's cached_tokens, queue_s and ttft_s are final */
+    di_request_output out;           /* at offset 16 */
     /* cold */
     int64_t id;
+    uint64_t first_sched_ns, first_token_ns;
+    uint8_t forked;                  /* completions 1..n-1 exist as running sequences */
+    uint8_t reported_final;
     int max_new;                     /* effective max_tokens */
     di_sampling_params params;       /* arrays below are owned deep copies */
     char **stop_strs;
@@ -84,7 +88,6 @@ typedef struct di_req {
     di_token_counts prompt_counts;   /* when repetition_penalty != 1 */
     uint64_t arrival_ns, finish_ns;
     di_completion_output *outc;      /* [n], 64-byte aligned */
-    _Alignas(64) di_request_output out; /* its fields that change per token in one line */
 } di_req;
 
 struct di_engine {

@@ -26,6 +26,8 @@
 #include "deepinfer.h"
 #include "sampling/penalties.h"
 
+#define DI_SAMPLING_MAX_N 128           /* most completions per request (params 'n') */
+
 typedef struct di_sampler di_sampler;
 
 /* Everything about one row besides its logits. */
