@@ -86,6 +86,8 @@ int di_block_manager_refcount(const di_block_manager *bm, int32_t b) {
     return bm->ref[b];
 }
 
+const int32_t *di_block_manager_refcounts(const di_block_manager *bm) { return bm->ref; }
+
 /* ---- free queue ---- */
 
 static void queue_remove(di_block_manager *bm, int32_t b) {

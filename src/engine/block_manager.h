@@ -34,6 +34,9 @@ int di_block_manager_total(const di_block_manager *bm);
 int di_block_manager_n_free(const di_block_manager *bm);    /* refcount 0, including cached */
 int di_block_manager_n_cached(const di_block_manager *bm);  /* refcount 0 and hashed */
 int di_block_manager_refcount(const di_block_manager *bm, int32_t block);
+/* The refcounts of all blocks ([total], read-only, valid for the manager's lifetime): lets a
+ * per-sequence hot loop read a refcount without a call. */
+const int32_t *di_block_manager_refcounts(const di_block_manager *bm);
 uint64_t di_block_manager_evictions(const di_block_manager *bm);
 
 /* A block with refcount 1 and no hash, or -1 if every block is in use. */

@@ -11,6 +11,7 @@
  * Owns: the executor, the optional codec, the block manager, scheduler, runner, sampler and
  * the active requests. Invariant: a request is in `active` from enqueue until the step after
  * its final report. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,6 +158,15 @@ void di_req_free(di_engine *e, di_req *q) {
     free(q);
 }
 
+/* n zeroed objects of `size` bytes starting on a 64-byte boundary, or NULL. */
+static void *calloc_lines(size_t n, size_t size) {
+    if (n == 0 || size > (SIZE_MAX - 63) / n) return NULL;
+    size_t bytes = (n * size + 63) / 64 * 64;
+    void *p = aligned_alloc(64, bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
 /* Deep-copies the arrays of the sampling params into q. */
 static di_status copy_params(di_req *q, const di_sampling_params *sp) {
     q->params = *sp;
@@ -210,14 +220,22 @@ static di_status build_request(di_engine *e, const di_request_input *r, const in
     int room = limit - n_ids;
     q->max_new = sp->max_tokens > 0 && sp->max_tokens < room ? sp->max_tokens : room;
     q->prompt_len = n_ids;
-    q->n = sp->n;
-    q->comp = calloc((size_t)q->n, sizeof *q->comp);
-    q->outc = calloc((size_t)q->n, sizeof *q->outc);
+    q->n = (int16_t)sp->n;
+    q->comp = calloc_lines((size_t)q->n, sizeof *q->comp);
+    q->outc = calloc_lines((size_t)q->n, sizeof *q->outc);
     if (!q->comp || !q->outc) return di_error(DI_ERR_NOMEM, "out of memory for %d completions", q->n);
     for (int k = 0; k < q->n; k++) {
         di_completion *c = &q->comp[k];
         c->stop_index = -1;
         c->stop_token = -1;
+        c->max_new = q->max_new;
+        c->min_tokens = sp->min_tokens;
+        c->plain_greedy = (uint8_t)di_sampler_plain_greedy(&q->params);
+        c->penalized = (uint8_t)di_penalties_active(&q->params);
+        c->check_stop_ids = sp->n_stop_token_ids > 0 || !sp->ignore_eos;
+        c->has_stop_strs = sp->n_stop > 0;
+        c->fork_pending = k == 0 && q->n > 1;
+        c->sched_seen = k > 0; /* only completion 0 is scheduled before the request is */
         DI_TRY(di_seq_init(&c->seq, ids, n_ids, n_ids + q->max_new));
         c->seq.req = q;
         c->seq.index = k;
@@ -251,7 +269,7 @@ di_status di_engine_prepare_request(di_engine *e, const di_request_input *r, con
         if (s != DI_OK) return di_error_context(s, "%s: field 'prompt'", where);
     }
     if (n_ids > (size_t)INT32_MAX) n_ids = (size_t)INT32_MAX;
-    di_req *q = calloc(1, sizeof *q);
+    di_req *q = calloc_lines(1, sizeof *q);
     if (!q) s = di_error(DI_ERR_NOMEM, "out of memory");
     else s = build_request(e, r, ids ? ids : r->prompt_ids, (int)n_ids, q);
     free(ids);
@@ -334,6 +352,8 @@ void di_engine_get_stats(const di_engine *e, di_engine_stats *s) {
 
 /* Frees requests whose final output was reported by the previous step. */
 static void reap(di_engine *e) {
+    if (e->n_to_reap == 0) return;
+    e->n_to_reap = 0;
     int w = 0;
     for (int i = 0; i < e->n_active; i++) {
         di_req *q = e->active[i];
@@ -377,14 +397,17 @@ static di_status sample_entry(di_engine *e, di_seq *seq, const float *row, uint6
             di_seq_copy_tokens(child, seq);
             s = di_scheduler_fork(e->sched, seq, child);
         }
-        if (s == DI_OK) q->forked = 1;
+        if (s == DI_OK) {
+            q->forked = 1;
+            c->fork_pending = 0;
+        }
         for (int k = 0; k < q->n && s == DI_OK; k++)
-            s = di_engine_append_token(e, q, k, toks[k], lps ? &lps[k] : NULL, now);
+            s = di_engine_append_token(e, q, &q->comp[k], toks[k], lps ? &lps[k] : NULL, now);
         free(lps);
         return s;
     }
     DI_TRY(di_sampler_sample(e->sampler, row, &rq, &tok, q->params.logprobs >= 0 ? &lp : NULL));
-    return di_engine_append_token(e, q, seq->index, tok, q->params.logprobs >= 0 ? &lp : NULL, now);
+    return di_engine_append_token(e, q, c, tok, q->params.logprobs >= 0 ? &lp : NULL, now);
 }
 
 /* Whether seq's next token can be drawn from a di_sample_row alone: no penalties, logit bias,
@@ -429,24 +452,6 @@ static di_status run_sampling_step(di_engine *e, const di_step_plan *plan, const
     return DI_OK;
 }
 
-static void report(di_engine *e, size_t *n_outs) {
-    uint64_t now = di_now_ns();
-    size_t n = 0;
-    for (int i = 0; i < e->n_active; i++) {
-        di_req *q = e->active[i];
-        if (!q->touched) continue;
-        if (!e->params.stream_outputs && q->n_finished < q->n) {
-            q->touched = 0;
-            continue;
-        }
-        di_engine_fill_output(e, q, now);
-        q->touched = 0;
-        if (q->n_finished == q->n) q->reported_final = 1;
-        e->outs[n++] = &q->out;
-    }
-    *n_outs = n;
-}
-
 di_status di_engine_step(di_engine *e, const di_request_output *const **outs, size_t *n_outs) {
     *outs = e->outs;
     *n_outs = 0;
@@ -475,21 +480,31 @@ di_status di_engine_step(di_engine *e, const di_request_output *const **outs, si
         e->stats.computed_tokens += (uint64_t)plan->n_tokens;
         e->stats.prefix_hit_tokens += (uint64_t)plan->prefix_hit_tokens;
         now = di_now_ns();
+        const int V = e->ex.vocab_size;
         for (int i = 0; i < plan->n_seqs; i++) {
             di_seq *seq = plan->seqs[i];
             di_req *q = seq->req;
-            di_scheduler_commit_entry(e->sched, plan, i); /* filled blocks -> prefix cache */
-            if (!q->first_sched_ns) {
-                q->first_sched_ns = now;
-                q->cached_tokens = seq->n_cached_first;
+            di_completion *c = di_seq_completion(seq);
+            if (di_scheduler_commit_due(plan, i)) di_scheduler_commit_entry(e->sched, plan, i); /* -> prefix cache */
+            if (!c->sched_seen) {
+                c->sched_seen = 1;
+                if (!q->first_sched_ns) {
+                    q->first_sched_ns = now;
+                    q->cached_tokens = seq->n_cached_first;
+                }
             }
-            if (row_of[i] < 0 || q->comp[seq->index].finish != DI_FINISH_NONE) continue;
-            if (!in_executor) {
-                s = sample_entry(e, seq, logits + (size_t)row_of[i] * e->ex.vocab_size, now);
-            } else if (e->stokens[row_of[i]] >= 0) {
-                s = di_engine_append_token(e, q, seq->index, e->stokens[row_of[i]], NULL, now);
+            if (row_of[i] < 0 || c->finish != DI_FINISH_NONE) continue;
+            if (in_executor) {
+                s = e->stokens[row_of[i]] >= 0
+                        ? di_engine_append_token(e, q, c, e->stokens[row_of[i]], NULL, now)
+                        : di_error(DI_ERR_BACKEND, "sampling in the executor: %s", sample_failure(e->sstatus[row_of[i]]));
+            } else if (c->plain_greedy && c->n_gen >= c->min_tokens && !c->fork_pending) {
+                /* what di_sampler_sample would do for this row, without its per-row setup */
+                int32_t tok;
+                s = di_sampler_argmax(logits + (size_t)row_of[i] * V, V, &tok);
+                if (s == DI_OK) s = di_engine_append_token(e, q, c, tok, NULL, now);
             } else {
-                s = di_error(DI_ERR_BACKEND, "sampling in the executor: %s", sample_failure(e->sstatus[row_of[i]]));
+                s = sample_entry(e, seq, logits + (size_t)row_of[i] * V, now);
             }
             if (s != DI_OK) {
                 /* this request cannot continue; the others go on */
@@ -498,6 +513,6 @@ di_status di_engine_step(di_engine *e, const di_request_output *const **outs, si
             }
         }
     }
-    report(e, n_outs);
+    di_engine_report(e, n_outs);
     return err;
 }

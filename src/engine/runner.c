@@ -2,7 +2,8 @@
  *
  * Block table: rows of `width` columns (the widest sequence of the step rounded up to 16,
  * kept while it is wide enough and not more than twice what is needed), unused entries -1.
- * Row i remembers which sequence (and table_version) it holds and how many entries it has;
+ * Row i remembers which sequence (and table_version) it holds and how many entries it has
+ * (one row_state, so the check reads one cache line);
  * when plan entry i is the same sequence with the same version, only appended block ids are
  * written, so a steady decode batch costs O(new blocks), not O(context). */
 #include "engine/runner.h"
@@ -12,6 +13,12 @@
 
 #include "core/status.h"
 
+typedef struct row_state {
+    const di_seq *seq;                        /* NULL: the row must be rewritten */
+    uint64_t version;                         /* seq->table_version when written */
+    int32_t n;                                /* entries written */
+} row_state;
+
 struct di_runner {
     int max_tokens, max_seqs, max_blocks;
     int32_t *token_ids, *positions, *slots;   /* [max_tokens] */
@@ -19,9 +26,7 @@ struct di_runner {
     int32_t *ctx_len, *logits_rows, *row_of;  /* [max_seqs] */
     int32_t *block_table;                     /* [max_seqs * max_blocks] */
     int width;                                /* current row width (0 = rows invalid) */
-    const di_seq **row_seq;                   /* [max_seqs] what each row holds */
-    uint64_t *row_version;                    /* [max_seqs] */
-    int32_t *row_n;                           /* [max_seqs] entries written */
+    row_state *rows;                          /* [max_seqs] what each row holds */
     di_batch batch;
 };
 
@@ -43,11 +48,9 @@ di_status di_runner_create(int max_batch_tokens, int max_seqs, int max_blocks_pe
     r->logits_rows = malloc(S * sizeof(int32_t));
     r->row_of = malloc(S * sizeof(int32_t));
     r->block_table = malloc(S * (size_t)max_blocks_per_seq * sizeof(int32_t));
-    r->row_seq = calloc(S, sizeof *r->row_seq);
-    r->row_version = calloc(S, sizeof *r->row_version);
-    r->row_n = calloc(S, sizeof *r->row_n);
+    r->rows = calloc(S, sizeof *r->rows);
     if (!r->token_ids || !r->positions || !r->slots || !r->seq_start || !r->ctx_len || !r->logits_rows || !r->row_of ||
-        !r->block_table || !r->row_seq || !r->row_version || !r->row_n) {
+        !r->block_table || !r->rows) {
         di_runner_free(r);
         return di_error(DI_ERR_NOMEM, "runner: out of memory for %d tokens x %d sequences", max_batch_tokens, max_seqs);
     }
@@ -65,9 +68,7 @@ void di_runner_free(di_runner *r) {
     free(r->logits_rows);
     free(r->row_of);
     free(r->block_table);
-    free(r->row_seq);
-    free(r->row_version);
-    free(r->row_n);
+    free(r->rows);
     free(r);
 }
 
@@ -80,32 +81,49 @@ static int choose_width(const di_runner *r, int need) {
     return w;
 }
 
-static void write_row(di_runner *r, int i, const di_seq *q) {
+static inline void write_row(di_runner *r, int i, const di_seq *q) {
+    DI_ASSERT(q->n_blocks <= r->width);
     int32_t *row = r->block_table + (size_t)i * r->width;
-    if (r->row_seq[i] == q && r->row_version[i] == q->table_version && r->row_n[i] <= q->n_blocks) {
-        for (int j = r->row_n[i]; j < q->n_blocks; j++) row[j] = q->blocks[j];
+    row_state *st = &r->rows[i];
+    if (st->seq == q && st->version == q->table_version && st->n <= q->n_blocks) {
+        for (int j = st->n; j < q->n_blocks; j++) row[j] = q->blocks[j];
     } else {
         memcpy(row, q->blocks, (size_t)q->n_blocks * sizeof *row);
         for (int j = q->n_blocks; j < r->width; j++) row[j] = -1;
-        r->row_seq[i] = q;
-        r->row_version[i] = q->table_version;
+        st->seq = q;
+        st->version = q->table_version;
     }
-    r->row_n[i] = q->n_blocks;
+    st->n = q->n_blocks;
 }
 
 const di_batch *di_runner_prepare(di_runner *r, const di_step_plan *p) {
     DI_ASSERT(p->n_tokens <= r->max_tokens && p->n_seqs <= r->max_seqs);
-    int need = 1;
-    for (int i = 0; i < p->n_seqs; i++)
-        if (p->seqs[i]->n_blocks > need) need = p->seqs[i]->n_blocks;
-    DI_ASSERT(need <= r->max_blocks);
-    int width = choose_width(r, need);
+    DI_ASSERT(p->max_blocks >= 1 && p->max_blocks <= r->max_blocks);
+    int width = choose_width(r, p->max_blocks);
     if (width != r->width) {
         r->width = width;
-        memset(r->row_seq, 0, (size_t)r->max_seqs * sizeof *r->row_seq); /* every row is rewritten */
+        memset(r->rows, 0, (size_t)r->max_seqs * sizeof *r->rows); /* every row is rewritten */
     }
     int t = 0, n_logits = 0;
-    for (int i = 0; i < p->n_seqs; i++) {
+    /* decode entries: one token each, at batch index i */
+    for (int i = 0; i < p->n_decode; i++, t++) {
+        const di_seq *q = p->seqs[i];
+        const uint32_t pos = (uint32_t)p->start[i];
+        DI_ASSERT(p->n_new[i] == 1);
+        r->seq_start[i] = t;
+        r->token_ids[t] = q->tokens[pos];
+        r->positions[t] = (int32_t)pos;
+        r->slots[t] = q->blocks[pos / DI_BLOCK_TOKENS] * DI_BLOCK_TOKENS + (int32_t)(pos % DI_BLOCK_TOKENS);
+        r->ctx_len[i] = (int32_t)pos + 1;
+        write_row(r, i, q);
+        if (p->sample[i]) {
+            r->row_of[i] = n_logits;
+            r->logits_rows[n_logits++] = t;
+        } else {
+            r->row_of[i] = -1;
+        }
+    }
+    for (int i = p->n_decode; i < p->n_seqs; i++) {
         const di_seq *q = p->seqs[i];
         const int32_t *blocks = q->blocks;
         r->seq_start[i] = t;

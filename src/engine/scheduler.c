@@ -17,6 +17,7 @@
 struct di_scheduler {
     di_scheduler_config cfg;
     di_block_manager *bm;
+    const int32_t *ref;     /* bm's refcounts */
     di_seq **waiting;
     int n_waiting, cap_waiting;
     di_seq **running;       /* [max_seqs] */
@@ -35,6 +36,7 @@ di_status di_scheduler_create(const di_scheduler_config *cfg, di_block_manager *
     if (!s) return di_error(DI_ERR_NOMEM, "scheduler: out of memory");
     s->cfg = *cfg;
     s->bm = bm;
+    s->ref = di_block_manager_refcounts(bm);
     size_t m = (size_t)cfg->max_seqs;
     s->running = malloc(m * sizeof *s->running);
     s->plan.seqs = malloc(m * sizeof *s->plan.seqs);
@@ -130,6 +132,7 @@ di_status di_scheduler_add(di_scheduler *s, di_seq *q) {
 static void release_blocks(di_scheduler *s, di_seq *q) {
     for (int j = q->n_blocks - 1; j >= 0; j--) di_block_manager_unref(s->bm, q->blocks[j]);
     q->n_blocks = 0;
+    q->tail_shared = 0;
     q->n_registered = 0;
     q->table_version = ++s->versions;
 }
@@ -138,23 +141,38 @@ static void release_blocks(di_scheduler *s, di_seq *q) {
 static int needs_cow(const di_scheduler *s, const di_seq *q) {
     int first = q->n_computed;
     if (first % DI_BLOCK_TOKENS == 0 || first / DI_BLOCK_TOKENS >= q->n_blocks) return 0;
-    return di_block_manager_refcount(s->bm, q->blocks[first / DI_BLOCK_TOKENS]) > 1;
+    return s->ref[q->blocks[first / DI_BLOCK_TOKENS]] > 1;
 }
 
-/* How many of `want` next tokens fit if `avail` free blocks may be used. */
-static int fit_tokens(const di_scheduler *s, const di_seq *q, int want, int avail) {
-    int cow = needs_cow(s, q);
-    if (avail < cow) return 0;
-    long room = (long)q->n_blocks * DI_BLOCK_TOKENS - q->n_computed + (long)(avail - cow) * DI_BLOCK_TOKENS;
+/* How many of `want` next tokens fit if `avail` free blocks may be used; *cow = needs_cow. */
+static int fit_tokens(const di_scheduler *s, const di_seq *q, int want, int avail, int *cow) {
+    *cow = needs_cow(s, q);
+    if (avail < *cow) return 0;
+    long room = (long)q->n_blocks * DI_BLOCK_TOKENS - q->n_computed + (long)(avail - *cow) * DI_BLOCK_TOKENS;
     if (room < 0) room = 0;
     return want < room ? want : (int)room;
 }
 
-/* Allocates (and copies-on-write) the blocks for tokens [n_computed, n_computed + n); the
- * caller has checked they fit. Advances n_computed and records the plan entry. */
-static void plan_tokens(di_scheduler *s, di_seq *q, int n) {
+/* Records plan entry (q, n) and advances n_computed (blocks already in place). */
+static inline void add_entry(di_scheduler *s, di_seq *q, int n) {
     di_step_plan *p = &s->plan;
-    if (needs_cow(s, q)) {
+    if (q->n_blocks > p->max_blocks) p->max_blocks = q->n_blocks;
+    int k = p->n_seqs++;
+    p->seqs[k] = q;
+    p->start[k] = q->n_computed;
+    p->n_new[k] = n;
+    q->n_computed += n;
+    p->sample[k] = q->n_computed == q->len;
+    p->n_tokens += n;
+    q->plan_stamp = s->stamp;
+}
+
+/* Allocates (and copies-on-write, when cow = needs_cow(q) says so) the blocks for tokens
+ * [n_computed, n_computed + n); the caller has checked they fit. Advances n_computed and
+ * records the plan entry. */
+static void plan_tokens(di_scheduler *s, di_seq *q, int n, int cow) {
+    di_step_plan *p = &s->plan;
+    if (cow) {
         int j = q->n_computed / DI_BLOCK_TOKENS;
         int32_t nb = di_block_manager_alloc(s->bm);
         DI_ASSERT(nb >= 0);
@@ -164,6 +182,7 @@ static void plan_tokens(di_scheduler *s, di_seq *q, int n) {
         di_block_manager_unref(s->bm, q->blocks[j]);
         q->blocks[j] = nb;
         q->table_version = ++s->versions;
+        q->tail_shared = 0; /* the copy, and any block allocated below, are its own */
     }
     int need = (q->n_computed + n + DI_BLOCK_TOKENS - 1) / DI_BLOCK_TOKENS;
     DI_ASSERT(need <= q->cap_blocks);
@@ -172,14 +191,36 @@ static void plan_tokens(di_scheduler *s, di_seq *q, int n) {
         DI_ASSERT(nb >= 0);
         q->blocks[q->n_blocks++] = nb;
     }
-    int k = p->n_seqs++;
-    p->seqs[k] = q;
-    p->start[k] = q->n_computed;
-    p->n_new[k] = n;
-    q->n_computed += n;
-    p->sample[k] = q->n_computed == q->len;
-    p->n_tokens += n;
-    q->plan_stamp = s->stamp;
+    add_entry(s, q, n);
+}
+
+/* The decode token of q (at n_computed) if its blocks fit in the free ones: 1 = planned, 0 =
+ * nothing changed. The same decision as fit_tokens(q, 1, n_free) == 1 followed by
+ * plan_tokens(q, 1): given n_blocks * 64 >= n_computed, the token needs a copy-on-write block
+ * when it lands inside a shared block, or a new block when it starts one past the table;
+ * otherwise (63 steps in 64) it only becomes a plan entry.
+ * A partly filled block can only be shared through a fork (the prefix cache shares full
+ * blocks, which their holders never write again), so the refcount is read only while
+ * tail_shared (set by di_scheduler_fork) says a fork may still share it; once it reads 1 the
+ * block stays this sequence's alone until the next fork. */
+static inline int plan_decode(di_scheduler *s, di_seq *q) {
+    const int pos = q->n_computed, j = pos / DI_BLOCK_TOKENS;
+    const int inside = j < q->n_blocks, partial = inside && pos % DI_BLOCK_TOKENS != 0;
+#ifndef NDEBUG
+    DI_ASSERT(!partial || q->tail_shared || s->ref[q->blocks[j]] == 1);
+#endif
+    int cow = 0;
+    if (partial && q->tail_shared) {
+        cow = s->ref[q->blocks[j]] > 1;
+        if (!cow) q->tail_shared = 0;
+    }
+    if (inside && !cow) {
+        add_entry(s, q, 1);
+        return 1;
+    }
+    if (cow + !inside > di_block_manager_n_free(s->bm)) return 0;
+    plan_tokens(s, q, 1, cow);
+    return 1;
 }
 
 static void preempt(di_scheduler *s, int running_index) {
@@ -234,7 +275,7 @@ static int admit(di_scheduler *s, di_seq *q, int budget) {
     q->n_computed = hit_tokens;
     if (q->n_cached_first < 0) q->n_cached_first = hit_tokens;
     s->plan.prefix_hit_tokens += hit_tokens;
-    plan_tokens(s, q, n);
+    plan_tokens(s, q, n, needs_cow(s, q));
     return n;
 }
 
@@ -243,17 +284,21 @@ static int admit(di_scheduler *s, di_seq *q, int budget) {
 const di_step_plan *di_scheduler_schedule(di_scheduler *s) {
     di_step_plan *p = &s->plan;
     p->n_seqs = p->n_decode = p->n_tokens = p->n_copies = p->n_preempted = p->prefix_hit_tokens = 0;
+    p->max_blocks = 1;
     s->stamp++;
     int budget = s->cfg.max_batch_tokens;
     di_block_manager *bm = s->bm;
 
     /* 1. decode */
+    int prefilling = 0; /* running sequences left for step 2 */
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         di_seq *q = s->running[i];
-        if (!di_seq_is_decode(q)) continue;
+        if (!di_seq_is_decode(q)) {
+            prefilling = 1;
+            continue;
+        }
         for (;;) {
-            if (fit_tokens(s, q, 1, di_block_manager_n_free(bm)) == 1) {
-                plan_tokens(s, q, 1);
+            if (plan_decode(s, q)) {
                 budget--;
                 break;
             }
@@ -268,17 +313,18 @@ const di_step_plan *di_scheduler_schedule(di_scheduler *s) {
     }
     p->n_decode = p->n_seqs;
 
-    /* 2. running prefill chunks */
-    for (int i = 0; i < s->n_running && budget > 0; i++) {
+    /* 2. running prefill chunks (when step 1 saw any: it visits every running sequence
+     * unless the budget ran out, and then this step has none left either) */
+    for (int i = 0; prefilling && i < s->n_running && budget > 0; i++) {
         di_seq *q = s->running[i];
         if (q->plan_stamp == s->stamp || di_seq_is_decode(q)) continue;
         int want = q->len - q->n_computed;
         if (want > budget) want = budget;
         if (want <= 0) continue; /* nothing to compute until a token is appended */
         for (;;) {
-            int n = fit_tokens(s, q, want, di_block_manager_n_free(bm));
+            int cow, n = fit_tokens(s, q, want, di_block_manager_n_free(bm), &cow);
             if (n > 0) {
-                plan_tokens(s, q, n);
+                plan_tokens(s, q, n, cow);
                 budget -= n;
                 break;
             }
@@ -334,6 +380,7 @@ di_status di_scheduler_fork(di_scheduler *s, di_seq *parent, di_seq *child) {
     child->n_cached_first = parent->n_cached_first;
     child->seats = 1;
     parent->seats--;
+    parent->tail_shared = child->tail_shared = 1; /* their partly filled block is shared now */
     child->state = DI_SEQ_RUNNING;
     sorted_insert(s->running, &s->n_running, child);
     return DI_OK;

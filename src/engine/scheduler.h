@@ -47,6 +47,7 @@ typedef struct di_step_plan {
     int n_preempted;           /* sequences preempted while planning (now waiting) */
     di_seq **preempted;
     int prefix_hit_tokens;     /* tokens admitted from the prefix cache in this plan */
+    int max_blocks;            /* the largest n_blocks among seqs (>= 1): block-table width */
 } di_step_plan;
 
 typedef struct di_scheduler di_scheduler;
@@ -63,6 +64,11 @@ void di_scheduler_commit(di_scheduler *s, const di_step_plan *plan);
 /* The same for plan entry i only (to fuse with other per-sequence work; must run before the
  * sequence can be finished or preempted). */
 void di_scheduler_commit_entry(di_scheduler *s, const di_step_plan *plan, int i);
+/* Whether plan entry i filled a block that di_scheduler_commit_entry may register (a cheap
+ * test that lets the caller skip the call; commit_entry itself checks everything). */
+static inline int di_scheduler_commit_due(const di_step_plan *plan, int i) {
+    return (plan->start[i] + plan->n_new[i]) / DI_BLOCK_TOKENS > plan->seqs[i]->n_registered;
+}
 /* child (tokens already copied, not queued) shares all of parent's blocks and computed
  * prefix and joins the running list; parent gives up one seat to it. */
 di_status di_scheduler_fork(di_scheduler *s, di_seq *parent, di_seq *child);

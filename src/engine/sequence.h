@@ -28,26 +28,33 @@ typedef enum di_seq_state {
 struct di_req;
 
 typedef struct di_seq {
-    struct di_req *req;     /* owning request (NULL in scheduler-only tests) */
-    int index;              /* completion index; the sampler's RNG stream */
-    int priority;           /* lower = more important */
-    uint64_t arrival;       /* order among equal priorities (request id) */
-    di_seq_state state;
-    int seats;              /* running slots held: 1 + completions that will fork from it */
+    /* hot: read by every step's planning, batch assembly and token append; these first 64
+       bytes share one cache line where the owner aligns the sequence (di_completion does) */
     int32_t *tokens;        /* [cap] prompt then generated ids */
-    int len, cap, prompt_len;
-    int n_computed;
     int32_t *blocks;        /* [cap_blocks] */
-    int n_blocks, cap_blocks;
-    uint64_t *hashes;       /* [cap_blocks] */
-    int n_hashed;
+    struct di_req *req;     /* owning request (NULL in scheduler-only tests) */
+    int len, prompt_len;
+    int n_computed;
+    int n_blocks;
     int n_registered;
-    int n_cached_first;     /* prefix-cache hit tokens at first admission, -1 before it */
-    int n_preempted;        /* times preempted */
     uint32_t plan_stamp;    /* scheduler scratch: the plan that last included it */
     uint64_t table_version; /* changes whenever blocks[0 .. n_blocks) change other than by
                                appending (release, copy-on-write, admission, fork); lets the
                                runner copy only appended entries of a block table */
+    int index;              /* completion index; the sampler's RNG stream */
+    uint8_t state;          /* di_seq_state */
+    uint8_t tail_shared;    /* scheduler: set by a fork; 0 promises that a block holding
+                               computed tokens that the next token is written after is this
+                               sequence's alone (no refcount lookup needed) */
+    /* cold: admission, preemption, prefix hashing */
+    uint64_t arrival;       /* order among equal priorities (request id) */
+    uint64_t *hashes;       /* [cap_blocks] */
+    int priority;           /* lower = more important */
+    int seats;              /* running slots held: 1 + completions that will fork from it */
+    int cap, cap_blocks;
+    int n_hashed;
+    int n_cached_first;     /* prefix-cache hit tokens at first admission, -1 before it */
+    int n_preempted;        /* times preempted */
 } di_seq;
 
 /* Allocates room for `cap` tokens (>= prompt_len) and copies the prompt. */

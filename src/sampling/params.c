@@ -6,8 +6,7 @@
 
 #include "core/status.h"
 #include "deepinfer.h"
-
-#define DI_MAX_N 128
+#include "sampling/sampler.h"
 
 void di_sampling_params_init(di_sampling_params *p) {
     memset(p, 0, sizeof *p);
@@ -28,7 +27,7 @@ static di_status bad(const char *field, const char *expected, double got) {
 }
 
 di_status di_sampling_params_validate(const di_sampling_params *p, int vocab_size) {
-    if (p->n < 1 || p->n > DI_MAX_N) return bad("n", "an integer in [1, 128]", p->n);
+    if (p->n < 1 || p->n > DI_SAMPLING_MAX_N) return bad("n", "an integer in [1, 128]", p->n);
     if (p->min_tokens < 0) return bad("min_tokens", "an integer >= 0", p->min_tokens);
     if (p->max_tokens > 0 && p->min_tokens > p->max_tokens)
         return di_error(DI_ERR_INVALID_ARG, "sampling: field 'min_tokens': %d is larger than max_tokens %d",

@@ -18,6 +18,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/status.h"
 #include "sampling/rng.h"
@@ -247,7 +250,12 @@ static di_status scan_max(const float *x, const float *raw, int V, float *m_out)
     return DI_OK;
 }
 
-static di_status argmax(const float *x, int V, int32_t *token) {
+/* Greedy: the lowest id among the maxima of x[0..V). With SSE2 (every x86-64): one pass of
+ * packed max and "x <= FLT_MAX" flags (false for NaN and +inf), then a packed search for the
+ * first element equal to the max; a row with a bad value goes to scan_max for its error. The
+ * result is the same as scan_max + the first-maximum search below (maxps picks one of its
+ * operands exactly; -0 and +0 compare equal in both). */
+static __attribute__((noinline)) di_status argmax_scalar(const float *x, int V, int32_t *token) {
     float m;
     DI_TRY(scan_max(x, x, V, &m));
     int i = 0;
@@ -256,7 +264,59 @@ static di_status argmax(const float *x, int V, int32_t *token) {
     return DI_OK;
 }
 
+di_status di_sampler_argmax(const float *x, int V, int32_t *token) {
+#if defined(__SSE2__)
+    if (V >= 8) {
+        const __m128 lim = _mm_set1_ps(FLT_MAX);
+        __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0;
+        __m128 ok = _mm_cmple_ps(m0, lim); /* all ones */
+        int i = 0;
+        for (; i + 8 <= V; i += 8) {
+            __m128 a = _mm_loadu_ps(x + i), b = _mm_loadu_ps(x + i + 4);
+            m0 = _mm_max_ps(m0, a);
+            m1 = _mm_max_ps(m1, b);
+            ok = _mm_and_ps(ok, _mm_and_ps(_mm_cmple_ps(a, lim), _mm_cmple_ps(b, lim)));
+        }
+        if (i + 4 <= V) {
+            __m128 a = _mm_loadu_ps(x + i);
+            m0 = _mm_max_ps(m0, a);
+            ok = _mm_and_ps(ok, _mm_cmple_ps(a, lim));
+            i += 4;
+        }
+        m0 = _mm_max_ps(m0, m1);
+        m0 = _mm_max_ps(m0, _mm_movehl_ps(m0, m0));
+        m0 = _mm_max_ss(m0, _mm_shuffle_ps(m0, m0, 1));
+        float mx = _mm_cvtss_f32(m0);
+        int good = _mm_movemask_ps(ok) == 0xf;
+        for (; i < V; i++) {
+            good &= x[i] <= FLT_MAX;
+            mx = x[i] > mx ? x[i] : mx;
+        }
+        if (good && mx != -INFINITY) {
+            const __m128 mv = _mm_set1_ps(mx);
+            for (i = 0; i + 8 <= V; i += 8) {
+                int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i), mv)) |
+                          _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i + 4), mv)) << 4;
+                if (hit) {
+                    *token = i + __builtin_ctz((unsigned)hit);
+                    return DI_OK;
+                }
+            }
+            while (x[i] != mx) i++;
+            *token = i;
+            return DI_OK;
+        }
+        /* fall through: scan_max names the bad value */
+    }
+#endif
+    return argmax_scalar(x, V, token);
+}
+
 static int is_greedy(const di_sampling_params *p) { return p->temperature < 1e-5f; }
+
+int di_sampler_plain_greedy(const di_sampling_params *p) {
+    return is_greedy(p) && !di_penalties_active(p) && p->n_logit_bias == 0 && p->logprobs < 0;
+}
 
 static void scale_temperature(float *y, const float *x, int V, float T) {
     for (int i = 0; i < V; i++) y[i] = x[i] / T;
@@ -462,7 +522,7 @@ di_status di_sampler_sample(di_sampler *s, const float *logits, const di_sample_
     const float *x = prepare(s, logits, rq);
     int32_t tok = -1;
     if (is_greedy(p)) {
-        DI_TRY(argmax(x, s->vocab, &tok));
+        DI_TRY(di_sampler_argmax(x, s->vocab, &tok));
     } else {
         int nk;
         uint64_t W;

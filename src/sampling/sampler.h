@@ -26,6 +26,8 @@
 #include "deepinfer.h"
 #include "sampling/penalties.h"
 
+#define DI_SAMPLING_MAX_N 128           /* most completions per request (params 'n') */
+
 typedef struct di_sampler di_sampler;
 
 /* Everything about one row besides its logits. */
@@ -50,6 +52,16 @@ int di_sampler_vocab(const di_sampler *s);
  * than -inf, or a row where everything is masked, are DI_ERR_BACKEND. */
 di_status di_sampler_sample(di_sampler *s, const float *logits, const di_sample_request *rq,
                             int32_t *token, di_token_logprob *lp);
+
+/* The greedy choice over a row that needs no preparation (no penalties, bias or mask): the
+ * lowest id among the maxima of logits[0..vocab). NaN / +inf / all -inf are DI_ERR_BACKEND,
+ * as in di_sampler_sample, which uses it for greedy rows. */
+di_status di_sampler_argmax(const float *logits, int vocab, int32_t *token);
+
+/* 1 if, for these params, di_sampler_sample picks di_sampler_argmax of the raw row whenever
+ * no min_tokens mask applies (n_generated >= min_tokens) and fills no logprobs: greedy, no
+ * penalty, no logit bias, logprobs off. Lets a caller skip the per-row request setup. */
+int di_sampler_plain_greedy(const di_sampling_params *p);
 
 /* The exact distribution the draw uses (non-greedy params): the kept tokens in ascending id
  * order and their integer weights. ids / weights have room for vocab entries. Returns the

@@ -7,7 +7,8 @@
  * preemption happens, with token budgets from 1 to 512 (chunked prefill), and with few seats.
  * After every run no block is held. Also: prefix-cache reuse of exactly a 3-block prefix
  * (counted, same tokens, only new tokens computed), copy-on-write for n > 1, abort, stop token
- * ids, min_tokens, logprobs, usage and timing fields, di_generate order, and request errors. */
+ * ids, min_tokens, logprobs, usage and timing fields, di_generate order, request errors, and
+ * which requests each step reports (streaming or not). */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -506,5 +507,76 @@ static void test_generate_order(void) {
     di_engine_free(e);
 }
 
+/* The report of every step against the engine's own counters read after the previous one:
+ * with stream_outputs exactly the requests whose completions gained tokens or finished
+ * (an abort between steps included) are reported, in id order, with their current counts;
+ * without it each request exactly once, in the step where its last completion finished. */
+static void test_reporting(void) {
+    static workload w;
+    make_workload(&w);
+    enum { N = 24 };
+    for (int stream = 0; stream < 2; stream++) {
+        engine_setup s = {.blocks = 40, .budget = 96, .max_seqs = 6, .prefix = 1, .with_codec = 1};
+        di_fake_model_config fc = fake_cfg(&s);
+        di_executor ex;
+        CHECK_OK(di_executor_fake_create(&fc, &ex));
+        di_engine_params p;
+        di_engine_params_init(&p);
+        p.max_batch_tokens = s.budget;
+        p.max_seqs = s.max_seqs;
+        p.seed = 5;
+        p.stream_outputs = stream;
+        di_codec codec = toy_codec();
+        di_engine *e = NULL;
+        CHECK_OK(di_engine_create_with(&p, &ex, &codec, &e));
+        if (!e) continue;
+        int64_t ids[N];
+        for (int i = 0; i < N; i++) CHECK_OK(di_engine_add_request(e, &w.in[i], &ids[i]));
+        int prev_gen[N][3], prev_fin[N], final_seen[N], reports = 0, wrong = 0, steps = 0, aborted = 0;
+        memset(prev_gen, 0, sizeof prev_gen);
+        memset(prev_fin, 0, sizeof prev_fin);
+        memset(final_seen, 0, sizeof final_seen);
+        while (di_engine_has_unfinished(e) && steps < 10000) {
+            if (steps == 6 || steps == 9) /* one running, one perhaps still waiting */
+                aborted += di_engine_abort(e, ids[steps == 6 ? 1 : N - 1]) == DI_OK;
+            const di_request_output *const *outs;
+            size_t n;
+            di_status st = di_engine_step(e, &outs, &n);
+            CHECK_OK(st);
+            if (st != DI_OK) break;
+            steps++;
+            int expect[N] = {0}, n_expect = 0;
+            for (int a = 0; a < e->n_active; a++) {
+                const di_req *q = e->active[a];
+                int i = (int)(q->id - ids[0]);
+                int changed = q->n_finished != prev_fin[i];
+                for (int k = 0; k < q->n; k++) changed |= q->comp[k].n_gen != prev_gen[i][k];
+                expect[i] = stream ? changed : q->n_finished == q->n && !final_seen[i];
+                n_expect += expect[i];
+                prev_fin[i] = q->n_finished;
+                for (int k = 0; k < q->n; k++) prev_gen[i][k] = q->comp[k].n_gen;
+            }
+            wrong += (int)n != n_expect;
+            for (size_t j = 0; j < n; j++) {
+                int i = (int)(outs[j]->request_id - ids[0]);
+                wrong += i < 0 || i >= N || !expect[i] || final_seen[i];
+                if (i < 0 || i >= N) continue;
+                wrong += j > 0 && outs[j]->request_id <= outs[j - 1]->request_id;
+                for (size_t k = 0; k < outs[j]->n_choices && k < 3; k++)
+                    wrong += outs[j]->choices[k].n_tokens != (size_t)prev_gen[i][k];
+                wrong += outs[j]->finished != (prev_fin[i] == (int)outs[j]->n_choices);
+                if (outs[j]->finished) final_seen[i] = 1;
+                reports++;
+            }
+        }
+        int all_final = 1;
+        for (int i = 0; i < N; i++) all_final &= final_seen[i];
+        CHECK_MSG(wrong == 0 && all_final, "stream %d: %d wrong reports of %d, all final %d", stream, wrong, reports, all_final);
+        CHECK(aborted >= 1);
+        CHECK(stream ? reports > 3 * N : reports == N);
+        di_engine_free(e);
+    }
+}
+
 TEST_MAIN(test_invariance, test_prefix_cache_reuse, test_n_completions, test_abort, test_fields, test_request_errors,
-          test_generate_order)
+          test_generate_order, test_reporting)

@@ -7,6 +7,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
 
 #include "core/status.h"
 #include "deepinfer.h"
@@ -403,6 +405,70 @@ static void test_greedy(void) {
     di_sampler_free(s);
 }
 
+/* Greedy at every vocabulary shape the packed argmax distinguishes (below / at / past the
+ * 8-wide body, 4-wide search tails), with ties, -inf, signed zeros and a bad value at every
+ * position, against the definition: the lowest id among the maxima; NaN / +inf anywhere is
+ * an error naming that token; all -inf is an error. */
+static void test_greedy_sizes(void) {
+    static const int sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 23, 24, 31, 32, 33, 63, 64, 65, 100, 1031};
+    static const float vals[] = {-INFINITY, -3.5f, -1.0f, -0.0f, 0.0f, 0.25f, 2.0f, 7.0f};
+    float *x = malloc(1031 * sizeof *x);
+    uint64_t rng = 12345;
+    int cases = 0, wrong = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int V = sizes[si];
+        di_sampler *s;
+        CHECK_OK(di_sampler_create(V, &s));
+        di_sampling_params p;
+        di_sampling_params_init(&p);
+        p.temperature = 0;
+        di_sample_request rq = {.params = &p};
+        for (int trial = 0; trial < 200; trial++) {
+            /* few distinct values -> many ties; sometimes the max only once, at a chosen spot */
+            for (int i = 0; i < V; i++) {
+                rng = di_rng_mix64(rng);
+                x[i] = vals[rng % (trial % 3 == 0 ? 4 : 8)];
+            }
+            if (trial % 5 == 1) x[(int)(di_rng_mix64(rng + 1) % (uint64_t)V)] = 9.0f;
+            int all_inf = 1, want = -1;
+            for (int i = 0; i < V; i++) all_inf &= x[i] == -INFINITY;
+            if (!all_inf) {
+                float m = -INFINITY;
+                for (int i = 0; i < V; i++)
+                    if (x[i] > m) m = x[i];
+                for (want = 0; x[want] != m; want++) {}
+            }
+            int32_t t1 = -1, t2 = -1;
+            di_status s1 = di_sampler_argmax(x, V, &t1), s2 = di_sampler_sample(s, x, &rq, &t2, NULL);
+            cases++;
+            if (all_inf) wrong += s1 != DI_ERR_BACKEND || s2 != DI_ERR_BACKEND;
+            else wrong += s1 != DI_OK || s2 != DI_OK || t1 != want || t2 != want;
+        }
+        /* a bad value at every position is found and named */
+        for (int i = 0; i < V; i++) x[i] = (float)(i % 7);
+        for (int bad = 0; bad < V; bad++) {
+            for (int k = 0; k < 2; k++) {
+                float keep = x[bad];
+                x[bad] = k ? INFINITY : NAN;
+                int32_t t = -1;
+                char want_msg[32];
+                snprintf(want_msg, sizeof want_msg, "token %d ", bad);
+                di_status st = di_sampler_argmax(x, V, &t);
+                cases++;
+                wrong += st != DI_ERR_BACKEND || strstr(di_last_error(), want_msg) == NULL;
+                x[bad] = keep;
+            }
+        }
+        di_sampler_free(s);
+    }
+    CHECK_MSG(wrong == 0, "%d of %d greedy cases wrong", wrong, cases);
+    float z[9] = {-0.0f, 0.0f, -1, -1, -1, -1, -1, -1, -1};
+    int32_t t = -1;
+    CHECK_OK(di_sampler_argmax(z, 9, &t));
+    CHECK_EQ_INT(t, 0); /* -0 == +0: the lower id */
+    free(x);
+}
+
 static void test_reproducible(void) {
     const int V = 1000;
     float *a = make_logits(V, 1, 6.0f), *b = make_logits(V, 2, 6.0f);
@@ -588,5 +654,5 @@ static void test_params_validation(void) {
     CHECK(di_sampling_params_validate(&p, 100) == DI_ERR_INVALID_ARG);
 }
 
-TEST_MAIN(test_philox_kat, test_exp, test_distributions, test_greedy, test_reproducible, test_logprobs,
+TEST_MAIN(test_philox_kat, test_exp, test_distributions, test_greedy, test_greedy_sizes, test_reproducible, test_logprobs,
           test_penalty_values, test_token_counts, test_params_validation)
