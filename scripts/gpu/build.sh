@@ -5,7 +5,8 @@
 #               linked with RPATH $ORIGIN/../lib
 #   DEST/lib/   the Debian shared libraries they need (jansson, pcre2-8, utf8proc; found by ldd)
 #   DEST/src/   a source-tree stand-in: tests/data/golden, tests/data/golden_pycoder (manifest and
-#               the unpacked logits), tests/data/ppl/slice.json and scripts/gpu (remote.sh)
+#               the unpacked logits), tests/data/ppl/slice.json, scripts/gpu (remote.sh) and
+#               tools/golden/{hf_bf16_error,checksum}.py (remote.sh's `hf` step)
 # bin/, lib/ and the data are then packed into DEST/bundle.tar.xz (~4 MB instead of ~45 MB: every
 # binary holds the same CUDA code, which xz's window stores once) and only DEST/src/scripts stays
 # unpacked; remote.sh unpacks the bundle in place. DI_GPU_NO_BUNDLE=1 keeps the plain tree.
@@ -36,6 +37,8 @@ cp "$root/tests/data/golden_pycoder/golden_pycoder.json" "$build"/tests/data/gol
     "$dest/src/tests/data/golden_pycoder/"
 cp "$root/tests/data/ppl/slice.json" "$dest/src/tests/data/ppl/"
 cp "$root"/scripts/gpu/*.sh "$dest/src/scripts/gpu/"
+mkdir -p "$dest/src/tools/golden"
+cp "$root/tools/golden/hf_bf16_error.py" "$root/tools/golden/checksum.py" "$dest/src/tools/golden/"
 if [ "${DI_GPU_NO_BUNDLE:-0}" != 1 ]; then
     (cd "$dest" && tar -cf - bin lib src/tests | xz -9 -T1 >bundle.tar.xz && rm -rf bin lib src/tests)
 fi

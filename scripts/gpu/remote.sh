@@ -7,20 +7,28 @@
 # `deepinfer mkmodel` (never carried).
 #
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
-#   steps: info pycoder ops attn model bench e2e engine compare
+#   steps: info pycoder ops attn model bench e2e engine compare hf e2ebase
 #          (default: info pycoder ops attn model bench e2e engine)
+#          hf: tools/golden/hf_bf16_error.py, transformers running the golden checkpoints in bf16
+#              and fp32 on the GPU vs the committed fp32 goldens (needs python3 with torch and
+#              transformers on the machine) -> hf.log, hf_bf16.json
+#          e2ebase: bench_cuda_e2e of another staged tree E2E_BASE (e.g. a build of main carried
+#              as .gpu-base) with the same BENCH_ARGS, for before/after numbers in one call
 #   env:   OUT (logs; default /tmp/gpu-out), DI_GPU_TMP (scratch; default /tmp/di-gpu),
 #          BENCH_ARGS (extra bench_cuda_e2e arguments), STEP_TIMEOUT (seconds per step, 300),
 #          DEADLINE (seconds from the start after which no step starts and running steps are
 #          cut; 0 = none), ENGINE_BATCHES (default "1 16 64 256"), ENGINE_HOST=0 (skip the
 #          host-sampling runs of the engine step), ENGINE_MODEL / ENGINE_DEVICE (default: the
 #          v2lite-8l made here, cuda; a tiny model and cpu dry-run the step on any machine),
-#          PYCODER_TIMEOUT / ENGINE_TIMEOUT (seconds per step of those groups; 120 / 90)
+#          PYCODER_TIMEOUT / ENGINE_TIMEOUT (seconds per step of those groups; 120 / 90),
+#          PYCODER_GROUPS / ATTN_GROUPS / OPS_GROUPS (subsets of those tests' groups),
+#          HF_TIMEOUT (seconds of the hf step; 240), E2E_BASE (staged tree of e2ebase)
 # Output: $OUT/summary.txt (one line per step with its exit code and time), $OUT/tests.log,
 # $OUT/bench.log, $OUT/sanitizer.log (compute-sanitizer rerun of a step that faulted).
 # The staged binaries may come packed in DEST/bundle.tar.xz (build.sh does that: the CUDA code
 # in every binary is the same, and xz's window removes the repeats); it is unpacked in place.
 set -uo pipefail
+CALLER_PWD=$(pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 G=$(cd "$here/../../.." && pwd)
 [ -f "$G/bundle.tar.xz" ] || [ -x "$G/bin/deepinfer" ] || G=$(pwd)/.gpu
@@ -110,13 +118,13 @@ for s in $steps; do
         } >>"$OUT/summary.txt" 2>&1
         ;;
     ops)
-        for g in rows gemm bmm graph; do run_step "ops.$g" tests.log "$G/bin/test_cuda_ops" "$g"; done
+        for g in ${OPS_GROUPS:-rows gemm bmm graph}; do run_step "ops.$g" tests.log "$G/bin/test_cuda_ops" "$g"; done
         ;;
     attn)
-        for g in decode prefill route experts sample; do run_step "attn.$g" tests.log "$G/bin/test_cuda_attn" "$g"; done
+        for g in ${ATTN_GROUPS:-decode prefill route experts sample}; do run_step "attn.$g" tests.log "$G/bin/test_cuda_attn" "$g"; done
         ;;
     pycoder)
-        for g in golden routing greedy sampling; do
+        for g in ${PYCODER_GROUPS:-golden routing greedy sampling}; do
             STEP_TIMEOUT=${PYCODER_TIMEOUT:-120} run_step "pycoder.$g" tests.log "$G/bin/test_cuda_pycoder" "$g"
         done
         ;;
@@ -169,12 +177,30 @@ for s in $steps; do
             run_step model.compare tests.log "$G/bin/test_cuda_model" compare "$TMP/v2lite-8l"
         fi
         ;;
+    hf)
+        STEP_TIMEOUT=${HF_TIMEOUT:-240} run_step hf.bf16 hf.log python3 "$G/src/tools/golden/hf_bf16_error.py" \
+            --bin "$G/bin/deepinfer" --golden "$G/src/tests/data/golden" \
+            ${DI_PYCODER_MODEL:+--pycoder-model "$DI_PYCODER_MODEL" --pycoder-golden "$DI_GOLDEN_PYCODER_DIR"} \
+            --device cuda --out "$OUT/hf_bf16.json"
+        ;;
+    e2ebase)
+        B=${E2E_BASE:-}
+        case $B in /* | '') ;; *) B=$CALLER_PWD/$B ;; esac
+        [ -n "$B" ] && [ -d "$B" ] || { summary "e2ebase: E2E_BASE not set or missing"; continue; }
+        B=$(cd "$B" && pwd)
+        if [ -f "$B/bundle.tar.xz" ] && [ ! -x "$B/bin/bench_cuda_e2e" ]; then tar -xJf "$B/bundle.tar.xz" -C "$B"; fi
+        v2lite || continue
+        echo "(e2ebase: $B)" >>"$OUT/bench.log"
+        # shellcheck disable=SC2086
+        LD_LIBRARY_PATH="$B/lib${lt:+:$(dirname "$lt")}" run_step bench.e2e.base bench.log "$B/bin/bench_cuda_e2e" \
+            --model "$TMP/v2lite-8l" ${BENCH_ARGS:-}
+        ;;
     *) summary "unknown step $s" ;;
     esac
 done
 # the last lines of each log, so the call's own output shows the outcome
-for f in tests.log bench.log; do
-    [ -f "$OUT/$f" ] && { echo "---- $f (failures and tables)"; grep -E 'FAIL|failed|ceiling|tok/s|of roofline|checks,|golden:|generate:|routing|pycoder|sampling|differ from|TPOT|\(engine|==== ' "$OUT/$f" | tail -n 150; }
+for f in tests.log bench.log hf.log; do
+    [ -f "$OUT/$f" ] && { echo "---- $f (failures and tables)"; grep -E 'FAIL|failed|ceiling|tok/s|of roofline|checks,|golden:|generate:|routing|pycoder|sampling|differ from|TPOT|\(engine|\(e2ebase|flipped|bfloat16|==== ' "$OUT/$f" | tail -n 150; }
 done
 echo "---- summary"
 cat "$OUT/summary.txt"

@@ -12,6 +12,9 @@
  *  - "act" is the backend's activation dtype, be->caps.act_dtype (CPU: F32; CUDA: BF16).
  *    Elements are addressed in units of that dtype (strides are in elements, not bytes).
  *    Buffers documented as "f32" are float32 on every backend; "i32" are int32.
+ *  - The residual stream h (and everything added into it) is f32 on EVERY backend, as are
+ *    the router's input and logits (HF computes DeepseekV3TopkRouter in fp32): embed /
+ *    gather_rows / add / add_rmsnorm take it as f32, whatever the act dtype.
  *  - Matrix shapes are row-major [rows, cols]. A linear layer stores W as [out, in] and
  *    computes y = x · Wᵀ (like torch.nn.Linear).
  *  - Ops are asynchronous with respect to the host on backends that can be (CUDA: enqueued
@@ -168,8 +171,10 @@ typedef struct di_route_params {
 } di_route_params;
 
 /* matmul flags */
-#define DI_MM_ACCUMULATE 1u   /* y += x · Wᵀ instead of y = x · Wᵀ */
-#define DI_MM_OUT_F32    2u   /* y is f32 instead of act (logits, router) */
+#define DI_MM_ACCUMULATE 1u   /* y += x · Wᵀ instead of y = x · Wᵀ: each y element gets the
+                               * finished fp32 dot product added once */
+#define DI_MM_OUT_F32    2u   /* y is f32 instead of act (logits; with DI_MM_ACCUMULATE: a
+                               * projection added straight into the f32 residual stream) */
 
 /* Workspace sizing for di_backend.reserve (extensions). */
 typedef struct di_backend_reserve {
@@ -201,7 +206,8 @@ typedef struct di_sample_row {
  * Capabilities and the op table
  * ------------------------------------------------------------------------------------- */
 typedef struct di_backend_caps {
-    di_dtype act_dtype;       /* activations and the KV cache: F32 (CPU) / BF16 (CUDA) */
+    di_dtype act_dtype;       /* activations and the KV cache: F32 (CPU) / BF16 (CUDA); the
+                               * residual stream and the router are f32 on both */
     int keeps_fp8;            /* 1 if F8 weights stay F8 (+scales) on the device */
     size_t memory_bytes;      /* device memory available for weights + KV + workspace (0 = unknown) */
     int n_threads;            /* CPU threads (1 for CUDA) */
@@ -237,9 +243,10 @@ struct di_backend {
     void (*weight_free)(di_backend *be, di_weight *w);            /* zeroes *w; ok on zeroed */
 
     /* ---- elementwise / small ops ---- */
-    /* out[t, :] = table[ids[t], :].  out: device act [T, D]; table: weight n=1 [vocab, D];
-     * ids: device i32 [T], each in [0, vocab) (checked by the model on the host). */
-    void (*embed)(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T);
+    /* out[t, :] = table[ids[t], :].  out: device f32 [T, D] (the residual stream);
+     * table: weight n=1 [vocab, D]; ids: device i32 [T], each in [0, vocab) (checked by the
+     * model on the host). */
+    void (*embed)(di_backend *be, float *out, const di_weight *table, const int32_t *ids, int T);
 
     /* out[t, :] = rmsnorm(x[t, :]) ⊙ w, rmsnorm(v) = v / sqrt(mean(v²) + eps) in fp32.
      * x: device act [T, D] with row stride ldx; out: device act with row stride ldo (may equal
@@ -247,19 +254,23 @@ struct di_backend {
     void (*rmsnorm)(di_backend *be, void *out, int ldo, const void *x, int ldx,
                     const di_weight *w, float eps, int T, int D);
 
-    /* Fused residual add + norm: h += delta (if delta != NULL), then out = rmsnorm(h) ⊙ w.
-     * h, delta, out: device act [T, D] contiguous; out != h. */
-    void (*add_rmsnorm)(di_backend *be, void *h, const void *delta, void *out,
+    /* Fused residual add + norm: h += delta (if delta != NULL; fp32 add, h stays f32), then
+     * out = rmsnorm(h) ⊙ w, statistics in fp32 over the f32 row, the product rounded once to
+     * act. out_f32 (optional, NULL = none) receives the same normed row unrounded in f32 (the
+     * router's input). h: device f32 [T, D]; delta: device act [T, D]; out: device act
+     * [T, D]; out_f32: device f32 [T, D]; all contiguous; out, out_f32 != h. */
+    void (*add_rmsnorm)(di_backend *be, float *h, const void *delta, void *out, float *out_f32,
                         const di_weight *w, float eps, int T, int D);
 
     /* out[t, i] = silu(gu[t, i]) * gu[t, I + i].  gu: device act [T, 2I]; out: device act [T, I]. */
     void (*silu_mul)(di_backend *be, void *out, const void *gu, int T, int I);
 
-    /* y[i] += x[i] for i < n.  device act. */
-    void (*add)(di_backend *be, void *y, const void *x, size_t n);
+    /* y[i] += x[i] for i < n, in fp32.  y: device f32 (the residual stream); x: device act. */
+    void (*add)(di_backend *be, float *y, const void *x, size_t n);
 
-    /* out[i, :] = x[rows[i], :].  x: device act [T, D]; rows: device i32 [n]; out: act [n, D]. */
-    void (*gather_rows)(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D);
+    /* out[i, :] = x[rows[i], :].  x: device f32 [T, D] (residual rows); rows: device i32 [n];
+     * out: device f32 [n, D]. */
+    void (*gather_rows)(di_backend *be, float *out, const float *x, const int32_t *rows, int n, int D);
 
     /* ---- GEMMs ---- */
     /* y = x · Wᵀ (or +=, see DI_MM_*).  x: device act [T, W.cols] row stride ldx;
@@ -329,7 +340,8 @@ struct di_backend {
                        int seq_end, const di_mla_dims *d);
 
     /* ---- mixture of experts ---- */
-    /* Router: logits = x · W_gᵀ in fp32 (x converted to fp32), then per token:
+    /* Router: logits = x · W_gᵀ with fp32 inputs and arithmetic (W_g as stored, converted to
+     * fp32; HF's DeepseekV3TopkRouter does F.linear(x.float(), W.float())), then per token:
      *  NOAUX_TC: s = sigmoid(logits); b = s + bias (selection only); with n_group > 1, group
      *    score = sum of the two largest b in the group, keep the topk_group best groups, others
      *    masked to -inf (HF transformers 5.17 V3); idx = top_k of masked b; w = s[idx].
@@ -339,10 +351,11 @@ struct di_backend {
      *  then if norm_topk_prob: w /= (Σ w + 1e-20); finally w *= routed_scaling_factor.
      * Ties select the lower expert index. topk_idx / topk_w rows are sorted by expert index
      * (order does not change the result; it fixes the combine order).
-     * x: device act [T, D]; W_g: n=1 [E, D]; bias: weight n=1 rows=1 cols=E or NULL;
+     * x: device f32 [T, D] (the normed hidden state before any act rounding: add_rmsnorm's
+     * out_f32); W_g: n=1 [E, D]; bias: weight n=1 rows=1 cols=E or NULL;
      * topk_idx: device i32 [T, k]; topk_w: device f32 [T, k]; scratch: device f32 [T, 2E].
  * E is at most DI_MAX_EXPERTS. */
-    void (*moe_route)(di_backend *be, int32_t *topk_idx, float *topk_w, const void *x,
+    void (*moe_route)(di_backend *be, int32_t *topk_idx, float *topk_w, const float *x,
                       const di_weight *W_g, const di_weight *bias, const di_route_params *rp,
                       int T, float *scratch);
 

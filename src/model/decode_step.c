@@ -186,7 +186,7 @@ static void logits_and_sample(di_model *m, int n) {
     di_step_state *s = m->step;
     int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
     const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
-    be->rmsnorm(be, m->x, D, m->h, D, &m->final_norm, (float)m->cfg.rms_norm_eps, n, D);
+    be->add_rmsnorm(be, m->h, NULL, m->x, NULL, &m->final_norm, (float)m->cfg.rms_norm_eps, n, D);
     be->matmul(be, m->logits, V, m->x, D, head, n, DI_MM_OUT_F32);
     be->sample(be, s->d_tokens, s->d_status, m->logits, n, V, s->d_rows);
 }
@@ -270,8 +270,8 @@ static di_status step_eager(di_model *m, const di_batch *b, const di_sample_row 
         int n = b->n_logits - r0 < m->logits_chunk ? b->n_logits - r0 : m->logits_chunk;
         be->upload(be, m->d_rows, b->logits_rows + r0, (size_t)n * sizeof(int32_t));
         be->gather_rows(be, m->xg, m->h, m->d_rows, n, D);
-        be->rmsnorm(be, m->xg, D, m->xg, D, &m->final_norm, (float)m->cfg.rms_norm_eps, n, D);
-        be->matmul(be, m->logits, V, m->xg, D, head, n, DI_MM_OUT_F32);
+        be->add_rmsnorm(be, m->xg, NULL, m->x, NULL, &m->final_norm, (float)m->cfg.rms_norm_eps, n, D);
+        be->matmul(be, m->logits, V, m->x, D, head, n, DI_MM_OUT_F32);
         be->sample(be, s->d_tokens + r0, s->d_status + r0, m->logits, n, V, s->d_rows + r0);
     }   /* reusing m->logits / d_rows per chunk is safe: the stream orders every op */
     return fetch_tokens(m, tokens, status, b->n_logits);

@@ -12,6 +12,12 @@
  *
  * DeepSeek-V3.2 adds the lightning indexer (top-k sparse attention) in front of MLA.
  *
+ * Precision: the residual stream h is f32 on every backend; o_proj and a dense MLP's down_proj
+ * accumulate straight into it (DI_MM_OUT_F32 | DI_MM_ACCUMULATE), the MoE output is added in
+ * fp32, and the router reads the post-attention norm's output unrounded in f32 (m->xr on a
+ * bf16 backend), as HF computes DeepseekV3TopkRouter. On the CPU (f32 activations) this is the
+ * plain fp32 forward pass.
+ *
  * Owner: model. Invariant: the batch was validated by model.c; this file allocates nothing. */
 #include <string.h>
 
@@ -75,7 +81,7 @@ static di_attn_batch indexer(di_model *m, const di_layer *ly, int l, const di_at
     return sparse;
 }
 
-/* h += MLA(x); x is the normed input; result added into h and normed into x by the caller. */
+/* h += MLA(x); x is the normed input; o_proj accumulates into the f32 residual stream h. */
 static void attention(di_model *m, const di_layer *ly, int l, void *cache, const di_attn_batch *dense,
                       int n_decode_seqs, int n_decode_tokens) {
     di_backend *be = m->be;
@@ -117,10 +123,11 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     if (n_decode_seqs < ab->n_seqs)
         be->mla_prefill(be, m->o, m->q, H * qk, cache, &ly->kv_b, ab, n_decode_seqs, ab->n_seqs, d,
                         m->prefill_scratch, m->prefill_scratch_bytes);
-    be->matmul(be, m->attn_out, c->hidden_size, m->o, H * d->v_dim, &ly->o, T, 0);
+    be->matmul(be, m->h, c->hidden_size, m->o, H * d->v_dim, &ly->o, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
 }
 
-/* ffn_out = FFN(x): dense SwiGLU MLP, or routed experts + shared experts. */
+/* h += FFN(x): dense SwiGLU MLP (down_proj accumulates into h), or routed experts + shared
+ * experts summed in ffn_out, then added into h. */
 static void ffn(di_model *m, const di_layer *ly, int T) {
     di_backend *be = m->be;
     const di_model_config *c = &m->cfg;
@@ -129,10 +136,11 @@ static void ffn(di_model *m, const di_layer *ly, int T) {
         int I = c->intermediate_size;
         be->matmul(be, m->ffn_gu, 2 * I, m->x, D, &ly->gate_up, T, 0);
         be->silu_mul(be, m->ffn_act, m->ffn_gu, T, I);
-        be->matmul(be, m->ffn_out, D, m->ffn_act, I, &ly->down, T, 0);
+        be->matmul(be, m->h, D, m->ffn_act, I, &ly->down, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
         return;
     }
-    be->moe_route(be, m->topk_idx, m->topk_w, m->x, &ly->router,
+    const float *router_in = m->xr ? m->xr : (const float *)m->x; /* f32 normed rows */
+    be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router,
                   ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
     be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k,
                     &ly->exp_gate_up, &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
@@ -142,6 +150,7 @@ static void ffn(di_model *m, const di_layer *ly, int T) {
         be->silu_mul(be, m->ffn_act, m->ffn_gu, T, Is);
         be->matmul(be, m->ffn_out, D, m->ffn_act, Is, &ly->sh_down, T, DI_MM_ACCUMULATE);
     }
+    be->add(be, m->h, m->ffn_out, (size_t)T * D);
 }
 
 /* One decoder layer on the residual stream m->h. */
@@ -152,34 +161,36 @@ static void decoder_layer(di_model *m, int l, const di_attn_batch *ab, int n_dec
     float eps = (float)m->cfg.rms_norm_eps;
     int T = ab->n_tokens, D = m->cfg.hidden_size;
     void *cache = act_at(m, m->kv, (size_t)l * m->kv_layer_stride);
-    be->rmsnorm(be, m->x, D, m->h, D, &ly->attn_norm, eps, T, D);
+    be->add_rmsnorm(be, m->h, NULL, m->x, NULL, &ly->attn_norm, eps, T, D);
     attention(m, ly, l, cache, ab, n_decode_seqs, n_decode_tokens);
-    be->add_rmsnorm(be, m->h, m->attn_out, m->x, &ly->ffn_norm, eps, T, D);
+    be->add_rmsnorm(be, m->h, NULL, m->x, ly->is_moe ? m->xr : NULL, &ly->ffn_norm, eps, T, D);
     ffn(m, ly, T);
-    be->add(be, m->h, m->ffn_out, (size_t)T * D);
 }
 
-/* Logits of the requested rows, from the normed hidden states in `xn` (rows of the batch),
- * computed in chunks so the device buffer stays [logits_chunk, vocab]. */
-static di_status emit_logits(di_model *m, const di_batch *b, const void *src, int src_normed,
-                             const di_weight *norm, const di_weight *head, float *logits) {
+/* Logits of the requested rows: their residual rows gathered, normed with `norm` (final or
+ * MTP head norm) and projected, in chunks so the device buffer stays [logits_chunk, vocab]. */
+static di_status emit_logits(di_model *m, const di_batch *b, const di_weight *norm, const di_weight *head,
+                             float *logits) {
     di_backend *be = m->be;
     int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
     for (int r0 = 0; r0 < b->n_logits; r0 += m->logits_chunk) {
         int n = b->n_logits - r0 < m->logits_chunk ? b->n_logits - r0 : m->logits_chunk;
         be->upload(be, m->d_rows, b->logits_rows + r0, (size_t)n * sizeof(int32_t));
-        be->gather_rows(be, m->xg, src, m->d_rows, n, D);
-        if (!src_normed) be->rmsnorm(be, m->xg, D, m->xg, D, norm, (float)m->cfg.rms_norm_eps, n, D);
-        be->matmul(be, m->logits, V, m->xg, D, head, n, DI_MM_OUT_F32);
+        be->gather_rows(be, m->xg, m->h, m->d_rows, n, D);
+        be->add_rmsnorm(be, m->xg, NULL, m->x, NULL, norm, (float)m->cfg.rms_norm_eps, n, D);
+        be->matmul(be, m->logits, V, m->x, D, head, n, DI_MM_OUT_F32);
         DI_TRY(be->download(be, logits + (size_t)r0 * V, m->logits, (size_t)n * V * sizeof(float)));
     }
     return DI_OK;
 }
 
-static di_status download_hidden(di_model *m, float *dst, const void *src, int T) {
-    if (m->be->caps.act_dtype != DI_DTYPE_F32)
-        return di_error(DI_ERR_UNSUPPORTED, "hidden-state output needs an fp32-activation backend");
-    return m->be->download(m->be, dst, src, act_bytes(m, (size_t)T * m->cfg.hidden_size));
+/* hidden = norm(h) of every token, f32 (x itself on f32-act backends, else its f32 twin xr) */
+static di_status download_hidden(di_model *m, float *dst, const di_weight *norm, int T) {
+    di_backend *be = m->be;
+    int D = m->cfg.hidden_size;
+    be->add_rmsnorm(be, m->h, NULL, m->x, m->xr, norm, (float)m->cfg.rms_norm_eps, T, D);
+    const void *src = m->xr ? (const void *)m->xr : m->x;
+    return be->download(be, dst, src, (size_t)T * D * sizeof(float));
 }
 
 static int decode_tokens(const di_batch *b) { return b->seq_start[b->n_decode_seqs]; }
@@ -194,16 +205,11 @@ di_status di_deepseek_forward(di_model *m, const di_batch *b, float *logits, flo
     di_backend *be = m->be;
     di_attn_batch ab;
     di_deepseek_upload_batch(m, b, &ab);
-    int T = b->n_tokens, D = m->cfg.hidden_size;
+    int T = b->n_tokens;
     di_deepseek_layers(m, &ab, b->n_decode_seqs, decode_tokens(b));
     const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
-    if (hidden) {
-        be->rmsnorm(be, m->x, D, m->h, D, &m->final_norm, (float)m->cfg.rms_norm_eps, T, D);
-        DI_TRY(download_hidden(m, hidden, m->x, T));
-        if (logits) DI_TRY(emit_logits(m, b, m->x, 1, NULL, head, logits));
-    } else if (logits) {
-        DI_TRY(emit_logits(m, b, m->h, 0, &m->final_norm, head, logits));
-    }
+    if (hidden) DI_TRY(download_hidden(m, hidden, &m->final_norm, T));
+    if (logits) DI_TRY(emit_logits(m, b, &m->final_norm, head, logits));
     return be->sync(be);
 }
 
@@ -219,15 +225,15 @@ di_status di_deepseek_mtp_forward(di_model *m, int k, const di_batch *b, const f
         return di_error(DI_ERR_UNSUPPORTED, "MTP with host hidden states needs an fp32-activation backend");
     di_attn_batch ab;
     di_deepseek_upload_batch(m, b, &ab);
-    be->embed(be, m->x, ly->mtp_embed.n ? &ly->mtp_embed : &m->embed, m->d_ids, T);
+    /* act is f32 here, so the f32 residual buffers are act buffers too */
+    be->embed(be, (float *)m->x, ly->mtp_embed.n ? &ly->mtp_embed : &m->embed, m->d_ids, T);
     be->rmsnorm(be, m->cat2, 2 * D, m->x, D, &ly->enorm, eps, T, D);
-    be->upload(be, m->h, hidden_in, act_bytes(m, (size_t)T * D));
+    be->upload(be, m->h, hidden_in, (size_t)T * D * sizeof(float));
     be->rmsnorm(be, act_at(m, m->cat2, D), 2 * D, m->h, D, &ly->hnorm, eps, T, D);
-    be->matmul(be, m->h, D, m->cat2, 2 * D, &ly->eh_proj, T, 0);
+    be->matmul(be, m->h, D, m->cat2, 2 * D, &ly->eh_proj, T, DI_MM_OUT_F32);
     decoder_layer(m, l, &ab, b->n_decode_seqs, decode_tokens(b));
     const di_weight *head = ly->mtp_head.n ? &ly->mtp_head : m->lm_head_tied ? &m->embed : &m->lm_head;
-    be->rmsnorm(be, m->x, D, m->h, D, &ly->head_norm, eps, T, D);
-    if (hidden_out) DI_TRY(download_hidden(m, hidden_out, m->x, T));
-    if (logits) DI_TRY(emit_logits(m, b, m->x, 1, NULL, head, logits));
+    if (hidden_out) DI_TRY(download_hidden(m, hidden_out, &ly->head_norm, T));
+    if (logits) DI_TRY(emit_logits(m, b, &ly->head_norm, head, logits));
     return be->sync(be);
 }

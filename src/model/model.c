@@ -109,9 +109,9 @@ static di_status setup_workspace(di_model *m) {
     DI_TRY(alloc_buf(m, (void **)&m->d_ctx_len, S * i32));
     DI_TRY(alloc_buf(m, (void **)&m->d_block_table, S * mbs * i32));
     if (!(m->h_block_table = calloc(S * mbs, i32))) return di_error(DI_ERR_NOMEM, "out of memory (block table)");
-    DI_TRY(alloc_buf(m, &m->h, T * D * a));
+    DI_TRY(alloc_buf(m, (void **)&m->h, T * D * sizeof(float)));
+    if (be->caps.act_dtype != DI_DTYPE_F32) DI_TRY(alloc_buf(m, (void **)&m->xr, T * D * sizeof(float)));
     DI_TRY(alloc_buf(m, &m->x, T * D * a));
-    DI_TRY(alloc_buf(m, &m->attn_out, T * D * a));
     DI_TRY(alloc_buf(m, &m->ffn_out, T * D * a));
     DI_TRY(alloc_buf(m, &m->cq, T * (size_t)c->q_lora_rank * a));
     DI_TRY(alloc_buf(m, &m->q, T * H * qk * a));
@@ -122,7 +122,7 @@ static di_status setup_workspace(di_model *m) {
     DI_TRY(alloc_buf(m, &m->ffn_gu, T * 2 * I * a));
     DI_TRY(alloc_buf(m, &m->ffn_act, T * I * a));
     DI_TRY(alloc_buf(m, &m->cat2, m->n_mtp ? T * 2 * D * a : 0));
-    DI_TRY(alloc_buf(m, &m->xg, (size_t)m->logits_chunk * D * a));
+    DI_TRY(alloc_buf(m, (void **)&m->xg, (size_t)m->logits_chunk * D * sizeof(float)));
     DI_TRY(alloc_buf(m, (void **)&m->logits, (size_t)m->logits_chunk * (size_t)c->vocab_size * sizeof(float)));
     DI_TRY(alloc_buf(m, (void **)&m->topk_idx, T * k * i32));
     DI_TRY(alloc_buf(m, (void **)&m->topk_w, T * k * sizeof(float)));
@@ -212,7 +212,7 @@ void di_model_free(di_model *m) {
         di_model_step_free(m);
         di_model_free_weights(m);
         void *bufs[] = {m->inv_freq, m->kv, m->d_ids, m->d_pos, m->d_slots, m->d_rows, m->d_seq_start,
-                        m->d_ctx_len, m->d_block_table, m->h, m->x, m->attn_out, m->ffn_out, m->cq,
+                        m->d_ctx_len, m->d_block_table, m->h, m->xr, m->x, m->ffn_out, m->cq,
                         m->q, m->kva, m->qt, m->olat, m->o, m->ffn_gu, m->ffn_act, m->cat2, m->xg,
                         m->logits, m->topk_idx, m->topk_w, m->route_scratch, m->prefill_scratch,
                         m->moe_scratch, m->kv_idx, m->qidx, m->kidx, m->widx, m->sel_pos, m->sel_count,

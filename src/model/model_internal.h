@@ -67,10 +67,15 @@ struct di_model {
     /* device metadata (i32) */
     int32_t *d_ids, *d_pos, *d_slots, *d_seq_start, *d_ctx_len, *d_block_table, *d_rows;
     int32_t *h_block_table;        /* host staging [max_seqs * max_blocks_per_seq] (zeroed) */
+    /* the residual stream, f32 on every backend (backend.h) */
+    float *h;                      /* [T, D] */
+    float *xr;                     /* f32 [T, D] normed rows for the router and hidden-state output
+                                    * (add_rmsnorm's out_f32); NULL on f32-act backends, which
+                                    * read x itself */
+    float *xg;                     /* f32 [logits_chunk, D] gathered residual rows */
     /* device activations (act dtype) */
-    void *h, *x, *cq, *q, *kva, *qt, *olat, *o, *attn_out, *ffn_gu, *ffn_act, *ffn_out;
+    void *x, *cq, *q, *kva, *qt, *olat, *o, *ffn_gu, *ffn_act, *ffn_out;
     void *cat2;                    /* [T, 2D] MTP concat */
-    void *xg;                      /* [logits_chunk, D] gathered rows */
     float *logits;                 /* device f32 [logits_chunk, vocab] */
 
     int32_t *topk_idx;

@@ -42,6 +42,13 @@ static inline float *t_rand(size_t n, float a) {
     return v;
 }
 
+/* uniform in [-a, a), full fp32 precision (residual stream, router input) */
+static inline float *t_rand_f32(size_t n, float a) {
+    float *v = (float *)malloc((n ? n : 1) * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = t_unif(a);
+    return v;
+}
+
 static inline uint16_t *t_to_bf16(const float *f, size_t n) {
     uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
     for (size_t i = 0; i < n; i++) h[i] = di_f32_to_bf16(f[i]);

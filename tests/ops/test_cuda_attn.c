@@ -185,25 +185,31 @@ static void test_prefill(void) {
 
 static void route_case(const char *name, di_route_params rp, int T, int D, float bias_amp) {
     int E = rp.n_experts, k = rp.top_k;
+    char what[160];
     t_weight wg = t_weight_make(1, E, D, 0, 0.05f);
     di_weight gc = t_weight_upload(g_cpu, &wg, DI_WEIGHT_PLAIN), gg = t_weight_upload(g_gpu, &wg, DI_WEIGHT_PLAIN);
     float *bias = t_rand((size_t)E, bias_amp);
     di_weight bc = t_vec_upload(g_cpu, bias, E), bg = t_vec_upload(g_gpu, bias, E);
-    float *x = t_rand((size_t)T * D, 1.0f);
+    float *x = t_rand_f32((size_t)T * D, 1.0f); /* the router input is f32: full precision */
     int32_t *ic = (int32_t *)malloc((size_t)T * k * 4);
     float *wc = (float *)malloc((size_t)T * k * 4), *scr = (float *)malloc((size_t)T * 2 * E * 4);
     g_cpu->moe_route(g_cpu, ic, wc, x, &gc, bias_amp > 0 ? &bc : NULL, &rp, T, scr);
-    void *dx = g_act(x, (size_t)T * D), *di = g_alloc((size_t)T * k * 4), *dw = g_alloc((size_t)T * k * 4),
+    void *dx = g_raw(x, (size_t)T * D * 4), *di = g_alloc((size_t)T * k * 4), *dw = g_alloc((size_t)T * k * 4),
          *ds = g_alloc((size_t)T * 2 * E * 4);
     g_poison(di, (size_t)T * k * 4);
     g_poison(dw, (size_t)T * k * 4);
-    g_gpu->moe_route(g_gpu, di, dw, dx, &gg, bias_amp > 0 ? &bg : NULL, &rp, T, ds);
+    g_poison(ds, (size_t)T * 2 * E * 4);
+    g_gpu->moe_route(g_gpu, di, dw, (const float *)dx, &gg, bias_amp > 0 ? &bg : NULL, &rp, T, ds);
+    /* the fp32 router logits themselves (scratch [T, E] first): fp32 summation order only */
+    float *lg = g_get_f32(ds, (size_t)T * E);
+    snprintf(what, sizeof what, "moe_route %s T%d D%d fp32 logits", name, T, D);
+    T_CHECK(what, lg, scr, (size_t)T * E, 1e-5, 1e-5);
+    free(lg);
     int32_t *ig = (int32_t *)malloc((size_t)T * k * 4);
     float *wgot = g_get_f32(dw, (size_t)T * k);
     g_gpu->download(g_gpu, ig, di, (size_t)T * k * 4);
     int mism = 0;
     for (int i = 0; i < T * k; i++) mism += ig[i] != ic[i];
-    char what[160];
     snprintf(what, sizeof what, "moe_route %s E%d k%d T%d: %d/%d indices differ", name, E, k, T, mism, T * k);
     fprintf(stderr, "  %s\n", what);
     CHECK_MSG(mism == 0, "%s", what);
@@ -221,6 +227,13 @@ static void test_route(void) {
     route_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 50, 2048, 0.0f);
     route_case("group_limited", (di_route_params){DI_ROUTE_GROUP_LIMITED_GREEDY, 16, 3, 4, 2, 0, 2.0f}, 40, 96, 0.0f);
     route_case("noaux_tc 1024", (di_route_params){DI_ROUTE_NOAUX_TC, 1024, 8, 16, 4, 1, 2.5f}, 9, 256, 0.05f);
+    /* the router-logits kernel's two shapes: few tokens (one expert per warp) and many (four
+     * per warp, a partial 8-token group), V3's D = 7168, and a D that is not a chunk multiple */
+    route_case("noaux_tc V3 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 1, 7168, 0.05f);
+    route_case("greedy V2-Lite prefill", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 203, 2048, 0.0f);
+    route_case("noaux_tc pycoder prefill", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 300, 257, 0.3f);
+    route_case("greedy V2-Lite batch 5", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 5, 2048, 0.0f);
+    route_case("noaux_tc odd D batch 8", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 8, 161, 0.3f);
 }
 
 static void experts_case(const char *name, int E, int k, int D, int I, int T, int fp8) {

@@ -363,6 +363,7 @@ static void test_routing(void) {
         CHECK_OK(rt_prefill(mc, ids, lc));
         CHECK_OK(rt_prefill(mg, ids, lg));
         int L = g_rt_calls[0] < RT_MAXL ? g_rt_calls[0] : RT_MAXL, k = di_model_config_of(mc)->num_experts_per_tok;
+        rt_flip_margins(name, n, L, k);
         g_rt_calls[1] = 0;
         g_rt_inject = 1;
         CHECK_OK(rt_prefill(mg, ids, li));

@@ -1,7 +1,8 @@
 /* test_cuda_ops.c - CPU vs CUDA parity of the row-wise ops, the GEMMs (bf16 / fp8, every
  * kernel path: small, tiled, cuBLASLt, generic), the per-head bmm, and CUDA-graph replay.
- * Inputs are fresh random bf16 values each run; GPU outputs are poisoned with NaN first; the
- * CPU backend (fp32) on the same bf16 operands is the reference.
+ * Inputs are fresh random bf16 values each run (full-precision fp32 for the residual stream,
+ * which is f32 on both backends); GPU outputs are poisoned with NaN first; the CPU backend
+ * (fp32) on the same operands is the reference.
  *
  *   test_cuda_ops [rows] [gemm] [bmm] [graph]      (default: all groups) */
 #include "cuda_test_util.h"
@@ -19,20 +20,26 @@ static void test_rows(void) {
         for (int i = 0; i < T; i++) ids[i] = t_int(V);
         float *ref = (float *)malloc((size_t)T * D * 4);
         g_cpu->embed(g_cpu, ref, &wc, ids, T);
-        void *dids = g_raw(ids, sizeof ids), *dout = g_alloc((size_t)T * D * 2);
-        g_poison(dout, (size_t)T * D * 2);
-        g_gpu->embed(g_gpu, dout, &wg, dids, T);
-        float *got = g_get_act(dout, (size_t)T * D);
-        T_CHECK("embed [37 x 2048]", got, ref, (size_t)T * D, 0, 0);
-        int32_t rows[5] = {3, 0, 36, 3, 17};
-        float *gref = (float *)malloc(5 * (size_t)D * 4);
-        g_cpu->gather_rows(g_cpu, gref, ref, rows, 5, D);
-        void *drows = g_raw(rows, sizeof rows), *dg = g_alloc(5 * (size_t)D * 2);
-        g_poison(dg, 5 * (size_t)D * 2);
-        g_gpu->gather_rows(g_gpu, dg, dout, drows, 5, D);
-        float *gg = g_get_act(dg, 5 * (size_t)D);
-        T_CHECK("gather_rows [5 of 37 x 2048]", gg, gref, 5 * (size_t)D, 0, 0);
-        free(gg); free(gref); g_free(drows); g_free(dg);
+        void *dids = g_raw(ids, sizeof ids), *dout = g_alloc((size_t)T * D * 4);
+        g_poison(dout, (size_t)T * D * 4);
+        g_gpu->embed(g_gpu, (float *)dout, &wg, dids, T);
+        float *got = g_get_f32(dout, (size_t)T * D);
+        T_CHECK("embed -> f32 [37 x 2048]", got, ref, (size_t)T * D, 0, 0);
+        /* gather of f32 residual rows (full-precision values), D = 2048 (float4) and odd */
+        for (int odd = 0; odd < 2; odd++) {
+            int Dg = odd ? 161 : D;
+            float *h = t_rand_f32((size_t)T * Dg, 3.0f);
+            int32_t rows[5] = {3, 0, 36, 3, 17};
+            float *gref = (float *)malloc(5 * (size_t)Dg * 4);
+            g_cpu->gather_rows(g_cpu, gref, h, rows, 5, Dg);
+            void *dh = g_raw(h, (size_t)T * Dg * 4), *drows = g_raw(rows, sizeof rows), *dg = g_alloc(5 * (size_t)Dg * 4);
+            g_poison(dg, 5 * (size_t)Dg * 4);
+            g_gpu->gather_rows(g_gpu, (float *)dg, (const float *)dh, drows, 5, Dg);
+            float *gg = g_get_f32(dg, 5 * (size_t)Dg);
+            snprintf(what, sizeof what, "gather_rows f32 [5 of 37 x %d]", Dg);
+            T_CHECK(what, gg, gref, 5 * (size_t)Dg, 0, 0);
+            free(gg); free(gref); free(h); g_free(dh); g_free(drows); g_free(dg);
+        }
         free(got); free(ref); g_free(dids); g_free(dout);
         g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg); t_weight_free(&tab);
     }
@@ -58,19 +65,35 @@ static void test_rows(void) {
         snprintf(what, sizeof what, "rmsnorm in place [%d x %d]", T, D);
         T_CHECK(what, gic, ref, (size_t)T * D, TOL_L2, TOL_MAX);
         free(gi); free(gic);
-        /* add_rmsnorm: h += delta (h rounded to bf16 on the GPU: round the CPU's h the same way) */
-        float *h = t_rand((size_t)T * D, 2.0f), *hc = (float *)malloc((size_t)T * D * 4);
-        for (size_t i = 0; i < (size_t)T * D; i++) hc[i] = di_bf16_to_f32(di_f32_to_bf16(h[i] + dl[i]));
-        float *nref = (float *)malloc((size_t)T * D * 4);
-        g_cpu->add_rmsnorm(g_cpu, hc, NULL, nref, &wc, 1e-6f, T, D);
-        void *dh = g_act(h, (size_t)T * D), *ddl = g_act(dl, (size_t)T * D);
+        /* add_rmsnorm on the f32 residual stream: h += bf16 delta in fp32 (bit-exact vs the
+         * CPU), the norm rounded to bf16, and its unrounded f32 copy (router input), which
+         * differs from the CPU only by summation order; then without delta (plain norm of h) */
+        float *h = t_rand_f32((size_t)T * D, 2.0f), *hc = (float *)malloc((size_t)T * D * 4);
+        memcpy(hc, h, (size_t)T * D * 4);
+        float *nref = (float *)malloc((size_t)T * D * 4), *fref = (float *)malloc((size_t)T * D * 4);
+        g_cpu->add_rmsnorm(g_cpu, hc, dl, nref, fref, &wc, 1e-6f, T, D);
+        void *dh = g_raw(h, (size_t)T * D * 4), *ddl = g_act(dl, (size_t)T * D), *dof = g_alloc((size_t)T * D * 4);
         g_poison(dout, (size_t)T * D * 2);
-        g_gpu->add_rmsnorm(g_gpu, dh, ddl, dout, &wg, 1e-6f, T, D);
-        float *gh = g_get_act(dh, (size_t)T * D), *gn = g_get_act(dout, (size_t)T * D);
-        snprintf(what, sizeof what, "add_rmsnorm residual [%d x %d]", T, D);
+        g_poison(dof, (size_t)T * D * 4);
+        g_gpu->add_rmsnorm(g_gpu, (float *)dh, ddl, dout, (float *)dof, &wg, 1e-6f, T, D);
+        float *gh = g_get_f32(dh, (size_t)T * D), *gn = g_get_act(dout, (size_t)T * D), *gf = g_get_f32(dof, (size_t)T * D);
+        snprintf(what, sizeof what, "add_rmsnorm f32 residual [%d x %d]", T, D);
         T_CHECK(what, gh, hc, (size_t)T * D, 0, 0);
         snprintf(what, sizeof what, "add_rmsnorm norm [%d x %d]", T, D);
         T_CHECK(what, gn, nref, (size_t)T * D, TOL_L2, TOL_MAX);
+        snprintf(what, sizeof what, "add_rmsnorm norm f32 copy [%d x %d]", T, D);
+        T_CHECK(what, gf, fref, (size_t)T * D, 1e-6, 2e-6);
+        free(gn); free(gf);
+        g_cpu->add_rmsnorm(g_cpu, hc, NULL, nref, NULL, &wc, 1e-6f, T, D);
+        g_poison(dout, (size_t)T * D * 2);
+        g_gpu->add_rmsnorm(g_gpu, (float *)dh, NULL, dout, NULL, &wg, 1e-6f, T, D);
+        gn = g_get_act(dout, (size_t)T * D);
+        float *gh2 = g_get_f32(dh, (size_t)T * D);
+        snprintf(what, sizeof what, "add_rmsnorm no delta [%d x %d]", T, D);
+        T_CHECK(what, gn, nref, (size_t)T * D, TOL_L2, TOL_MAX);
+        snprintf(what, sizeof what, "add_rmsnorm no delta leaves h [%d x %d]", T, D);
+        T_CHECK(what, gh2, hc, (size_t)T * D, 0, 0);
+        free(gh2); free(fref); g_free(dof);
         free(gh); free(gn); free(h); free(hc); free(nref); g_free(dh); g_free(ddl);
         free(ref); free(x); free(w); free(dl); g_free(dx); g_free(dout);
         g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg);
@@ -85,12 +108,13 @@ static void test_rows(void) {
         g_gpu->silu_mul(g_gpu, dout, dgu, T, I);
         float *got = g_get_act(dout, (size_t)T * I);
         T_CHECK("silu_mul [13 x 1408]", got, ref, (size_t)T * I, TOL_L2, TOL_MAX);
-        float *y = t_rand((size_t)T * I, 1.0f), *x = t_rand((size_t)T * I, 1.0f);
-        void *dy = g_act(y, (size_t)T * I), *dxx = g_act(x, (size_t)T * I);
+        /* add: f32 residual += bf16 delta, in fp32 (bit-exact) */
+        float *y = t_rand_f32((size_t)T * I, 1.0f), *x = t_rand((size_t)T * I, 1.0f);
+        void *dy = g_raw(y, (size_t)T * I * 4), *dxx = g_act(x, (size_t)T * I);
         g_cpu->add(g_cpu, y, x, (size_t)T * I);
-        g_gpu->add(g_gpu, dy, dxx, (size_t)T * I);
-        float *ga = g_get_act(dy, (size_t)T * I);
-        T_CHECK("add [13 x 1408]", ga, y, (size_t)T * I, TOL_L2, TOL_MAX);
+        g_gpu->add(g_gpu, (float *)dy, dxx, (size_t)T * I);
+        float *ga = g_get_f32(dy, (size_t)T * I);
+        T_CHECK("add f32 += bf16 [13 x 1408]", ga, y, (size_t)T * I, 0, 0);
         free(ga); free(y); free(x); g_free(dy); g_free(dxx);
         free(got); free(ref); free(gu); g_free(dgu); g_free(dout);
     }
@@ -140,7 +164,7 @@ static void gemm_case(di_backend *gpu, int T, int N, int K, int fp8, unsigned fl
     int ldx = K + ldx_pad, f32 = (flags & DI_MM_OUT_F32) != 0, ldy = N + (f32 ? 3 : 8);
     t_weight w = t_weight_make(1, N, K, fp8, 0.05f);
     di_weight wc = t_weight_upload(g_cpu, &w, DI_WEIGHT_PLAIN), wg = t_weight_upload(g_gpu, &w, DI_WEIGHT_PLAIN);
-    float *x = t_rand((size_t)T * ldx, 1.0f), *y0 = t_rand((size_t)T * ldy, 1.0f);
+    float *x = t_rand((size_t)T * ldx, 1.0f), *y0 = f32 ? t_rand_f32((size_t)T * ldy, 1.0f) : t_rand((size_t)T * ldy, 1.0f);
     float *ref = (float *)malloc((size_t)T * ldy * 4);
     memcpy(ref, y0, (size_t)T * ldy * 4);
     g_cpu->matmul(g_cpu, ref, ldy, x, ldx, &wc, T, flags);
@@ -178,6 +202,16 @@ static void test_gemm(void) {
     gemm_case(g_gpu, 3, 1000, 2048, 0, DI_MM_OUT_F32, 0, " (logits)", TOL_L2, TOL_MAX);
     gemm_case(g_gpu, 100, 1000, 2048, 0, DI_MM_OUT_F32, 0, " (logits)", TOL_L2, TOL_MAX);
     gemm_case(g_gpu, 256, 2048, 4096, 0, 0, 0, " (large)", TOL_L2, TOL_MAX);
+    /* projections accumulated straight into the f32 residual stream (o_proj, dense down_proj):
+     * y0 is full-precision fp32 and bf16 operands are exact on both sides, so only the fp32
+     * summation order differs: a bound of 1e-4 catches any bf16 rounding of y (2^-9) */
+    const int Tr[] = {1, 3, 4, 16, 33, 256};
+    for (size_t a = 0; a < sizeof Tr / sizeof Tr[0]; a++) {
+        gemm_case(g_gpu, Tr[a], 2048, 2048, 0, DI_MM_OUT_F32 | DI_MM_ACCUMULATE, 0, " (residual)", 1e-4, 1e-4);
+        /* fp8: the tensor-core paths dequantize W to bf16 in shared memory: bf16 bounds */
+        gemm_case(g_gpu, Tr[a], 2048, 1408, 1, DI_MM_OUT_F32 | DI_MM_ACCUMULATE, 0, " (residual)", TOL_L2, TOL_MAX);
+    }
+    gemm_case(g_gpu, 7, 50, 36, 0, DI_MM_OUT_F32 | DI_MM_ACCUMULATE, 0, " (residual, generic)", 1e-4, 1e-4);
     /* fp8 weight-only: small path and tiled path (T % 4 != 0 keeps cuBLASLt out) */
     const int Tf[] = {1, 7, 16, 32, 37, 130};
     const int NKf[][2] = {{512, 1024}, {576, 2048}, {200, 264}};
@@ -244,36 +278,47 @@ static void test_bmm(void) {
 /* ---------------------------------------------------------------- graphs ---- */
 
 static void test_graph(void) {
-    /* capture norm -> matmul -> add, replay on new inputs, compare with the eager result */
-    int T = 4, D = 2048, N = 2048;
+    /* capture one residual step (add_rmsnorm with its f32 copy, the router, a projection
+     * accumulated into h, add), replay on new inputs, compare with the eager result */
+    int T = 4, D = 2048, N = 2048, E = 64, k = 6;
     float *w = t_rand((size_t)D, 1.0f);
     di_weight wn = t_vec_upload(g_gpu, w, D);
-    t_weight m = t_weight_make(1, N, D, 0, 0.05f);
-    di_weight wm = t_weight_upload(g_gpu, &m, DI_WEIGHT_PLAIN);
-    void *dx = g_alloc((size_t)T * D * 2), *dn = g_alloc((size_t)T * D * 2), *dy = g_alloc((size_t)T * N * 2);
+    t_weight m = t_weight_make(1, N, D, 0, 0.05f), g = t_weight_make(1, E, D, 0, 0.05f);
+    di_weight wm = t_weight_upload(g_gpu, &m, DI_WEIGHT_PLAIN), wg = t_weight_upload(g_gpu, &g, DI_WEIGHT_PLAIN);
+    di_route_params rp = {DI_ROUTE_GREEDY, E, k, 1, 1, 0, 1.0f};
+    float *dh = (float *)g_alloc((size_t)T * D * 4), *dnf = (float *)g_alloc((size_t)T * D * 4);
+    void *dn = g_alloc((size_t)T * D * 2), *didx = g_alloc((size_t)T * k * 4);
+    float *dw = (float *)g_alloc((size_t)T * k * 4), *dscr = (float *)g_alloc((size_t)T * 2 * E * 4);
     void *graph = NULL;
+#define STEP()                                                                                 \
+    do {                                                                                       \
+        g_gpu->add_rmsnorm(g_gpu, dh, NULL, dn, dnf, &wn, 1e-6f, T, D);                        \
+        g_gpu->moe_route(g_gpu, (int32_t *)didx, dw, dnf, &wg, NULL, &rp, T, dscr);            \
+        g_gpu->matmul(g_gpu, dh, D, dn, D, &wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);          \
+        g_gpu->add(g_gpu, dh, dn, (size_t)T * N);                                              \
+    } while (0)
     CHECK_OK(g_gpu->graph_begin(g_gpu));
-    g_gpu->rmsnorm(g_gpu, dn, D, dx, D, &wn, 1e-6f, T, D);
-    g_gpu->matmul(g_gpu, dy, N, dn, D, &wm, T, 0);
-    g_gpu->add(g_gpu, dy, dx, (size_t)T * N);
+    STEP();
     CHECK_OK(g_gpu->graph_end(g_gpu, &graph));
     CHECK(graph != NULL);
     for (int rep = 0; rep < 3 && graph; rep++) {
-        float *x = t_rand((size_t)T * D, 2.0f);
-        uint16_t *xb = t_to_bf16(x, (size_t)T * D);
-        g_gpu->upload(g_gpu, dx, xb, (size_t)T * D * 2);
-        g_poison(dy, (size_t)T * N * 2);
+        float *x = t_rand_f32((size_t)T * D, 2.0f);
+        g_gpu->upload(g_gpu, dh, x, (size_t)T * D * 4);
+        g_poison(dw, (size_t)T * k * 4);
         CHECK_OK(g_gpu->graph_launch(g_gpu, graph));
-        float *got = g_get_act(dy, (size_t)T * N);
-        g_gpu->rmsnorm(g_gpu, dn, D, dx, D, &wn, 1e-6f, T, D);
-        g_gpu->matmul(g_gpu, dy, N, dn, D, &wm, T, 0);
-        g_gpu->add(g_gpu, dy, dx, (size_t)T * N);
-        float *eager = g_get_act(dy, (size_t)T * N);
-        T_CHECK("graph replay == eager (norm, matmul, add)", got, eager, (size_t)T * N, 0, 0);
-        free(got); free(eager); free(x); free(xb);
+        float *got = g_get_f32(dh, (size_t)T * D), *gw = g_get_f32(dw, (size_t)T * k);
+        g_gpu->upload(g_gpu, dh, x, (size_t)T * D * 4);
+        g_poison(dw, (size_t)T * k * 4);
+        STEP();
+        float *eager = g_get_f32(dh, (size_t)T * D), *ew = g_get_f32(dw, (size_t)T * k);
+        T_CHECK("graph replay == eager (residual step: h)", got, eager, (size_t)T * D, 0, 0);
+        T_CHECK("graph replay == eager (router weights)", gw, ew, (size_t)T * k, 0, 0);
+        free(got); free(eager); free(gw); free(ew); free(x);
     }
+#undef STEP
     g_gpu->graph_free(g_gpu, graph);
-    g_free(dx); g_free(dn); g_free(dy);
+    g_free(dh); g_free(dnf); g_free(dn); g_free(didx); g_free(dw); g_free(dscr);
+    g_gpu->weight_free(g_gpu, &wg); t_weight_free(&g);
     g_gpu->weight_free(g_gpu, &wn); g_gpu->weight_free(g_gpu, &wm);
     t_weight_free(&m);
     free(w);

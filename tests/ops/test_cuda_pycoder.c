@@ -185,6 +185,7 @@ static void test_routing(void) {
             }
             toks += any;
         }
+        rt_flip_margins(name, n, L, k);
         g_rt_calls[1] = 0;
         g_rt_inject = 1;
         CHECK_OK(rt_prefill(mg, ids, li));

@@ -224,12 +224,15 @@ static void test_norms_and_rows(void) {
     float *h = rand_vec((size_t)T * D, 2), *delta = rand_vec((size_t)T * D, 2), *o2 = malloc((size_t)T * D * 4);
     float *hsum = malloc((size_t)T * D * 4), *o3 = malloc((size_t)T * D * 4);
     for (int i = 0; i < T * D; i++) hsum[i] = h[i] + delta[i];
-    g_be1->add_rmsnorm(g_be1, h, delta, o2, &w, eps, T, D);
+    float *of = malloc((size_t)T * D * 4);
+    g_be1->add_rmsnorm(g_be1, h, delta, o2, of, &w, eps, T, D);
     g_be1->rmsnorm(g_be1, o3, D, hsum, D, &w, eps, T, D);
     CHECK(memcmp(h, hsum, (size_t)T * D * 4) == 0);
     CHECK(memcmp(o2, o3, (size_t)T * D * 4) == 0);
-    g_be1->add_rmsnorm(g_be1, h, NULL, o2, &w, eps, T, D);  /* no delta: plain norm */
+    CHECK(memcmp(of, o3, (size_t)T * D * 4) == 0); /* the f32 copy: the same values */
+    g_be1->add_rmsnorm(g_be1, h, NULL, o2, NULL, &w, eps, T, D);  /* no delta: plain norm */
     CHECK(memcmp(o2, o3, (size_t)T * D * 4) == 0);
+    free(of);
     /* silu_mul */
     int I = 9;
     float *gu = rand_vec((size_t)T * 2 * I, 6), *sm = malloc((size_t)T * I * 4);

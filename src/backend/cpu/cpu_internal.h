@@ -76,7 +76,7 @@ void di_cpu_mla_decode(di_backend *be, void *out, const void *qt, const void *qp
                     int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin,
                     int seq_end, const di_mla_dims *d);
 /* (cpu_moe.c) */
-void di_cpu_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const void *x,
+void di_cpu_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const float *x,
                    const di_weight *W_g, const di_weight *bias, const di_route_params *rp, int T,
                    float *scratch);
 void di_cpu_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx,
@@ -91,14 +91,14 @@ size_t di_cpu_indexer_scratch_bytes(di_backend *be, int max_tokens, int max_ctx)
 /* (cpu_ops.c) */
 void di_cpu_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
                    const di_weight *b, float eps, int T, int D);
-void di_cpu_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T);
+void di_cpu_embed(di_backend *be, float *out, const di_weight *table, const int32_t *ids, int T);
 void di_cpu_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
                  float eps, int T, int D);
-void di_cpu_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w,
-                     float eps, int T, int D);
+void di_cpu_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, float *out_f32,
+                        const di_weight *w, float eps, int T, int D);
 void di_cpu_silu_mul(di_backend *be, void *out, const void *gu, int T, int I);
-void di_cpu_add(di_backend *be, void *y, const void *x, size_t n);
-void di_cpu_gather_rows(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D);
+void di_cpu_add(di_backend *be, float *y, const void *x, size_t n);
+void di_cpu_gather_rows(di_backend *be, float *out, const float *x, const int32_t *rows, int n, int D);
 void di_cpu_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions,
               int T, const di_rope_params *rp);
 void di_cpu_kv_write(di_backend *be, void *cache, const void *kv, int ldkv,

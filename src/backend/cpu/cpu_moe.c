@@ -91,7 +91,7 @@ static void route_token(const float *logits, float *s, const float *bias,
     for (int i = 0; i < k; i++) w[i] *= rp->routed_scaling_factor;
 }
 
-void di_cpu_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const void *x,
+void di_cpu_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const float *x,
                    const di_weight *W_g, const di_weight *bias, const di_route_params *rp, int T,
                    float *scratch) {
     int E = rp->n_experts, k = rp->top_k;

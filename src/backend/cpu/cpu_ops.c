@@ -9,7 +9,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "core/status.h"
 
-void di_cpu_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T) {
+void di_cpu_embed(di_backend *be, float *out, const di_weight *table, const int32_t *ids, int T) {
     (void)be;
     int D = table->cols;
     const float *tab = table->data;
@@ -53,17 +53,18 @@ void di_cpu_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx
     }
 }
 
-void di_cpu_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w,
-                     float eps, int T, int D) {
+/* act is f32 here, so out and out_f32 hold the same values */
+void di_cpu_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, float *out_f32,
+                        const di_weight *w, float eps, int T, int D) {
     (void)be;
-    DI_ASSERT(w->cols == D && w->n == 1 && out != h);
-    float *hf = h;
+    DI_ASSERT(w->cols == D && w->n == 1 && (void *)h != out && h != out_f32);
     const float *df = delta;
     for (int t = 0; t < T; t++) {
-        float *row = hf + (size_t)t * D;
+        float *row = h + (size_t)t * D, *o = (float *)out + (size_t)t * D;
         if (df)
             for (int i = 0; i < D; i++) row[i] += df[(size_t)t * D + i];
-        norm_row((float *)out + (size_t)t * D, row, w->data, eps, D);
+        norm_row(o, row, w->data, eps, D);
+        if (out_f32) memcpy(out_f32 + (size_t)t * D, o, (size_t)D * sizeof(float));
     }
 }
 
@@ -78,18 +79,15 @@ void di_cpu_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
     }
 }
 
-void di_cpu_add(di_backend *be, void *y, const void *x, size_t n) {
+void di_cpu_add(di_backend *be, float *y, const void *x, size_t n) {
     (void)be;
-    float *yf = y;
     const float *xf = x;
-    for (size_t i = 0; i < n; i++) yf[i] += xf[i];
+    for (size_t i = 0; i < n; i++) y[i] += xf[i];
 }
 
-void di_cpu_gather_rows(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D) {
+void di_cpu_gather_rows(di_backend *be, float *out, const float *x, const int32_t *rows, int n, int D) {
     (void)be;
-    for (int i = 0; i < n; i++)
-        memmove((float *)out + (size_t)i * D, (const float *)x + (size_t)rows[i] * D,
-                (size_t)D * sizeof(float));
+    for (int i = 0; i < n; i++) memmove(out + (size_t)i * D, x + (size_t)rows[i] * D, (size_t)D * sizeof(float));
 }
 
 enum { ROPE_MAX_HALF = 512 };

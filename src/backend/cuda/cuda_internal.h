@@ -172,14 +172,14 @@ void launch_act_quant(const bf16 *x, long ldx, int T, int K, uint8_t *q, float *
                       cudaStream_t s);
 
 /* ---- other op files ---- */
-void cuda_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T);
+void cuda_embed(di_backend *be, float *out, const di_weight *table, const int32_t *ids, int T);
 void cuda_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
                   float eps, int T, int D);
-void cuda_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w,
+void cuda_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, float *out_f32, const di_weight *w,
                       float eps, int T, int D);
 void cuda_silu_mul(di_backend *be, void *out, const void *gu, int T, int I);
-void cuda_add(di_backend *be, void *y, const void *x, size_t n);
-void cuda_gather_rows(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D);
+void cuda_add(di_backend *be, float *y, const void *x, size_t n);
+void cuda_gather_rows(di_backend *be, float *out, const float *x, const int32_t *rows, int n, int D);
 void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions, int T,
                const di_rope_params *rp);
 void cuda_kv_write(di_backend *be, void *cache, const void *kv, int ldkv, const int32_t *slot_mapping,
@@ -198,7 +198,7 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
                      const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
                      const di_mla_dims *d);
 size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_tokens);
-void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const void *x,
+void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const float *x,
                     const di_weight *W_g, const di_weight *bias, const di_route_params *rp, int T,
                     float *scratch);
 void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx,

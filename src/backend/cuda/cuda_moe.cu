@@ -1,5 +1,7 @@
-/* cuda_moe.cu - mixture-of-experts on the GPU: the router (fp32 logits GEMM, then one warp per
- * token for sigmoid/softmax, correction bias, group-limited top-k), and all routed experts of
+/* cuda_moe.cu - mixture-of-experts on the GPU: the router (fp32 logits from the fp32 normed
+ * hidden state and the bf16-stored gate weight with fp32 arithmetic, as HF's
+ * DeepseekV3TopkRouter; then one warp per token for sigmoid/softmax, correction bias,
+ * group-limited top-k), and all routed experts of
  * a layer without host synchronisation: a one-block kernel counts tokens per expert and
  * builds the permutation, offsets, active-expert list and GEMM tile table on the device; two
  * grouped GEMMs (gate+up with SiLU-mul fused into the epilogue, then down) run over every expert
@@ -21,6 +23,128 @@
 #include "backend/cuda/cuda_internal.h"
 
 /* ---------------------------------------------------------------- router ---- */
+
+/* Router logits in fp32: out[t, e] = Σ_d x[t, d] · W[e, d], x f32 [T, D], W bf16 [E, D].
+ * More than RT_TOK tokens (k_router_logits_few below takes fewer). Block: 8 warps over RT_TOK tokens; warp w owns experts (blockIdx.y * 8 + w) * EPW + q,
+ * q < EPW. The block stages RT_CHUNK columns of its tokens' x in shared memory; lane l takes
+ * columns l, l + 32, ... of the chunk (conflict-free), so any D works. Partial sums per lane
+ * in fp32, then a warp sum. EPW = 1 spreads few tokens over more blocks (decode); EPW = 4
+ * reuses each staged x chunk for 32 experts (prefill). */
+enum { RT_TOK = 8, RT_CHUNK = 256, RT_WARPS = 8 };
+
+template <int EPW>
+__global__ void __launch_bounds__(RT_WARPS * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T,
+                                                                int E, int D) {
+    __shared__ float xs[RT_TOK][RT_CHUNK];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int t0 = blockIdx.x * RT_TOK, nt = min(RT_TOK, T - t0);
+    const int e0 = (blockIdx.y * RT_WARPS + warp) * EPW;
+    float acc[EPW][RT_TOK];
+#pragma unroll
+    for (int q = 0; q < EPW; q++)
+#pragma unroll
+        for (int tt = 0; tt < RT_TOK; tt++) acc[q][tt] = 0.f;
+    for (int d0 = 0; d0 < D; d0 += RT_CHUNK) {
+        const int n = min(RT_CHUNK, D - d0);
+        __syncthreads();
+        for (int i = threadIdx.x; i < RT_TOK * RT_CHUNK; i += blockDim.x) {
+            int tt = i / RT_CHUNK, j = i % RT_CHUNK;
+            xs[tt][j] = tt < nt && j < n ? x[(long)(t0 + tt) * D + d0 + j] : 0.f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int q = 0; q < EPW; q++) {
+            const int e = e0 + q;
+            if (e >= E) break;
+            const bf16 *wr = W + (long)e * D + d0;
+            float wv[RT_CHUNK / 32];
+#pragma unroll
+            for (int i = 0; i < RT_CHUNK / 32; i++) {
+                int j = i * 32 + lane;
+                wv[i] = j < n ? __bfloat162float(wr[j]) : 0.f;
+            }
+#pragma unroll
+            for (int tt = 0; tt < RT_TOK; tt++) {
+                float a = acc[q][tt];
+#pragma unroll
+                for (int i = 0; i < RT_CHUNK / 32; i++) a = fmaf(wv[i], xs[tt][i * 32 + lane], a);
+                acc[q][tt] = a;
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < EPW; q++) {
+        const int e = e0 + q;
+#pragma unroll
+        for (int tt = 0; tt < RT_TOK; tt++) {
+            float v = acc[q][tt];
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0 && e < E && tt < nt) out[(long)(t0 + tt) * E + e] = v;
+        }
+    }
+}
+
+/* At most RT_TOK tokens (decode): one warp per expert reads its weight row once, 4 columns per
+ * lane (8-byte bf16 and 16-byte x loads when vec), x straight from global memory (T x D f32,
+ * cache-resident); no shared memory or barriers, so the loads of the row are all in flight. */
+__global__ void __launch_bounds__(RT_WARPS * 32) k_router_logits_few(float *out, const float *x, const bf16 *W, int T,
+                                                                    int E, int D, int vec) {
+    const int lane = threadIdx.x & 31, e = blockIdx.x * RT_WARPS + (threadIdx.x >> 5);
+    if (e >= E) return; /* whole warps */
+    const bf16 *wr = W + (long)e * D;
+    float acc[RT_TOK];
+#pragma unroll
+    for (int tt = 0; tt < RT_TOK; tt++) acc[tt] = 0.f;
+    if (vec) {
+#pragma unroll 4
+        for (int d = lane * 4; d < D; d += 128) {
+            uint2 u = *(const uint2 *)(wr + d);
+            const bf16 *b = (const bf16 *)&u;
+            float w0 = __bfloat162float(b[0]), w1 = __bfloat162float(b[1]), w2 = __bfloat162float(b[2]),
+                  w3 = __bfloat162float(b[3]);
+#pragma unroll
+            for (int tt = 0; tt < RT_TOK; tt++)
+                if (tt < T) {
+                    float4 v = *(const float4 *)(x + (long)tt * D + d);
+                    acc[tt] = fmaf(w3, v.w, fmaf(w2, v.z, fmaf(w1, v.y, fmaf(w0, v.x, acc[tt]))));
+                }
+        }
+    } else {
+        for (int d = lane; d < D; d += 32) {
+            float w = __bfloat162float(wr[d]);
+#pragma unroll
+            for (int tt = 0; tt < RT_TOK; tt++)
+                if (tt < T) acc[tt] = fmaf(w, x[(long)tt * D + d], acc[tt]);
+        }
+    }
+#pragma unroll
+    for (int tt = 0; tt < RT_TOK; tt++)
+        if (tt < T) {
+            float v = acc[tt];
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) out[(long)tt * E + e] = v;
+        }
+}
+
+static void launch_router_logits(cuda_state *st, float *out, const float *x, const di_weight *W, int T) {
+    int E = W->rows, D = W->cols;
+    if (T <= RT_TOK) {
+        int vec = D % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)W->data & 7) == 0;
+        k_router_logits_few<<<ceil_div_i(E, RT_WARPS), RT_WARPS * 32, 0, st->stream>>>(
+            out, x, (const bf16 *)W->data, T, E, D, vec);
+        CUDA_LAUNCHED(st, "router_logits");
+        return;
+    }
+    dim3 grid(ceil_div_i(T, RT_TOK), 0); /* tokens on x (no 65535 limit), expert groups on y */
+    if (T <= 64) {
+        grid.y = ceil_div_i(E, RT_WARPS);
+        k_router_logits<1><<<grid, RT_WARPS * 32, 0, st->stream>>>(out, x, (const bf16 *)W->data, T, E, D);
+    } else {
+        grid.y = ceil_div_i(E, RT_WARPS * 4);
+        k_router_logits<4><<<grid, RT_WARPS * 32, 0, st->stream>>>(out, x, (const bf16 *)W->data, T, E, D);
+    }
+    CUDA_LAUNCHED(st, "router_logits");
+}
 
 struct arg_best {
     float v;
@@ -147,14 +271,15 @@ __global__ void k_route(const float *logits, const float *bias, di_route_params 
     }
 }
 
-void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const void *x, const di_weight *W_g,
+void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const float *x, const di_weight *W_g,
                     const di_weight *bias, const di_route_params *rp, int T, float *scratch) {
     cuda_state *st = cst(be);
     int E = rp->n_experts, k = rp->top_k, G = rp->n_group > 0 ? rp->n_group : 1;
-    DI_ASSERT(W_g->rows == E && E <= DI_MAX_EXPERTS && k >= 1 && k <= E && E % G == 0);
+    DI_ASSERT(W_g->rows == E && W_g->n == 1 && W_g->dtype == DI_DTYPE_BF16);
+    DI_ASSERT(E <= DI_MAX_EXPERTS && k >= 1 && k <= E && E % G == 0);
     DI_ASSERT(!bias || (bias->cols == E && bias->dtype == DI_DTYPE_F32));
     if (T <= 0) return;
-    cuda_linear(st, scratch, E, 1, 0, (const bf16 *)x, W_g->cols, W_g, T);
+    launch_router_logits(st, scratch, x, W_g, T);
     int warps = E > 512 ? 2 : 4;
     size_t per_warp = ((size_t)E * 8 + (size_t)G * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
     k_route<<<ceil_div_i(T, warps), warps * 32, per_warp * warps, st->stream>>>(

@@ -2,10 +2,11 @@
  * residual add), SiLU-mul, add, row gather, RoPE, and the paged latent-cache write / block copy.
  *
  * Owner: cuda. All memory-bound; one block (or warp) per row, 16-byte accesses when the row
- * layout allows, fp32 arithmetic, bf16 storage. Semantics match the CPU backend (cpu_ops.c):
- * RMSNorm statistics in fp32 over the bf16 inputs, y = w * (x * inv) rounded once to bf16;
- * add_rmsnorm rounds h + delta to bf16 first and normalises the rounded row (the residual
- * stream is bf16); RoPE angles are fp32 pos * inv_freq with cos/sin evaluated in double. */
+ * layout allows, fp32 arithmetic, bf16 activations. The residual stream h is fp32 (backend.h):
+ * embed widens bf16 table rows into it, add / add_rmsnorm add bf16 deltas to it in fp32, and
+ * gather_rows copies its rows. Semantics match the CPU backend (cpu_ops.c): RMSNorm statistics
+ * in fp32, y = w * (x * inv) rounded once to bf16 (add_rmsnorm can also write y unrounded in
+ * fp32, the router's input); RoPE angles are fp32 pos * inv_freq with cos/sin in double. */
 #include "backend/cuda/cuda_internal.h"
 
 static __device__ __forceinline__ float warp_sum(float v) {
@@ -27,51 +28,66 @@ static __device__ float block_sum(float v, float *red) {
 
 /* ---------------------------------------------------------------- embed / gather ---- */
 
-__global__ void k_copy_rows(bf16 *out, const bf16 *src, const int32_t *rows, int D, long ld_src) {
+/* One block per output row: out[t, :] = fp32(table[ids[t], :]) (exact widening). */
+__global__ void k_embed(float *out, const bf16 *table, const int32_t *ids, int D) {
     int t = blockIdx.x;
-    const bf16 *s = src + (long)rows[t] * ld_src;
-    bf16 *o = out + (long)t * D;
-    if ((D & 7) == 0 && (ld_src & 7) == 0) {
+    const bf16 *s = table + (long)ids[t] * D;
+    float *o = out + (long)t * D;
+    if ((D & 7) == 0) {
         const uint4 *s4 = (const uint4 *)s;
-        uint4 *o4 = (uint4 *)o;
-        for (int i = threadIdx.x; i < D / 8; i += blockDim.x) o4[i] = s4[i];
+        for (int i = threadIdx.x; i < D / 8; i += blockDim.x) {
+            uint4 u = s4[i];
+            const bf16 *b = (const bf16 *)&u;
+            float4 lo = make_float4(__bfloat162float(b[0]), __bfloat162float(b[1]), __bfloat162float(b[2]),
+                                    __bfloat162float(b[3]));
+            float4 hi = make_float4(__bfloat162float(b[4]), __bfloat162float(b[5]), __bfloat162float(b[6]),
+                                    __bfloat162float(b[7]));
+            ((float4 *)o)[2 * i] = lo;
+            ((float4 *)o)[2 * i + 1] = hi;
+        }
+    } else {
+        for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = __bfloat162float(s[i]);
+    }
+}
+
+void cuda_embed(di_backend *be, float *out, const di_weight *table, const int32_t *ids, int T) {
+    cuda_state *st = cst(be);
+    DI_ASSERT(table->dtype == DI_DTYPE_BF16 && table->n == 1);
+    if (T <= 0) return;
+    k_embed<<<T, 128, 0, st->stream>>>(out, (const bf16 *)table->data, ids, table->cols);
+    CUDA_LAUNCHED(st, "embed");
+}
+
+/* One block per output row of f32 values. */
+__global__ void k_copy_rows_f32(float *out, const float *src, const int32_t *rows, int D) {
+    int t = blockIdx.x;
+    const float *s = src + (long)rows[t] * D;
+    float *o = out + (long)t * D;
+    if ((D & 3) == 0) {
+        for (int i = threadIdx.x; i < D / 4; i += blockDim.x) ((float4 *)o)[i] = ((const float4 *)s)[i];
     } else {
         for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = s[i];
     }
 }
 
-void cuda_embed(di_backend *be, void *out, const di_weight *table, const int32_t *ids, int T) {
-    cuda_state *st = cst(be);
-    DI_ASSERT(table->dtype == DI_DTYPE_BF16 && table->n == 1);
-    if (T <= 0) return;
-    k_copy_rows<<<T, 128, 0, st->stream>>>((bf16 *)out, (const bf16 *)table->data, ids, table->cols, table->cols);
-    CUDA_LAUNCHED(st, "embed");
-}
-
-void cuda_gather_rows(di_backend *be, void *out, const void *x, const int32_t *rows, int n, int D) {
+void cuda_gather_rows(di_backend *be, float *out, const float *x, const int32_t *rows, int n, int D) {
     cuda_state *st = cst(be);
     if (n <= 0) return;
-    k_copy_rows<<<n, 128, 0, st->stream>>>((bf16 *)out, (const bf16 *)x, rows, D, D);
+    k_copy_rows_f32<<<n, 128, 0, st->stream>>>(out, x, rows, D);
     CUDA_LAUNCHED(st, "gather_rows");
 }
 
 /* ---------------------------------------------------------------- rmsnorm ---- */
 
-/* One block per row. delta != NULL: h = bf16(h + delta) first (written back), then the norm. */
-__global__ void k_rmsnorm(bf16 *out, long ldo, bf16 *h, long ldh, const bf16 *delta, const float *w, float eps,
-                          int D) {
+/* One block per row of bf16 activations (strided; in place allowed). */
+__global__ void k_rmsnorm(bf16 *out, long ldo, const bf16 *x, long ldx, const float *w, float eps, int D) {
     __shared__ float red[32];
-    extern __shared__ float row[];  /* [D] fp32 copy of the (updated) row */
+    extern __shared__ float row[];  /* [D] fp32 copy of the row */
     int t = blockIdx.x;
-    bf16 *hr = h + (long)t * ldh;
+    const bf16 *xr = x + (long)t * ldx;
     float ss = 0.f;
     for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        float v = __bfloat162float(hr[i]);
-        if (delta) {
-            bf16 r = __float2bfloat16_rn(v + __bfloat162float(delta[(long)t * D + i]));
-            hr[i] = r;
-            v = __bfloat162float(r);
-        }
+        float v = __bfloat162float(xr[i]);
         row[i] = v;
         ss += v * v;
     }
@@ -79,6 +95,35 @@ __global__ void k_rmsnorm(bf16 *out, long ldo, bf16 *h, long ldh, const bf16 *de
     float inv = (float)(1.0 / sqrt((double)ss / D + (double)eps));
     bf16 *o = out + (long)t * ldo;
     for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = __float2bfloat16_rn(w[i] * (row[i] * inv));
+}
+
+/* One block per row of the fp32 residual stream: h += delta (fp32 add; delta may be NULL),
+ * then out = bf16(w * (h * inv)) and, if out_f32, the same product unrounded. */
+__global__ void k_add_rmsnorm(bf16 *out, float *out_f32, float *h, const bf16 *delta, const float *w, float eps,
+                              int D) {
+    __shared__ float red[32];
+    extern __shared__ float row[];  /* [D] the updated row */
+    int t = blockIdx.x;
+    float *hr = h + (long)t * D;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float v = hr[i];
+        if (delta) {
+            v += __bfloat162float(delta[(long)t * D + i]);
+            hr[i] = v;
+        }
+        row[i] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss, red);
+    float inv = (float)(1.0 / sqrt((double)ss / D + (double)eps));
+    bf16 *o = out + (long)t * D;
+    float *of = out_f32 ? out_f32 + (long)t * D : NULL;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float y = w[i] * (row[i] * inv);
+        o[i] = __float2bfloat16_rn(y);
+        if (of) of[i] = y;
+    }
 }
 
 static int norm_threads(int D) {
@@ -94,17 +139,17 @@ void cuda_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, co
     if (T <= 0) return;
     /* in place is fine: each thread reads its elements into `row` before any write */
     k_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
-        (bf16 *)out, ldo, (bf16 *)x, ldx, NULL, (const float *)w->data, eps, D);
+        (bf16 *)out, ldo, (const bf16 *)x, ldx, (const float *)w->data, eps, D);
     CUDA_LAUNCHED(st, "rmsnorm");
 }
 
-void cuda_add_rmsnorm(di_backend *be, void *h, const void *delta, void *out, const di_weight *w, float eps, int T,
-                      int D) {
+void cuda_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, float *out_f32, const di_weight *w,
+                      float eps, int T, int D) {
     cuda_state *st = cst(be);
-    DI_ASSERT(w->dtype == DI_DTYPE_F32 && w->cols == D && out != h);
+    DI_ASSERT(w->dtype == DI_DTYPE_F32 && w->cols == D && out != (void *)h && out_f32 != h);
     if (T <= 0) return;
-    k_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
-        (bf16 *)out, D, (bf16 *)h, D, (const bf16 *)delta, (const float *)w->data, eps, D);
+    k_add_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
+        (bf16 *)out, out_f32, h, (const bf16 *)delta, (const float *)w->data, eps, D);
     CUDA_LAUNCHED(st, "add_rmsnorm");
 }
 
@@ -131,15 +176,15 @@ void cuda_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
     CUDA_LAUNCHED(st, "silu_mul");
 }
 
-__global__ void k_add(bf16 *y, const bf16 *x, long n) {
+__global__ void k_add(float *y, const bf16 *x, long n) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        y[i] = __float2bfloat16_rn(__bfloat162float(y[i]) + __bfloat162float(x[i]));
+        y[i] += __bfloat162float(x[i]);
 }
 
-void cuda_add(di_backend *be, void *y, const void *x, size_t n) {
+void cuda_add(di_backend *be, float *y, const void *x, size_t n) {
     cuda_state *st = cst(be);
     if (!n) return;
-    k_add<<<grid_for((long)n, 256), 256, 0, st->stream>>>((bf16 *)y, (const bf16 *)x, (long)n);
+    k_add<<<grid_for((long)n, 256), 256, 0, st->stream>>>(y, (const bf16 *)x, (long)n);
     CUDA_LAUNCHED(st, "add");
 }
 
