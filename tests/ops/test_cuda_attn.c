@@ -204,6 +204,18 @@ static void route_case(const char *name, di_route_params rp, int T, int D, float
     float *lg = g_get_f32(ds, (size_t)T * E);
     snprintf(what, sizeof what, "moe_route %s T%d D%d fp32 logits", name, T, D);
     T_CHECK(what, lg, scr, (size_t)T * E, 1e-5, 1e-5);
+    if (T > 1) { /* batch invariance: the last token routed alone gets bit-identical logits */
+        void *di1 = g_alloc((size_t)k * 4), *dw1 = g_alloc((size_t)k * 4), *ds1 = g_alloc((size_t)2 * E * 4);
+        g_poison(ds1, (size_t)2 * E * 4);
+        g_gpu->moe_route(g_gpu, di1, dw1, (const float *)dx + (size_t)(T - 1) * D, &gg, bias_amp > 0 ? &bg : NULL,
+                         &rp, 1, ds1);
+        float *l1 = g_get_f32(ds1, (size_t)E);
+        int same = memcmp(l1, lg + (size_t)(T - 1) * E, (size_t)E * 4) == 0;
+        CHECK_MSG(same, "moe_route %s: token %d's router logits alone differ from those in its batch of %d", name,
+                  T - 1, T);
+        free(l1);
+        g_free(di1); g_free(dw1); g_free(ds1);
+    }
     free(lg);
     int32_t *ig = (int32_t *)malloc((size_t)T * k * 4);
     float *wgot = g_get_f32(dw, (size_t)T * k);
@@ -227,8 +239,9 @@ static void test_route(void) {
     route_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 50, 2048, 0.0f);
     route_case("group_limited", (di_route_params){DI_ROUTE_GROUP_LIMITED_GREEDY, 16, 3, 4, 2, 0, 2.0f}, 40, 96, 0.0f);
     route_case("noaux_tc 1024", (di_route_params){DI_ROUTE_NOAUX_TC, 1024, 8, 16, 4, 1, 2.5f}, 9, 256, 0.05f);
-    /* the router-logits kernel's two shapes: few tokens (one expert per warp) and many (four
-     * per warp, a partial 8-token group), V3's D = 7168, and a D that is not a chunk multiple */
+    /* the router-logits kernel's two shapes: up to 32 tokens (one expert per block) and more
+     * (eight per block, a partial 8-token group), V3's D = 7168, a D that is not a multiple of
+     * 4 (scalar path); every case also checks batch invariance (the last token alone) */
     route_case("noaux_tc V3 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 1, 7168, 0.05f);
     route_case("greedy V2-Lite prefill", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 203, 2048, 0.0f);
     route_case("noaux_tc pycoder prefill", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 300, 257, 0.3f);

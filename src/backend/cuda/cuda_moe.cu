@@ -25,123 +25,92 @@
 /* ---------------------------------------------------------------- router ---- */
 
 /* Router logits in fp32: out[t, e] = Σ_d x[t, d] · W[e, d], x f32 [T, D], W bf16 [E, D].
- * More than RT_TOK tokens (k_router_logits_few below takes fewer). Block: 8 warps over RT_TOK tokens; warp w owns experts (blockIdx.y * 8 + w) * EPW + q,
- * q < EPW. The block stages RT_CHUNK columns of its tokens' x in shared memory; lane l takes
- * columns l, l + 32, ... of the chunk (conflict-free), so any D works. Partial sums per lane
- * in fp32, then a warp sum. EPW = 1 spreads few tokens over more blocks (decode); EPW = 4
- * reuses each staged x chunk for 32 experts (prefill). */
-enum { RT_TOK = 8, RT_CHUNK = 256, RT_WARPS = 8 };
+ * One kernel for every T. A block of RT_Q = 4 warps computes EE experts x RT_TOK tokens; warp q,
+ * lane l owns the columns (q·32 + l)·4 + 512·i + c, c < 4 (vec: D % 4 == 0, aligned rows) or
+ * q·32 + l + 128·i (scalar) of every row. Its partial sums run in column order with fmaf, then
+ * a shuffle tree per warp, then the four warps' partials are added in q order. So each
+ * (t, e) is summed in the same order whatever T and EE are: the router is batch-invariant (a
+ * token's routing never depends on what else is in its batch), and the dispatch below may pick
+ * EE by T freely. EE = 1 spreads decode over E blocks with the row's loads all in flight;
+ * EE = 8 reuses each x load for 8 experts (prefill). x rows are read from global memory (f32,
+ * L2-resident: T x D x 4 bytes, read E / EE times). */
+enum { RT_TOK = 8, RT_Q = 4 };
 
-template <int EPW>
-__global__ void __launch_bounds__(RT_WARPS * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T,
-                                                                int E, int D) {
-    __shared__ float xs[RT_TOK][RT_CHUNK];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int t0 = blockIdx.x * RT_TOK, nt = min(RT_TOK, T - t0);
-    const int e0 = (blockIdx.y * RT_WARPS + warp) * EPW;
-    float acc[EPW][RT_TOK];
+template <int EE, int UNROLL>
+__global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T, int E,
+                                                             int D, int vec) {
+    __shared__ float part[RT_Q][EE][RT_TOK];
+    const int lane = threadIdx.x & 31, q = threadIdx.x >> 5;
+    const int e0 = blockIdx.y * EE, t0 = blockIdx.x * RT_TOK;
+    const int nt = min(RT_TOK, T - t0), ne = min(EE, E - e0);
+    float acc[EE][RT_TOK];
 #pragma unroll
-    for (int q = 0; q < EPW; q++)
+    for (int j = 0; j < EE; j++)
 #pragma unroll
-        for (int tt = 0; tt < RT_TOK; tt++) acc[q][tt] = 0.f;
-    for (int d0 = 0; d0 < D; d0 += RT_CHUNK) {
-        const int n = min(RT_CHUNK, D - d0);
-        __syncthreads();
-        for (int i = threadIdx.x; i < RT_TOK * RT_CHUNK; i += blockDim.x) {
-            int tt = i / RT_CHUNK, j = i % RT_CHUNK;
-            xs[tt][j] = tt < nt && j < n ? x[(long)(t0 + tt) * D + d0 + j] : 0.f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int q = 0; q < EPW; q++) {
-            const int e = e0 + q;
-            if (e >= E) break;
-            const bf16 *wr = W + (long)e * D + d0;
-            float wv[RT_CHUNK / 32];
-#pragma unroll
-            for (int i = 0; i < RT_CHUNK / 32; i++) {
-                int j = i * 32 + lane;
-                wv[i] = j < n ? __bfloat162float(wr[j]) : 0.f;
-            }
-#pragma unroll
-            for (int tt = 0; tt < RT_TOK; tt++) {
-                float a = acc[q][tt];
-#pragma unroll
-                for (int i = 0; i < RT_CHUNK / 32; i++) a = fmaf(wv[i], xs[tt][i * 32 + lane], a);
-                acc[q][tt] = a;
-            }
-        }
-    }
-#pragma unroll
-    for (int q = 0; q < EPW; q++) {
-        const int e = e0 + q;
-#pragma unroll
-        for (int tt = 0; tt < RT_TOK; tt++) {
-            float v = acc[q][tt];
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0 && e < E && tt < nt) out[(long)(t0 + tt) * E + e] = v;
-        }
-    }
-}
-
-/* At most RT_TOK tokens (decode): one warp per expert reads its weight row once, 4 columns per
- * lane (8-byte bf16 and 16-byte x loads when vec), x straight from global memory (T x D f32,
- * cache-resident); no shared memory or barriers, so the loads of the row are all in flight. */
-__global__ void __launch_bounds__(RT_WARPS * 32) k_router_logits_few(float *out, const float *x, const bf16 *W, int T,
-                                                                    int E, int D, int vec) {
-    const int lane = threadIdx.x & 31, e = blockIdx.x * RT_WARPS + (threadIdx.x >> 5);
-    if (e >= E) return; /* whole warps */
-    const bf16 *wr = W + (long)e * D;
-    float acc[RT_TOK];
-#pragma unroll
-    for (int tt = 0; tt < RT_TOK; tt++) acc[tt] = 0.f;
+        for (int tt = 0; tt < RT_TOK; tt++) acc[j][tt] = 0.f;
     if (vec) {
-#pragma unroll 4
-        for (int d = lane * 4; d < D; d += 128) {
-            uint2 u = *(const uint2 *)(wr + d);
-            const bf16 *b = (const bf16 *)&u;
-            float w0 = __bfloat162float(b[0]), w1 = __bfloat162float(b[1]), w2 = __bfloat162float(b[2]),
-                  w3 = __bfloat162float(b[3]);
+#pragma unroll UNROLL
+        for (int d = (q * 32 + lane) * 4; d < D; d += RT_Q * 128) {
+            float w[EE][4];
+#pragma unroll
+            for (int j = 0; j < EE; j++) {
+                uint2 u = make_uint2(0u, 0u);
+                if (j < ne) u = *(const uint2 *)(W + (long)(e0 + j) * D + d);
+                const bf16 *b = (const bf16 *)&u;
+#pragma unroll
+                for (int c = 0; c < 4; c++) w[j][c] = __bfloat162float(b[c]);
+            }
 #pragma unroll
             for (int tt = 0; tt < RT_TOK; tt++)
-                if (tt < T) {
-                    float4 v = *(const float4 *)(x + (long)tt * D + d);
-                    acc[tt] = fmaf(w3, v.w, fmaf(w2, v.z, fmaf(w1, v.y, fmaf(w0, v.x, acc[tt]))));
+                if (tt < nt) {
+                    float4 v = *(const float4 *)(x + (long)(t0 + tt) * D + d);
+#pragma unroll
+                    for (int j = 0; j < EE; j++)
+                        acc[j][tt] = fmaf(w[j][3], v.w, fmaf(w[j][2], v.z, fmaf(w[j][1], v.y, fmaf(w[j][0], v.x, acc[j][tt]))));
                 }
         }
     } else {
-        for (int d = lane; d < D; d += 32) {
-            float w = __bfloat162float(wr[d]);
+#pragma unroll UNROLL
+        for (int d = q * 32 + lane; d < D; d += RT_Q * 32) {
+            float w[EE];
+#pragma unroll
+            for (int j = 0; j < EE; j++) w[j] = j < ne ? __bfloat162float(W[(long)(e0 + j) * D + d]) : 0.f;
 #pragma unroll
             for (int tt = 0; tt < RT_TOK; tt++)
-                if (tt < T) acc[tt] = fmaf(w, x[(long)tt * D + d], acc[tt]);
+                if (tt < nt) {
+                    float v = x[(long)(t0 + tt) * D + d];
+#pragma unroll
+                    for (int j = 0; j < EE; j++) acc[j][tt] = fmaf(w[j], v, acc[j][tt]);
+                }
         }
     }
 #pragma unroll
-    for (int tt = 0; tt < RT_TOK; tt++)
-        if (tt < T) {
-            float v = acc[tt];
+    for (int j = 0; j < EE; j++)
+#pragma unroll
+        for (int tt = 0; tt < RT_TOK; tt++) {
+            float v = acc[j][tt];
             for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) out[(long)tt * E + e] = v;
+            if (lane == 0) part[q][j][tt] = v;
         }
+    __syncthreads();
+    for (int i = threadIdx.x; i < EE * RT_TOK; i += RT_Q * 32) {
+        int j = i / RT_TOK, tt = i % RT_TOK;
+        if (j < ne && tt < nt)
+            out[(long)(t0 + tt) * E + e0 + j] = ((part[0][j][tt] + part[1][j][tt]) + part[2][j][tt]) + part[3][j][tt];
+    }
 }
 
 static void launch_router_logits(cuda_state *st, float *out, const float *x, const di_weight *W, int T) {
     int E = W->rows, D = W->cols;
-    if (T <= RT_TOK) {
-        int vec = D % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)W->data & 7) == 0;
-        k_router_logits_few<<<ceil_div_i(E, RT_WARPS), RT_WARPS * 32, 0, st->stream>>>(
-            out, x, (const bf16 *)W->data, T, E, D, vec);
-        CUDA_LAUNCHED(st, "router_logits");
-        return;
-    }
-    dim3 grid(ceil_div_i(T, RT_TOK), 0); /* tokens on x (no 65535 limit), expert groups on y */
-    if (T <= 64) {
-        grid.y = ceil_div_i(E, RT_WARPS);
-        k_router_logits<1><<<grid, RT_WARPS * 32, 0, st->stream>>>(out, x, (const bf16 *)W->data, T, E, D);
+    int vec = D % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)W->data & 7) == 0;
+    const bf16 *w = (const bf16 *)W->data;
+    /* tokens on x (no 65535 limit), experts on y (E <= DI_MAX_EXPERTS) */
+    if (T <= 32) {
+        dim3 grid(ceil_div_i(T, RT_TOK), E);
+        k_router_logits<1, 4><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec);
     } else {
-        grid.y = ceil_div_i(E, RT_WARPS * 4);
-        k_router_logits<4><<<grid, RT_WARPS * 32, 0, st->stream>>>(out, x, (const bf16 *)W->data, T, E, D);
+        dim3 grid(ceil_div_i(T, RT_TOK), ceil_div_i(E, 8));
+        k_router_logits<8, 1><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec);
     }
     CUDA_LAUNCHED(st, "router_logits");
 }
