@@ -134,6 +134,11 @@ static void ffn(di_model *m, const di_layer *ly, int T) {
     }
     be->moe_route(be, m->topk_idx, m->topk_w, m->x, &ly->router,
                   ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
+    if (c->n_shared_experts > 0 && be->moe_experts_shared &&
+        be->moe_experts_shared(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,
+                               &ly->exp_down, &ly->sh_gate_up, &ly->sh_down, T, m->moe_scratch,
+                               m->moe_scratch_bytes))
+        return; /* fused routed + shared experts (small decode steps on CUDA) */
     be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k,
                     &ly->exp_gate_up, &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
     if (c->n_shared_experts > 0) {

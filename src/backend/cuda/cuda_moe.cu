@@ -290,6 +290,11 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
     DI_ASSERT(gate_up->rows == 2 * I && down->n == E && down->rows == D && E <= DI_MAX_EXPERTS);
     DI_ASSERT(scratch_bytes >= cuda_moe_scratch_bytes(be, T, k, D, I, E));
     if (T <= 0) return;
+    /* 1-4 tokens: no permutation, each selected expert read once (cuda_moe_small.cu) */
+    if (st->moe_small && cuda_moe_small_fits(T, k, gate_up, down, NULL, NULL, scratch_bytes)) {
+        cuda_moe_small(st, out, x, topk_idx, topk_w, k, gate_up, down, NULL, NULL, T, scratch);
+        return;
+    }
     int Tk = T * k;
     moe_scratch ms;
     /* the caller sized the scratch for some max_tokens >= T: the padded area holds lt_cap(T)
