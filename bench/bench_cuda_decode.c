@@ -5,7 +5,8 @@
  * fused (routed + shared, cuda_moe_small.cu) and as the older sequence (permuted moe_experts,
  * then the shared gate/up GEMV, silu_mul and the accumulating down GEMV).
  *
- *   bench_cuda_decode [gemv] [moe]      (default both; env switches of docs/cuda.md apply)
+ *   bench_cuda_decode [gemv] [moe]      (default both; env switches of docs/cuda.md apply;
+ *                                        DEEPINFER_CUDA_MOE_SMALL defaults to 4 here)
  *
  * Prints time per op (median of the replays), the bytes it must read and the fraction of the
  * copy bandwidth (4218 GB/s, docs/PERF.md; --bw to change). */
@@ -190,6 +191,9 @@ int main(int argc, char **argv) {
         }
     }
     if (!do_gemv && !do_moe) do_gemv = do_moe = 1;
+    /* the permutation-free expert path up to 4 tokens (the default dispatch takes it at 1), so
+     * that both paths are measured at every T */
+    setenv("DEEPINFER_CUDA_MOE_SMALL", "4", 0);
     di_backend *be = NULL;
     if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be) != DI_OK) {
         fprintf(stderr, "bench_cuda_decode: %s\n", di_last_error());

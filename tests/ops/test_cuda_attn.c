@@ -340,7 +340,14 @@ static void experts_small_case(const char *name, int E, int k, int D, int I, int
 }
 
 static void test_small(void) {
-    /* 1-4 tokens: permutation-free small path, routed only and fused with the shared experts */
+    /* 1-4 tokens: permutation-free small path, routed only and fused with the shared experts
+     * (enabled up to 4 tokens here; the default dispatch takes it at one token only) */
+    setenv("DEEPINFER_CUDA_MOE_SMALL", "4", 1);
+    di_backend *small = NULL, *save = g_gpu;
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &small));
+    unsetenv("DEEPINFER_CUDA_MOE_SMALL");
+    if (!small) return;
+    g_gpu = small;
     for (int T = 1; T <= 4; T++) { /* V2-Lite's matrix shapes; 16 of its 64 experts (test time) */
         experts_small_case("v2-lite", 16, 6, 2048, 1408, 0, T, 0);
         experts_small_case("v2-lite+shared", 16, 6, 2048, 1408, 2816, T, 0);
@@ -351,6 +358,8 @@ static void test_small(void) {
     experts_small_case("fp8", 8, 2, 512, 256, 0, 3, 1);
     experts_small_case("tiny+shared", 12, 3, 136, 40, 24, 2, 0);
     experts_small_case("tiny k8", 12, 8, 128, 40, 0, 4, 0);
+    g_gpu = save;
+    di_backend_free(small);
 }
 
 static void test_experts(void) {

@@ -56,12 +56,13 @@ typedef struct cuda_state {
                                     * steps as cuBLASLt strided-batched GEMMs (padded per expert) */
     int lt_min_rows;               /* DEEPINFER_CUDA_LT_MIN_ROWS (default 2): plain / batched bf16
                                     * GEMMs with at least this many rows go to cuBLASLt */
-    int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL (default 1): experts of 1-4-token steps
-                                    * without permutation (cuda_moe_small.cu) */
+    int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
+                                    * at most N tokens without permutation (cuda_moe_small.cu);
+                                    * measured faster than the permuted path only at one token */
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
                                     * for, default 32), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */
-    int pdl;                       /* DEEPINFER_CUDA_PDL (default 2): programmatic dependent launch;
+    int pdl;                       /* DEEPINFER_CUDA_PDL (default 1): programmatic dependent launch;
                                     * 0 off, 1 the GEMV and small-expert kernels, 2 also RoPE,
                                     * kv_write and MLA decode + combine (cuda_pdl.cuh) */
     /* workspace (reserve) */

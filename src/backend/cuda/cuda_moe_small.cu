@@ -1,6 +1,8 @@
 /* cuda_moe_small.cu - the experts of a decode step with at most 4 tokens (T * k <= 32), without
  * permutation: two launches read each selected expert's weights once, straight from the router's
- * device top-k ids / weights.
+ * device top-k ids / weights. moe_experts and moe_experts_shared take this path for steps of at
+ * most st->moe_small tokens (DEEPINFER_CUDA_MOE_SMALL, default 1: measured faster than the
+ * permuted path at one token, slower at 2-4; docs/perf/cuda-decode.md).
  *
  *   k_small_gu:   one block per (expert pair, 8 intermediate rows) plus the blocks of the shared
  *                 experts; each warp owns one intermediate index i and streams gate row i and
@@ -336,7 +338,7 @@ int cuda_moe_experts_shared(di_backend *be, void *out, const void *x, const int3
                             int k, const di_weight *gate_up, const di_weight *down, const di_weight *sh_gate_up,
                             const di_weight *sh_down, int T, void *scratch, size_t scratch_bytes) {
     cuda_state *st = cst(be);
-    if (!st->moe_small || !cuda_moe_small_fits(T, k, gate_up, down, sh_gate_up, sh_down, scratch_bytes)) return 0;
+    if (T > st->moe_small || !cuda_moe_small_fits(T, k, gate_up, down, sh_gate_up, sh_down, scratch_bytes)) return 0;
     cuda_moe_small(st, out, x, topk_idx, topk_w, k, gate_up, down, sh_gate_up, sh_down, T, scratch);
     return 1;
 }
