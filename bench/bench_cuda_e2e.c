@@ -4,7 +4,7 @@
  * same run, and the ratio to llama.cpp's numbers for the benchmark model (issue 6).
  *
  *   bench_cuda_e2e --model DIR [--batches 1,16,64,256] [--prompt 128] [--gen 128]
- *                  [--prefill 512,8192]
+ *                  [--prefill 512,8192|none] [--ceilings 0|1]
  *
  * Decode at batch B: B random prompts of --prompt tokens prefilled together, then --gen new
  * tokens each (the first from the prefill, the rest from decode steps of B tokens); tok/s =
@@ -183,17 +183,18 @@ static double bench_prefill(di_model *m, int L) {
 
 int main(int argc, char **argv) {
     const char *dir = NULL;
-    int Bs[8] = {1, 16, 64, 256}, nB = 4, Ls[8] = {512, 8192}, nL = 2, P = 128, G = 128;
+    int Bs[8] = {1, 16, 64, 256}, nB = 4, Ls[8] = {512, 8192}, nL = 2, P = 128, G = 128, ceilings = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) dir = argv[i + 1];
         else if (!strcmp(argv[i], "--batches")) nB = parse_list(argv[i + 1], Bs, 8);
-        else if (!strcmp(argv[i], "--prefill")) nL = parse_list(argv[i + 1], Ls, 8);
+        else if (!strcmp(argv[i], "--prefill")) nL = strcmp(argv[i + 1], "none") ? parse_list(argv[i + 1], Ls, 8) : 0;
+        else if (!strcmp(argv[i], "--ceilings")) ceilings = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prompt")) P = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gen")) G = atoi(argv[i + 1]);
     }
     if (!dir || P < 1 || G < 4) {
         fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256] [--prompt 128] [--gen 128] "
-                        "[--prefill 512,8192]\n");
+                        "[--prefill 512,8192|none] [--ceilings 0|1]\n");
         return 2;
     }
     di_backend *be = NULL;
@@ -203,8 +204,8 @@ int main(int argc, char **argv) {
     }
     di_backend_reserve rs = {8192, 16, 1024, {16, 128, 64, 128, 512, 0.1f}};
     be->reserve(be, &rs);
-    g_bw = b_copy_bw();
-    g_tf = b_gemm_rate(be, 8192, 8192, 8192, 0);
+    g_bw = ceilings ? b_copy_bw() : 4218e9; /* --ceilings 0 (profiling runs): PERF.md's values */
+    g_tf = ceilings ? b_gemm_rate(be, 8192, 8192, 8192, 0) : 783e12;
     di_backend_free(be);
     printf("ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", g_bw / 1e9, g_tf / 1e12);
     int maxB = 1, maxL = 1;

@@ -15,7 +15,8 @@
 # Then, on the GPU machine, from the repository root:  bash DEST/src/scripts/gpu/remote.sh [what]
 # (with the device tool: carry DEST; see docs/cuda.md "Device workflow").
 #
-# usage: scripts/gpu/build.sh [DEST]          env: DI_GPU_BUILD (build dir, default build-gpu)
+# usage: scripts/gpu/build.sh [DEST]          env: DI_GPU_BUILD (build dir, default build-gpu),
+#        DI_GPU_BASE_BENCH (a bench_cuda_e2e built from another commit, staged as bench_cuda_e2e_base)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dest=${1:-$root/.gpu}
@@ -36,9 +37,11 @@ mkdir -p "$dest/src/tests/data/golden_pycoder" "$dest/src/tests/data/ppl"
 cp "$root/tests/data/golden_pycoder/golden_pycoder.json" "$build"/tests/data/golden_pycoder/*.bin \
     "$dest/src/tests/data/golden_pycoder/"
 cp "$root/tests/data/ppl/slice.json" "$dest/src/tests/data/ppl/"
-cp "$root"/scripts/gpu/*.sh "$dest/src/scripts/gpu/"
+cp "$root"/scripts/gpu/*.sh "$root"/scripts/gpu/*.py "$dest/src/scripts/gpu/"
 mkdir -p "$dest/src/tools/golden"
 cp "$root/tools/golden/hf_bf16_error.py" "$root/tools/golden/checksum.py" "$dest/src/tools/golden/"
+# a baseline benchmark binary to compare against in the same call (remote.sh `variants`)
+[ -n "${DI_GPU_BASE_BENCH:-}" ] && cp "$DI_GPU_BASE_BENCH" "$dest/bin/bench_cuda_e2e_base"
 if [ "${DI_GPU_NO_BUNDLE:-0}" != 1 ]; then
     (cd "$dest" && tar -cf - bin lib src/tests | xz -9 -T1 >bundle.tar.xz && rm -rf bin lib src/tests)
 fi

@@ -7,8 +7,15 @@
 # `deepinfer mkmodel` (never carried).
 #
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
-#   steps: info pycoder ops attn model bench e2e engine compare hf e2ebase
+#   steps: info pycoder ops attn small model modelvariants bench e2e variants breakdown decode
+#          engine compare hf e2ebase
 #          (default: info pycoder ops attn model bench e2e engine)
+#          small: the 1-4-token expert kernels' parity; modelvariants: test_cuda_model generate
+#          and routing with DEEPINFER_CUDA_PDL=1 / 0 and DEEPINFER_CUDA_MOE_SMALL=0; decode: bench_cuda_decode (GEMVs and
+#          experts of small steps, with PDL off and other split-K settings); variants: batch-1/16 decode with
+#          DEEPINFER_CUDA_MOE_SMALL / DEEPINFER_CUDA_PDL off, and a staged baseline binary
+#          (bin/bench_cuda_e2e_base) if any; breakdown: per-kernel times of one decode step under
+#          ncu (breakdown.txt; scripts/gpu/breakdown.py)
 #          hf: tools/golden/hf_bf16_error.py, transformers running the golden checkpoints in bf16
 #              and fp32 on the GPU vs the committed fp32 goldens (needs python3 with torch and
 #              transformers on the machine) -> hf.log, hf_bf16.json
@@ -133,6 +140,15 @@ for s in $steps; do
         run_step model.generate tests.log "$G/bin/test_cuda_model" generate
         run_step model.routing tests.log "$G/bin/test_cuda_model" routing
         ;;
+    modelvariants)
+        # the decode-sensitive model checks (greedy generations, with the CPU's routing injected
+        # too) with the decode-speed switches lowered, to tell which one a difference comes from
+        for v in "DEEPINFER_CUDA_PDL=1" "DEEPINFER_CUDA_PDL=0" "DEEPINFER_CUDA_PDL=0 DEEPINFER_CUDA_MOE_SMALL=0"; do
+            echo "(variant: $v)" >>"$OUT/tests.log"
+            run_step "model.generate.variant" tests.log env $v "$G/bin/test_cuda_model" generate
+            run_step "model.routing.variant" tests.log env $v "$G/bin/test_cuda_model" routing
+        done
+        ;;
     bench)
         run_step bench.ops bench.log "$G/bin/bench_cuda_ops"
         ;;
@@ -159,6 +175,52 @@ for s in $steps; do
                     --model "$emodel" --input "$TMP/engine_p$b.jsonl" --output "$TMP/engine_o$b.jsonl" \
                     --max-tokens 128 --ignore-eos --temperature 0 --max-batch-tokens 32768 --max-seqs 256 \
                     --kv-blocks 1100 --max-model-len 320
+            done
+        done
+        ;;
+    small)
+        run_step attn.small tests.log "$G/bin/test_cuda_attn" small
+        ;;
+    decode)
+        # decode-sized GEMVs and the experts of 1-4-token steps, graph-replayed over rotating
+        # weight copies; then the same with PDL off and with other GEMV split-K settings
+        run_step bench.decode bench.log "$G/bin/bench_cuda_decode"
+        for v in "DEEPINFER_CUDA_PDL=0" ${DECODE_VARIANTS:-"DEEPINFER_CUDA_GEMV_WANT=64" "DEEPINFER_CUDA_GEMV_WANT=128 DEEPINFER_CUDA_GEMV_MIN_K=256"}; do
+            echo "(variant: $v)" >>"$OUT/bench.log"
+            run_step "bench.decode.variant" bench.log env $v "$G/bin/bench_cuda_decode" gemv
+        done
+        ;;
+    variants)
+        # decode at batch 1 and 16 with the decode-speed switches off one by one (A/B in one call)
+        v2lite || continue
+        for v in "DEEPINFER_CUDA_MOE_SMALL=0 DEEPINFER_CUDA_PDL=0" "DEEPINFER_CUDA_MOE_SMALL=0" "DEEPINFER_CUDA_PDL=0" \
+            "DEEPINFER_CUDA_PDL=1"; do
+            echo "(variant: $v)" >>"$OUT/bench.log"
+            run_step "e2e.variant" bench.log env $v "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" \
+                --batches "${VARIANT_BATCHES:-1,16}" --prefill none --ceilings 0
+        done
+        # the baseline binary, when one is staged as bin/bench_cuda_e2e_base (main's build)
+        if [ -x "$G/bin/bench_cuda_e2e_base" ]; then
+            echo "(variant: baseline binary bench_cuda_e2e_base)" >>"$OUT/bench.log"
+            run_step "e2e.base" bench.log "$G/bin/bench_cuda_e2e_base" --model "$TMP/v2lite-8l" --prefill 512
+        fi
+        ;;
+    breakdown)
+        # per-kernel durations of one decode step (eager: the kernels a graph replays) under Nsight
+        # Compute, caches flushed before each kernel; BREAKDOWN_BATCHES (default 1) and the
+        # baseline kernels (small experts and PDL off) for comparison (BREAKDOWN_CFGS="new base")
+        v2lite || continue
+        ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        [ -n "$ncu" ] || { summary "breakdown: ncu not found"; continue; }
+        for b in ${BREAKDOWN_BATCHES:-1}; do
+            for cfg in ${BREAKDOWN_CFGS:-new base}; do
+                envs="DEEPINFER_CUDA_GRAPHS=0"
+                [ "$cfg" = base ] && envs="$envs DEEPINFER_CUDA_MOE_SMALL=0 DEEPINFER_CUDA_PDL=0"
+                log="$TMP/ncu_b${b}_$cfg.csv"
+                run_step "breakdown.b$b.$cfg" ncu.log env $envs "$ncu" --clock-control none --metrics gpu__time_duration.sum \
+                    --csv --print-units base --log-file "$log" "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" \
+                    --batches "$b" --prompt 16 --gen 4 --prefill none --ceilings 0
+                python3 "$G/src/scripts/gpu/breakdown.py" "$log" "b$b $cfg" >>"$OUT/breakdown.txt" 2>&1
             done
         done
         ;;
@@ -199,8 +261,9 @@ for s in $steps; do
     esac
 done
 # the last lines of each log, so the call's own output shows the outcome
+[ -f "$OUT/breakdown.txt" ] && { echo "---- breakdown (by kernel)"; grep -A 40 '== by kernel' "$OUT/breakdown.txt" | head -n 90; }
 for f in tests.log bench.log hf.log; do
-    [ -f "$OUT/$f" ] && { echo "---- $f (failures and tables)"; grep -E 'FAIL|failed|ceiling|tok/s|of roofline|checks,|golden:|generate:|routing|pycoder|sampling|differ from|TPOT|\(engine|\(e2ebase|flipped|bfloat16|==== ' "$OUT/$f" | tail -n 150; }
+    [ -f "$OUT/$f" ] && { echo "---- $f (failures and tables)"; grep -E 'FAIL|failed|ceiling|tok/s|of roofline|checks,|golden:|generate:|routing|pycoder|sampling|differ from|TPOT|\(engine|\(e2ebase|\(variant|flipped|bfloat16|==== |us/op| [0-9]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+%' "$OUT/$f" | tail -n 150; }
 done
 echo "---- summary"
 cat "$OUT/summary.txt"

@@ -410,6 +410,19 @@ struct di_backend {
     void (*sample)(di_backend *be, int32_t *tokens, int32_t *status, const float *logits, int n,
                    int V, const di_sample_row *rows);
 
+    /* Routed and shared experts of a MoE layer in one op, for the shapes where the backend has
+     * a fused path (CUDA: steps of 1-4 tokens); returns 0 without doing anything otherwise, and
+     * the caller runs moe_experts and the shared-expert matmuls. When it returns 1:
+     *   out = moe_experts(...) + down_s(silu(gate_s x) ⊙ up_s x)
+     * summed in fp32 (routed in j order, then the shared experts) and rounded to act once.
+     * sh_gate_up: n=1 [2 Is, D] (gate rows first); sh_down: n=1 [D, Is]; the other arguments as
+     * moe_experts. The choice depends on shapes only (T, k, the weights, scratch_bytes), never
+     * on data, so a captured graph replays the same path. */
+    int (*moe_experts_shared)(di_backend *be, void *out, const void *x, const int32_t *topk_idx,
+                              const float *topk_w, int k, const di_weight *gate_up,
+                              const di_weight *down, const di_weight *sh_gate_up,
+                              const di_weight *sh_down, int T, void *scratch, size_t scratch_bytes);
+
     /* CUDA-graph capture of a sequence of ops on the backend's stream: graph_begin, then the
      * ops (no upload/download/sync/alloc in between), then graph_end instantiates the graph
      * into *graph. graph_launch replays it (asynchronously); graph_free releases it

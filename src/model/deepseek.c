@@ -142,13 +142,21 @@ static void ffn(di_model *m, const di_layer *ly, int T) {
     const float *router_in = m->xr ? m->xr : (const float *)m->x; /* f32 normed rows */
     be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router,
                   ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
-    be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k,
-                    &ly->exp_gate_up, &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
-    if (c->n_shared_experts > 0) {
-        int Is = c->moe_intermediate_size * c->n_shared_experts;
-        be->matmul(be, m->ffn_gu, 2 * Is, m->x, D, &ly->sh_gate_up, T, 0);
-        be->silu_mul(be, m->ffn_act, m->ffn_gu, T, Is);
-        be->matmul(be, m->ffn_out, D, m->ffn_act, Is, &ly->sh_down, T, DI_MM_ACCUMULATE);
+    /* routed + shared experts in one fused op where the backend has one (small decode steps on
+     * CUDA), else the routed experts, then the shared experts accumulated onto them */
+    int fused = c->n_shared_experts > 0 && be->moe_experts_shared &&
+                be->moe_experts_shared(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k,
+                                       &ly->exp_gate_up, &ly->exp_down, &ly->sh_gate_up, &ly->sh_down, T,
+                                       m->moe_scratch, m->moe_scratch_bytes);
+    if (!fused) {
+        be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,
+                        &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
+        if (c->n_shared_experts > 0) {
+            int Is = c->moe_intermediate_size * c->n_shared_experts;
+            be->matmul(be, m->ffn_gu, 2 * Is, m->x, D, &ly->sh_gate_up, T, 0);
+            be->silu_mul(be, m->ffn_act, m->ffn_gu, T, Is);
+            be->matmul(be, m->ffn_out, D, m->ffn_act, Is, &ly->sh_down, T, DI_MM_ACCUMULATE);
+        }
     }
     be->add(be, m->h, m->ffn_out, (size_t)T * D);
 }

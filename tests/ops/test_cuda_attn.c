@@ -4,7 +4,8 @@
  * the MoE router (noaux_tc / greedy / group_limited_greedy) and grouped experts (small, tiled,
  * fp8 and generic paths), and the device sampler against src/sampling bit for bit.
  *
- *   test_cuda_attn [decode] [prefill] [route] [experts] [sample]    (default: all) */
+ *   test_cuda_attn [decode] [prefill] [route] [experts] [small] [sample]    (default: all)
+ * (small: the permutation-free experts of 1-4-token steps, with and without shared experts) */
 #include "cuda_test_util.h"
 #include "sampling/sampler.h"
 
@@ -291,7 +292,104 @@ static void experts_case(const char *name, int E, int k, int D, int I, int T, in
     t_weight_free(&gu); t_weight_free(&dn);
 }
 
+/* Routed (+ shared, Is > 0) experts of a 1-4-token step through the permutation-free path
+ * (cuda_moe_small.cu): moe_experts, or moe_experts_shared against the CPU's moe_experts plus
+ * the shared-expert matmuls; run twice, the two results must be bit-identical. */
+static void experts_small_case(const char *name, int E, int k, int D, int I, int Is, int T, int fp8) {
+    t_weight gu = t_weight_make(E, 2 * I, D, fp8, 0.05f), dn = t_weight_make(E, D, I, fp8, 0.05f);
+    t_weight sgu = t_weight_make(1, 2 * (Is > 0 ? Is : 8), D, fp8, 0.05f), sdn = t_weight_make(1, D, Is > 0 ? Is : 8, fp8, 0.05f);
+    di_weight guc = t_weight_upload(g_cpu, &gu, DI_WEIGHT_PLAIN), gug = t_weight_upload(g_gpu, &gu, DI_WEIGHT_PLAIN);
+    di_weight dnc = t_weight_upload(g_cpu, &dn, DI_WEIGHT_PLAIN), dng = t_weight_upload(g_gpu, &dn, DI_WEIGHT_PLAIN);
+    di_weight sguc = t_weight_upload(g_cpu, &sgu, DI_WEIGHT_PLAIN), sgug = t_weight_upload(g_gpu, &sgu, DI_WEIGHT_PLAIN);
+    di_weight sdnc = t_weight_upload(g_cpu, &sdn, DI_WEIGHT_PLAIN), sdng = t_weight_upload(g_gpu, &sdn, DI_WEIGHT_PLAIN);
+    float *x = t_rand((size_t)T * D, 1.0f), *w = (float *)malloc((size_t)T * k * 4);
+    int32_t *idx = (int32_t *)malloc((size_t)T * k * 4);
+    for (int t = 0; t < T; t++) { /* k distinct experts, ascending; tokens often share experts */
+        int n = 0;
+        while (n < k) {
+            int e = t_int(3) == 0 ? t_int(E < 4 ? E : 4) : t_int(E), dup = 0;
+            for (int j = 0; j < n; j++) dup |= idx[t * k + j] == e;
+            if (!dup) idx[t * k + n++] = e;
+        }
+        for (int a = 0; a < k; a++)
+            for (int b = a + 1; b < k; b++)
+                if (idx[t * k + b] < idx[t * k + a]) {
+                    int32_t tmp = idx[t * k + a];
+                    idx[t * k + a] = idx[t * k + b];
+                    idx[t * k + b] = tmp;
+                }
+        for (int j = 0; j < k; j++) w[t * k + j] = 0.1f + 0.5f * (float)(t_u64() % 1000) / 1000.0f;
+    }
+    size_t sc = g_cpu->moe_scratch_bytes(g_cpu, T, k, D, I, E), sg = g_gpu->moe_scratch_bytes(g_gpu, T, k, D, I, E);
+    void *hs = malloc(sc), *ds = g_alloc(sg);
+    float *ref = (float *)malloc((size_t)T * D * 4);
+    g_cpu->moe_experts(g_cpu, ref, x, idx, w, k, &guc, &dnc, T, hs, sc);
+    if (Is > 0) {
+        float *hgu = (float *)malloc((size_t)T * 2 * Is * 4), *hact = (float *)malloc((size_t)T * Is * 4);
+        g_cpu->matmul(g_cpu, hgu, 2 * Is, x, D, &sguc, T, 0);
+        g_cpu->silu_mul(g_cpu, hact, hgu, T, Is);
+        g_cpu->matmul(g_cpu, ref, D, hact, Is, &sdnc, T, DI_MM_ACCUMULATE);
+        free(hgu);
+        free(hact);
+    }
+    void *dx = g_act(x, (size_t)T * D), *di = g_raw(idx, (size_t)T * k * 4), *dw = g_raw(w, (size_t)T * k * 4);
+    void *dout = g_alloc((size_t)T * D * 2);
+    uint16_t *first = (uint16_t *)malloc((size_t)T * D * 2), *second = (uint16_t *)malloc((size_t)T * D * 2);
+    int ran = 1;
+    for (int rep = 0; rep < 2; rep++) {
+        g_poison(dout, (size_t)T * D * 2);
+        if (Is > 0) {
+            CHECK_MSG(g_gpu->moe_experts_shared != NULL, "%s: no moe_experts_shared", name);
+            ran = g_gpu->moe_experts_shared && g_gpu->moe_experts_shared(g_gpu, dout, dx, di, dw, k, &gug, &dng, &sgug,
+                                                                          &sdng, T, ds, sg);
+            CHECK_MSG(ran, "%s: moe_experts_shared declined T=%d", name, T);
+        } else {
+            g_gpu->moe_experts(g_gpu, dout, dx, di, dw, k, &gug, &dng, T, ds, sg);
+        }
+        CHECK_OK(g_gpu->download(g_gpu, rep ? second : first, dout, (size_t)T * D * 2));
+    }
+    char what[160];
+    snprintf(what, sizeof what, "moe small %s E%d k%d D%d I%d Is%d T%d%s", name, E, k, D, I, Is, T, fp8 ? " fp8" : "");
+    if (ran) {
+        float *got = g_get_act(dout, (size_t)T * D);
+        T_CHECK(what, got, ref, (size_t)T * D, TOL_L2, TOL_MAX);
+        CHECK_MSG(memcmp(first, second, (size_t)T * D * 2) == 0, "%s: two runs differ", what);
+        free(got);
+    }
+    free(x); free(w); free(idx); free(hs); free(ref); free(first); free(second);
+    g_free(ds); g_free(dx); g_free(di); g_free(dw); g_free(dout);
+    g_cpu->weight_free(g_cpu, &guc); g_gpu->weight_free(g_gpu, &gug);
+    g_cpu->weight_free(g_cpu, &dnc); g_gpu->weight_free(g_gpu, &dng);
+    g_cpu->weight_free(g_cpu, &sguc); g_gpu->weight_free(g_gpu, &sgug);
+    g_cpu->weight_free(g_cpu, &sdnc); g_gpu->weight_free(g_gpu, &sdng);
+    t_weight_free(&gu); t_weight_free(&dn); t_weight_free(&sgu); t_weight_free(&sdn);
+}
+
+static void test_small(void) {
+    /* 1-4 tokens: permutation-free small path, routed only and fused with the shared experts
+     * (enabled up to 4 tokens here; the default dispatch takes it at one token only) */
+    setenv("DEEPINFER_CUDA_MOE_SMALL", "4", 1);
+    di_backend *small = NULL, *save = g_gpu;
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &small));
+    unsetenv("DEEPINFER_CUDA_MOE_SMALL");
+    if (!small) return;
+    g_gpu = small;
+    for (int T = 1; T <= 4; T++) { /* V2-Lite's matrix shapes; 16 of its 64 experts (test time) */
+        experts_small_case("v2-lite", 16, 6, 2048, 1408, 0, T, 0);
+        experts_small_case("v2-lite+shared", 16, 6, 2048, 1408, 2816, T, 0);
+    }
+    experts_small_case("v2-lite 64+shared", 64, 6, 2048, 1408, 2816, 1, 0);
+    experts_small_case("v3 fp8+shared", 9, 8, 7168, 2048, 2048, 4, 1);
+    experts_small_case("fp8+shared", 16, 8, 1024, 512, 512, 1, 1);
+    experts_small_case("fp8", 8, 2, 512, 256, 0, 3, 1);
+    experts_small_case("tiny+shared", 12, 3, 136, 40, 24, 2, 0);
+    experts_small_case("tiny k8", 12, 8, 128, 40, 0, 4, 0);
+    g_gpu = save;
+    di_backend_free(small);
+}
+
 static void test_experts(void) {
+
     /* 1: GEMV; 16..128: cuBLASLt batched (padded per expert); 129+: tiled grouped */
     const int Ts[] = {1, 16, 64, 128, 129, 300, 1200};
     for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) experts_case("v2-lite", 64, 6, 2048, 1408, Ts[i], 0);
@@ -306,6 +404,18 @@ static void test_experts(void) {
         experts_case("v2-lite no-lt", 64, 6, 2048, 1408, 64, 0);
         g_gpu = save;
         di_backend_free(nolt);
+    }
+    /* 1-4 tokens through the permuted GEMV path (DEEPINFER_CUDA_MOE_SMALL=0) */
+    setenv("DEEPINFER_CUDA_MOE_SMALL", "0", 1);
+    di_backend *nosmall = NULL;
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &nosmall));
+    unsetenv("DEEPINFER_CUDA_MOE_SMALL");
+    if (nosmall) {
+        g_gpu = nosmall;
+        experts_case("v2-lite no-small", 64, 6, 2048, 1408, 1, 0);
+        experts_case("v2-lite no-small", 64, 6, 2048, 1408, 4, 0);
+        g_gpu = save;
+        di_backend_free(nosmall);
     }
     experts_case("fp8", 8, 2, 512, 256, 3, 1);
     experts_case("fp8", 8, 2, 512, 256, 500, 1);
@@ -397,6 +507,7 @@ static void reserve_gpu(void) {
 
 int main(int argc, char **argv) {
     const t_group groups[] = {{"reserve", reserve_gpu}, {"decode", test_decode}, {"prefill", test_prefill},
-                              {"route", test_route},     {"experts", test_experts}, {"sample", test_sample}};
+                              {"route", test_route},     {"experts", test_experts}, {"small", test_small},
+                              {"sample", test_sample}};
     return t_main_first_always(argc, argv, groups, (int)(sizeof groups / sizeof groups[0]));
 }

@@ -394,6 +394,12 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->gemv = !(gv && gv[0] == '0');
     const char *ml = getenv("DEEPINFER_CUDA_MOE_LT");
     st->moe_lt = !(ml && ml[0] == '0');
+    const char *ms = getenv("DEEPINFER_CUDA_MOE_SMALL"), *pd = getenv("DEEPINFER_CUDA_PDL");
+    st->moe_small = ms && ms[0] >= '0' && ms[0] <= '4' && !ms[1] ? ms[0] - '0' : 1;
+    st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
+    const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
+    st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 32;
+    st->gemv_min_k = gk && atoi(gk) >= 256 ? atoi(gk) : 512;
     st->lt_min_rows = lm ? atoi(lm) : 2;
     if (st->lt_min_rows < 1) st->lt_min_rows = 1;
     if ((e = cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking)) != cudaSuccess) {
@@ -439,6 +445,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->moe_route = cuda_moe_route;
     be->moe_experts = cuda_moe_experts;
     be->moe_scratch_bytes = cuda_moe_scratch_bytes;
+    be->moe_experts_shared = cuda_moe_experts_shared;
     be->reserve = c_reserve;
     be->sample = cuda_sample;
     be->graph_begin = c_graph_begin;

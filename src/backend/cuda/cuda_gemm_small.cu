@@ -11,6 +11,8 @@
  * Invariants: rows >= the matrix's count, weight rows >= N, and k >= K read nothing and add
  * zeros; each output element is written by exactly one thread. */
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_wload.cuh"
 
 template <bool FP8>
 static __device__ __forceinline__ uint4 load_w8(const wview &w, int mat, int n, int k, bool ok) {
@@ -185,44 +187,21 @@ static void launch_nt(cuda_state *st, const gemm_args *a, cudaStream_t s) {
  * and a K slice; every load instruction reads 512 contiguous bytes of one weight row (lane l
  * takes elements 8l..8l+7 of each 256-wide step), FMA in fp32 against NT token rows, then a
  * warp reduction and, with split-K, a block reduction. fp8 rows are dequantized with their
- * block scale per 8 elements (a 128-column block never straddles a lane's 8 elements). */
-template <bool FP8>
-static __device__ __forceinline__ void load_row8(const wview &w, int mat, int n, int k, bool ok, float *f) {
-    if (!ok) {
-#pragma unroll
-        for (int e = 0; e < 8; e++) f[e] = 0.f;
-        return;
-    }
-    if (FP8) {
-        const uint8_t *p = (const uint8_t *)w.data + mat * w.mat_stride + (long)n * w.cols + k;
-        uint2 v = __ldg((const uint2 *)p);
-        float s = __ldg(w.scale + mat * w.scale_stride + (long)(n / w.br) * w.sld + k / w.bc);
-        uint32_t u[2] = {v.x, v.y};
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[h] & 0xffff), __NV_E4M3);
-            __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[h] >> 16), __NV_E4M3);
-            float2 a = __half22float2(*(__half2 *)&lo), b = __half22float2(*(__half2 *)&hi);
-            f[h * 4 + 0] = a.x * s;
-            f[h * 4 + 1] = a.y * s;
-            f[h * 4 + 2] = b.x * s;
-            f[h * 4 + 3] = b.y * s;
-        }
-        return;
-    }
-    uint4 v = __ldg((const uint4 *)((const bf16 *)w.data + mat * w.mat_stride + (long)n * w.cols + k));
-    uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int h = 0; h < 4; h++) {
-        f[2 * h] = __uint_as_float(u[h] << 16);
-        f[2 * h + 1] = __uint_as_float(u[h] & 0xffff0000u);
-    }
-}
-
+ * block scale per 8 elements (a 128-column block never straddles a lane's 8 elements).
+ * Launched with programmatic dependent launch (cuda_pdl.cuh): a plain GEMV issues its first
+ * weight loads, then waits for the previous kernel, then reads x (coherent loads). */
 template <int NT, int RW, int U, bool FP8, bool SILU>
 __global__ void __launch_bounds__(256) k_gemv(gemm_args a, int R, int S, int kslice) {
     __shared__ float red[8][RW][NT];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    pdl_launch_dependents();
+    /* PDL: plain GEMVs load their first weights before waiting for the previous kernel; grouped
+     * ones need the row mapping an earlier kernel wrote */
+    bool waited = false;
+    if (a.r.offsets || a.r.active) {
+        pdl_wait();
+        waited = true;
+    }
     int mat = blockIdx.y;
     if (a.r.active) {
         if (mat >= *a.r.n_active) return;
@@ -265,32 +244,46 @@ __global__ void __launch_bounds__(256) k_gemv(gemm_args a, int R, int S, int ksl
             for (int r = 0; r < RW; r++) acc[r][t] = 0.f;
         }
         for (int k0 = kb + lane * 8; k0 < ke; k0 += 256 * U) {
-            float w[U][RW][8], x[U][NT][8];
+            /* weights as raw bits (few registers, many loads in flight), converted when used */
+            wraw<FP8> w[U][RW];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 int k = k0 + u * 256;
                 bool in = k < ke;
 #pragma unroll
-                for (int r = 0; r < RW; r++) load_row8<FP8>(a.w, mat, rows[r], k, in && rok[r], w[u][r]);
+                for (int r = 0; r < RW; r++) w[u][r] = wload<FP8>(a.w, mat, rows[r], k, in && rok[r]);
+            }
+            if (!waited) {
+                pdl_wait();
+                waited = true;
+            }
+            uint4 xr[U][NT];
 #pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    uint4 v = (in && okt[t]) ? __ldg((const uint4 *)(xp[t] + k)) : make_uint4(0, 0, 0, 0);
-                    uint32_t q[4] = {v.x, v.y, v.z, v.w};
+            for (int u = 0; u < U; u++) {
+                int k = k0 + u * 256;
+                bool in = k < ke;
 #pragma unroll
-                    for (int h = 0; h < 4; h++) {
-                        x[u][t][2 * h] = __uint_as_float(q[h] << 16);
-                        x[u][t][2 * h + 1] = __uint_as_float(q[h] & 0xffff0000u);
-                    }
-                }
+                for (int t = 0; t < NT; t++) xr[u][t] = (in && okt[t]) ? ld_act16(xp[t] + k) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
-            for (int u = 0; u < U; u++)
+            for (int u = 0; u < U; u++) {
+                float x[NT][8];
 #pragma unroll
-                for (int r = 0; r < RW; r++)
+                for (int t = 0; t < NT; t++) bf16x8_float(xr[u][t], x[t]);
+#pragma unroll
+                for (int r = 0; r < RW; r++) {
+                    float wf[8];
+                    wfloat<FP8>(w[u][r], wf);
 #pragma unroll
                     for (int t = 0; t < NT; t++)
 #pragma unroll
-                        for (int e = 0; e < 8; e++) acc[r][t] = fmaf(w[u][r][e], x[u][t][e], acc[r][t]);
+                        for (int e = 0; e < 8; e++) acc[r][t] = fmaf(wf[e], x[t][e], acc[r][t]);
+                }
+            }
+        }
+        if (!waited) { /* a lane whose K slice was empty */
+            pdl_wait();
+            waited = true;
         }
 #pragma unroll
         for (int r = 0; r < RW; r++)
@@ -343,12 +336,15 @@ static void launch_gemv_t(cuda_state *st, const gemm_args *a, cudaStream_t s) {
     int groups = a->o.silu_I > 0 ? ceil_div_i(a->o.silu_I, RW / 2) : ceil_div_i(a->w.rows, RW);
     int mats = a->n_mat;
     if (a->r.offsets && a->r.T < mats) mats = a->r.T;
-    int want = st->n_sm * 32, S = 1;
-    while (S < 8 && (long)groups * mats * S < want && ceil_div_i(K, 2 * S) >= 512) S *= 2;
+    /* split K over the warps of a block while the grid is short of st->gemv_want warps per SM
+     * and each K slice keeps at least st->gemv_min_k columns */
+    int want = st->n_sm * st->gemv_want, S = 1;
+    while (S < 8 && (long)groups * mats * S < want && ceil_div_i(K, 2 * S) >= st->gemv_min_k) S *= 2;
     int R = 8 / S;
     int kslice = (ceil_div_i(K, S) + 255) & ~255;
     dim3 grid(ceil_div_i(groups, R), a->r.active ? mats : a->n_mat);
-    k_gemv<NT, RW, U, FP8, SILU><<<grid, 256, 0, s>>>(*a, R, S, kslice);
+    if (s == st->stream) cuda_launch_pdl(st, st->pdl >= 1, k_gemv<NT, RW, U, FP8, SILU>, grid, dim3(256), 0, *a, R, S, kslice);
+    else k_gemv<NT, RW, U, FP8, SILU><<<grid, 256, 0, s>>>(*a, R, S, kslice);
     CUDA_LAUNCHED(st, "gemv");
 }
 

@@ -56,6 +56,15 @@ typedef struct cuda_state {
                                     * steps as cuBLASLt strided-batched GEMMs (padded per expert) */
     int lt_min_rows;               /* DEEPINFER_CUDA_LT_MIN_ROWS (default 2): plain / batched bf16
                                     * GEMMs with at least this many rows go to cuBLASLt */
+    int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
+                                    * at most N tokens without permutation (cuda_moe_small.cu);
+                                    * measured faster than the permuted path only at one token */
+    int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
+                                    * for, default 32), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
+                                    * slice, default 512) */
+    int pdl;                       /* DEEPINFER_CUDA_PDL (default 1): programmatic dependent launch;
+                                    * 0 off, 1 the GEMV and small-expert kernels, 2 also RoPE,
+                                    * kv_write and MLA decode + combine (cuda_pdl.cuh) */
     /* workspace (reserve) */
     int max_tokens, max_seqs, vocab;
     di_mla_dims mla;
@@ -205,6 +214,16 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
                       const float *topk_w, int k, const di_weight *gate_up, const di_weight *down, int T,
                       void *scratch, size_t scratch_bytes);
 size_t cuda_moe_scratch_bytes(di_backend *be, int max_tokens, int k, int D, int I, int E);
+/* Experts of 1-4-token steps without permutation (cuda_moe_small.cu): 1 if the shapes (and the
+ * scratch size) allow it; sh_gate_up / sh_down NULL: routed experts only. */
+int cuda_moe_small_fits(int T, int k, const di_weight *gate_up, const di_weight *down, const di_weight *sh_gate_up,
+                        const di_weight *sh_down, size_t scratch_bytes);
+void cuda_moe_small(cuda_state *st, void *out, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
+                    const di_weight *gate_up, const di_weight *down, const di_weight *sh_gate_up,
+                    const di_weight *sh_down, int T, void *scratch);
+int cuda_moe_experts_shared(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w,
+                            int k, const di_weight *gate_up, const di_weight *down, const di_weight *sh_gate_up,
+                            const di_weight *sh_down, int T, void *scratch, size_t scratch_bytes);
 void cuda_sample(di_backend *be, int32_t *tokens, int32_t *status, const float *logits, int n, int V,
                  const di_sample_row *rows);
 #endif

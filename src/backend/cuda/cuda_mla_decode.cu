@@ -18,6 +18,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 typedef struct dec_args {
     bf16 *out;
@@ -52,6 +53,8 @@ static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, in
 enum { GEN_MAXR = 16, GEN_MAXDR = 4 }; /* per-lane registers: r <= 512, rope <= 128 */
 
 __global__ void k_mla_decode_generic(dec_args a) {
+    pdl_launch_dependents();
+    pdl_wait(); /* PDL (cuda_pdl.cuh): everything below reads the step's data */
     int t = blockIdx.x, h = blockIdx.y * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0 || h >= a.n_heads) return;
@@ -122,6 +125,8 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a) {
     constexpr int RW = R / 16, CW = NW / RW, KPW = FKT / CW, NJS = KPW / 8, OCOLS = FDV / CW, NJO = OCOLS / 8;
     static_assert(KPW % 8 == 0 && NJO % 2 == 0, "tile split");
     extern __shared__ __align__(16) unsigned char sm[];
+    pdl_launch_dependents();
+    pdl_wait(); /* PDL (cuda_pdl.cuh): everything below reads the step's data */
     bf16 *Qs = (bf16 *)sm, *Ks0 = (bf16 *)(sm + L::q), *Ps = (bf16 *)(sm + L::q + 2 * L::k);
     float *redm = (float *)(sm + L::q + 2 * L::k + L::p), *redl = redm + CW * R;
 
@@ -302,6 +307,8 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a) {
 
 /* Merges the splits of one (token, head): out = Σ_s e^{m_s - M} O_s / Σ_s e^{m_s - M} l_s. */
 __global__ void k_mla_combine(dec_args a) {
+    pdl_launch_dependents(); /* the W_UV GEMV may start loading its weights */
+    pdl_wait();
     int t = blockIdx.x, h = blockIdx.y, H = a.n_heads, S = a.nsplit;
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
@@ -367,7 +374,7 @@ static void launch_fast(cuda_state *st, const dec_args &a, int n_tokens) {
         attr = true;
     }
     unsigned blocks = (unsigned)(a.n_heads / R) * (unsigned)a.nsplit * (unsigned)n_tokens;
-    k_mla_decode_fast<R, NW><<<blocks, NW * 32, L::total, st->stream>>>(a);
+    cuda_launch_pdl(st, st->pdl >= 2, k_mla_decode_fast<R, NW>, dim3(blocks), dim3(NW * 32), (size_t)L::total, a);
     CUDA_LAUNCHED(st, "mla_decode");
 }
 
@@ -400,7 +407,7 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
     if (!fast) {
         DI_ASSERT(d->kv_rank <= 32 * GEN_MAXR && d->rope_dim <= 32 * GEN_MAXDR);
         dim3 grid(ab->n_tokens, ceil_div_i(d->n_heads, 4));
-        k_mla_decode_generic<<<grid, 128, 0, st->stream>>>(a);
+        cuda_launch_pdl(st, st->pdl >= 2, k_mla_decode_generic, grid, dim3(128), 0, a);
         CUDA_LAUNCHED(st, "mla_decode_generic");
         return;
     }
@@ -416,7 +423,7 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
     else if (R == 32) launch_fast<32, 8>(st, a, ab->n_tokens);
     else launch_fast<16, 4>(st, a, ab->n_tokens);
     if (a.nsplit > 1) {
-        k_mla_combine<<<dim3(ab->n_tokens, d->n_heads), 128, 0, st->stream>>>(a);
+        cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine, dim3(ab->n_tokens, d->n_heads), dim3(128), 0, a);
         CUDA_LAUNCHED(st, "mla_combine");
     }
 }

@@ -8,7 +8,8 @@
  * in one launch each; a combine kernel sums each token's experts in its top-k order with the
  * routing weights. Steps of 16..128 tokens with bf16 experts instead pad every expert to T rows
  * (a token picks an expert at most once, so none overflows) and run the two GEMMs as cuBLASLt
- * strided-batched calls over all experts (gather, GEMM, SiLU-mul, GEMM, combine).
+ * strided-batched calls over all experts (gather, GEMM, SiLU-mul, GEMM, combine). Steps of at
+ * most DEEPINFER_CUDA_MOE_SMALL tokens (default 1) go to cuda_moe_small.cu instead.
  *
  * Owner: cuda. Semantics follow backend.h / cpu_moe.c (HF transformers 5.17): ties pick the
  * lower expert index; outputs sorted by expert index; weights renormalised with a double sum
@@ -384,6 +385,12 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
     DI_ASSERT(gate_up->rows == 2 * I && down->n == E && down->rows == D && E <= DI_MAX_EXPERTS);
     DI_ASSERT(scratch_bytes >= cuda_moe_scratch_bytes(be, T, k, D, I, E));
     if (T <= 0) return;
+    /* up to st->moe_small (<= 4) tokens: no permutation, each selected expert read once
+     * (cuda_moe_small.cu) */
+    if (T <= st->moe_small && cuda_moe_small_fits(T, k, gate_up, down, NULL, NULL, scratch_bytes)) {
+        cuda_moe_small(st, out, x, topk_idx, topk_w, k, gate_up, down, NULL, NULL, T, scratch);
+        return;
+    }
     int Tk = T * k;
     moe_scratch ms;
     /* the caller sized the scratch for some max_tokens >= T: the padded area holds lt_cap(T)

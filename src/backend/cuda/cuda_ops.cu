@@ -8,6 +8,7 @@
  * in fp32, y = w * (x * inv) rounded once to bf16 (add_rmsnorm can also write y unrounded in
  * fp32, the router's input); RoPE angles are fp32 pos * inv_freq with cos/sin in double. */
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_pdl.cuh"
 
 static __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -194,6 +195,8 @@ void cuda_add(di_backend *be, float *y, const void *x, size_t n) {
 __global__ void k_rope(bf16 *x, long ldx, int n_heads, int hs, const int32_t *positions, int dim, int interleave,
                        float mscale, const float *inv_freq) {
     extern __shared__ float cs[]; /* [half] cos, then [half] sin */
+    pdl_launch_dependents();
+    pdl_wait(); /* PDL (cuda_pdl.cuh): everything below reads the step's data */
     int t = blockIdx.x, half = dim / 2;
     float pos = (float)positions[t];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -218,14 +221,16 @@ void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int3
     cuda_state *st = cst(be);
     DI_ASSERT(rp->dim % 2 == 0);
     if (T <= 0) return;
-    k_rope<<<T, 128, (size_t)rp->dim * sizeof(float), st->stream>>>((bf16 *)x, ldx, n_heads, hs, positions, rp->dim,
-                                                                   rp->interleave, rp->mscale, rp->inv_freq);
+    cuda_launch_pdl(st, st->pdl >= 2, k_rope, dim3(T), dim3(128), (size_t)rp->dim * sizeof(float), (bf16 *)x, (long)ldx,
+                    n_heads, hs, positions, rp->dim, rp->interleave, rp->mscale, rp->inv_freq);
     CUDA_LAUNCHED(st, "rope");
 }
 
 /* ---------------------------------------------------------------- KV cache ---- */
 
 __global__ void k_kv_write(bf16 *cache, const bf16 *kv, long ldkv, const int32_t *slots, int W) {
+    pdl_launch_dependents(); /* the next GEMV may start loading its weights */
+    pdl_wait();
     int t = blockIdx.x;
     int slot = slots[t];
     if (slot < 0) return;
@@ -238,7 +243,8 @@ void cuda_kv_write(di_backend *be, void *cache, const void *kv, int ldkv, const 
                    int W) {
     cuda_state *st = cst(be);
     if (T <= 0) return;
-    k_kv_write<<<T, 128, 0, st->stream>>>((bf16 *)cache, (const bf16 *)kv, ldkv, slot_mapping, W);
+    cuda_launch_pdl(st, st->pdl >= 2, k_kv_write, dim3(T), dim3(128), 0, (bf16 *)cache, (const bf16 *)kv, (long)ldkv,
+                    slot_mapping, W);
     CUDA_LAUNCHED(st, "kv_write");
 }
 

@@ -133,10 +133,12 @@ __global__ void __launch_bounds__(SBT) k_sample(const float *logits, int V, cons
     const bool greedy = P.temperature < 1e-5f;
     const float T = greedy ? 1.0f : P.temperature;
 
-    /* pass 1: validity, max (lowest id among the maxima) */
+    /* pass 1: validity, max (lowest id among the maxima); unrolled so that several loads are
+     * in flight per thread (each thread still visits its ids in ascending order) */
     int bad = 0;
     float bv = -INFINITY;
     int bi = -1;
+#pragma unroll 8
     for (int i = tid; i < V; i += SBT) {
         float y = y_of(x, i, T);
         if (isnan(y) || y == INFINITY) bad = 1;

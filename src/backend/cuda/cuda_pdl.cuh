@@ -1,0 +1,60 @@
+/* cuda_pdl.cuh - programmatic dependent launch (Hopper): a kernel launched with
+ * cuda_launch_pdl may start while the kernel before it on the stream is still running, once
+ * every block of that kernel has executed pdl_launch_dependents() (or exited). It must call
+ * pdl_wait() before it reads anything an earlier kernel wrote and before it writes anything,
+ * and every one of its threads calls pdl_wait() before exiting, so that the kernel never
+ * completes before its predecessor (the next kernel's wait then covers the whole chain). Only
+ * constant data (weights) may be read before the wait: that is what overlaps the previous
+ * kernel's tail and the launch latency. DEEPINFER_CUDA_PDL (st->pdl): 0 launches everything
+ * plainly (the waits are then no-ops); 1 (default) the GEMV and small-expert kernels; 2 also
+ * RoPE, the KV-cache write and MLA decode attention with its combine (measured: no gain at
+ * batch 1, about 1-2% slower at batch 16-64; docs/perf/cuda-decode.md).
+ *
+ * Owner: cuda. griddepcontrol needs sm_90; CUDA graphs capture the launches as programmatic
+ * dependency edges. */
+#ifndef DI_BACKEND_CUDA_PDL_CUH
+#define DI_BACKEND_CUDA_PDL_CUH
+#include "backend/cuda/cuda_internal.h"
+
+static __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+static __device__ __forceinline__ void pdl_launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+/* Activation loads in PDL kernels: data an earlier kernel wrote is read with an L2-coherent
+ * ld.global.cg in volatile asm, which the compiler keeps after pdl_wait() (itself volatile asm).
+ * Never __ldg / ld.global.nc for such data: that path is only for data that is read-only for
+ * the kernel's whole lifetime, and the compiler may hoist it above the wait. */
+static __device__ __forceinline__ uint4 ld_act16(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+static __device__ __forceinline__ float4 ld_act16f(const void *p) {
+    float4 v;
+    asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* kernel<<<grid, block, smem, st->stream>>>(args...), with programmatic stream serialisation
+ * allowed when `pdl` is true; launch errors are recorded in st. */
+template <typename... KArgs, typename... Args>
+static void cuda_launch_pdl(cuda_state *st, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                            Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cuda_note(st, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), "kernel launch (pdl)");
+}
+#endif
