@@ -44,8 +44,10 @@ static void test_rows(void) {
         g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg); t_weight_free(&tab);
     }
     /* rmsnorm (strided, in place) and add_rmsnorm */
-    const int Ds[3] = {2048, 160, 7168};
-    for (int di = 0; di < 3; di++) {
+    /* the vectorised kernels (D % 8 == 0 / D % 4 == 0, up to 8192) and the generic ones (100 for
+     * the bf16 norm, 102 for both; 9000 too long for the vectorised ones) */
+    const int Ds[7] = {2048, 160, 7168, 512, 100, 102, 9000};
+    for (int di = 0; di < 7; di++) {
         int D = Ds[di], T = 9, ld = D + 24;
         float *x = t_rand((size_t)T * ld, 3.0f), *w = t_rand((size_t)D, 1.0f), *dl = t_rand((size_t)T * D, 1.0f);
         di_weight wc = t_vec_upload(g_cpu, w, D), wg = t_vec_upload(g_gpu, w, D);

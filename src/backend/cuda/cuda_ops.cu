@@ -127,6 +127,97 @@ __global__ void k_add_rmsnorm(bf16 *out, float *out_f32, float *h, const bf16 *d
     }
 }
 
+/* Vectorised forms for the model's shapes (16-byte rows, D <= 8192): each thread keeps at most
+ * two 16-byte pieces of its row and of w in registers, loaded before the reduction, so a row is
+ * one round of loads, a block sum and one round of stores (the generic kernels above stage the
+ * row in shared memory and reload w after the sum). Same arithmetic per element; the sum of
+ * squares is added in another order. */
+static __device__ __forceinline__ float sq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
+
+__global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16 *delta, const float *w, float eps,
+                                 int D) {
+    __shared__ float red[32];
+    const int t = blockIdx.x, D4 = D >> 2;
+    float4 *hr = (float4 *)(h + (long)t * D);
+    float4 v[2], wv[2];
+    float ss = 0.f;
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        int i = threadIdx.x + q * blockDim.x;
+        if (i >= D4) continue;
+        v[q] = hr[i];
+        wv[q] = ((const float4 *)w)[i];
+        if (delta) {
+            uint2 u = *(const uint2 *)(delta + (long)t * D + 4 * i);
+            const bf16 *b = (const bf16 *)&u;
+            v[q].x += __bfloat162float(b[0]);
+            v[q].y += __bfloat162float(b[1]);
+            v[q].z += __bfloat162float(b[2]);
+            v[q].w += __bfloat162float(b[3]);
+            hr[i] = v[q];
+        }
+        ss += sq4(v[q]);
+    }
+    ss = block_sum(ss, red);
+    float inv = (float)(1.0 / sqrt((double)ss / D + (double)eps));
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        int i = threadIdx.x + q * blockDim.x;
+        if (i >= D4) continue;
+        float4 y = make_float4(wv[q].x * (v[q].x * inv), wv[q].y * (v[q].y * inv), wv[q].z * (v[q].z * inv),
+                               wv[q].w * (v[q].w * inv));
+        __nv_bfloat162 lo = __floats2bfloat162_rn(y.x, y.y), hi = __floats2bfloat162_rn(y.z, y.w);
+        uint2 u;
+        u.x = *(const uint32_t *)&lo;
+        u.y = *(const uint32_t *)&hi;
+        *(uint2 *)(out + (long)t * D + 4 * i) = u;
+        if (out_f32) ((float4 *)(out_f32 + (long)t * D))[i] = y;
+    }
+}
+
+__global__ void k_rmsnorm_v8(bf16 *out, long ldo, const bf16 *x, long ldx, const float *w, float eps, int D) {
+    __shared__ float red[32];
+    const int t = blockIdx.x, D8 = D >> 3;
+    float v[2][8];
+    float ss = 0.f;
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        int i = threadIdx.x + q * blockDim.x;
+        if (i >= D8) continue;
+        uint4 u = *(const uint4 *)(x + (long)t * ldx + 8 * i);
+        const bf16 *b = (const bf16 *)&u;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            v[q][e] = __bfloat162float(b[e]);
+            ss += v[q][e] * v[q][e];
+        }
+    }
+    ss = block_sum(ss, red); /* its barriers also order an in-place row's reads before the writes */
+    float inv = (float)(1.0 / sqrt((double)ss / D + (double)eps));
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        int i = threadIdx.x + q * blockDim.x;
+        if (i >= D8) continue;
+        float4 w0 = ((const float4 *)w)[2 * i], w1 = ((const float4 *)w)[2 * i + 1];
+        const float wf[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        uint32_t pk[4];
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+            __nv_bfloat162 p2 = __floats2bfloat162_rn(wf[e] * (v[q][e] * inv), wf[e + 1] * (v[q][e + 1] * inv));
+            pk[e / 2] = *(const uint32_t *)&p2;
+        }
+        *(uint4 *)(out + (long)t * ldo + 8 * i) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+    }
+}
+
+/* Threads for a vectorised norm of n pieces, two per thread; 0 if the row is too long. */
+static int norm_threads_vec(int n) {
+    int th = ((n + 1) / 2 + 31) / 32 * 32;
+    return th <= 1024 ? th : 0;
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 static int norm_threads(int D) {
     int t = 128;
     while (t < 1024 && t * 8 < D) t *= 2;
@@ -139,8 +230,13 @@ void cuda_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, co
     DI_ASSERT(w->dtype == DI_DTYPE_F32 && w->cols == D);
     if (T <= 0) return;
     /* in place is fine: each thread reads its elements into `row` before any write */
-    k_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
-        (bf16 *)out, ldo, (const bf16 *)x, ldx, (const float *)w->data, eps, D);
+    int vt = norm_threads_vec(D / 8);
+    if (D % 8 == 0 && ldo % 8 == 0 && ldx % 8 == 0 && vt && aligned16(out) && aligned16(x) && aligned16(w->data))
+        k_rmsnorm_v8<<<T, vt, 0, st->stream>>>((bf16 *)out, ldo, (const bf16 *)x, ldx, (const float *)w->data, eps,
+                                              D);
+    else
+        k_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
+            (bf16 *)out, ldo, (const bf16 *)x, ldx, (const float *)w->data, eps, D);
     CUDA_LAUNCHED(st, "rmsnorm");
 }
 
@@ -149,8 +245,14 @@ void cuda_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, fl
     cuda_state *st = cst(be);
     DI_ASSERT(w->dtype == DI_DTYPE_F32 && w->cols == D && out != (void *)h && out_f32 != h);
     if (T <= 0) return;
-    k_add_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
-        (bf16 *)out, out_f32, h, (const bf16 *)delta, (const float *)w->data, eps, D);
+    int vt = norm_threads_vec(D / 4);
+    if (D % 4 == 0 && vt && aligned16(h) && aligned16(w->data) && (!out_f32 || aligned16(out_f32)) &&
+        ((uintptr_t)out & 7) == 0 && (!delta || ((uintptr_t)delta & 7) == 0))
+        k_add_rmsnorm_v4<<<T, vt, 0, st->stream>>>((bf16 *)out, out_f32, h, (const bf16 *)delta,
+                                                  (const float *)w->data, eps, D);
+    else
+        k_add_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
+            (bf16 *)out, out_f32, h, (const bf16 *)delta, (const float *)w->data, eps, D);
     CUDA_LAUNCHED(st, "add_rmsnorm");
 }
 
