@@ -2,7 +2,7 @@
  * permutation: two launches read each selected expert's weights once, straight from the router's
  * device top-k ids / weights. moe_experts and moe_experts_shared take this path for steps of at
  * most st->moe_small tokens (DEEPINFER_CUDA_MOE_SMALL, default 1: measured faster than the
- * permuted path at one token, slower at 2-4; docs/perf/cuda-decode.md).
+ * permuted path at one token, slower at 2-4; docs/PERF.md, "Small-batch decode").
  *
  *   k_small_gu:   one block per (expert pair, 8 intermediate rows) plus the blocks of the shared
  *                 experts; each warp owns one intermediate index i and streams gate row i and

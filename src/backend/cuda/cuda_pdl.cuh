@@ -8,7 +8,7 @@
  * kernel's tail and the launch latency. DEEPINFER_CUDA_PDL (st->pdl): 0 launches everything
  * plainly (the waits are then no-ops); 1 (default) the GEMV and small-expert kernels; 2 also
  * RoPE, the KV-cache write and MLA decode attention with its combine (measured: no gain at
- * batch 1, about 1-2% slower at batch 16-64; docs/perf/cuda-decode.md).
+ * batch 1, about 1-2% slower at batch 16-64; docs/PERF.md, "Small-batch decode").
  *
  * Owner: cuda. griddepcontrol needs sm_90; CUDA graphs capture the launches as programmatic
  * dependency edges. */
