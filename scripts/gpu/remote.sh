@@ -11,7 +11,7 @@
 #          engine compare hf e2ebase
 #          (default: info pycoder ops attn model bench e2e engine)
 #          smalldown: the staged small-expert down kernel and the fused rope + cache write
-#          against their switches (DEEPINFER_CUDA_SMALL_DOWN=0, DEEPINFER_CUDA_ROPE_KV=0), and
+#          against their switches (DEEPINFER_CUDA_SMALL_DOWN=1, DEEPINFER_CUDA_ROPE_KV=0), and
 #          the fused router (DEEPINFER_CUDA_ROUTE_FUSE=1, off by default);
 #          small: the 1-4-token expert kernels' parity; modelvariants: test_cuda_model generate
 #          and routing with DEEPINFER_CUDA_PDL=1 / 0 and DEEPINFER_CUDA_MOE_SMALL=0; decode: bench_cuda_decode (GEMVs and
@@ -194,16 +194,16 @@ for s in $steps; do
         done
         ;;
     smalldown)
-        # the staged small-expert down kernel against the unstaged one (DEEPINFER_CUDA_SMALL_DOWN=0):
-        # the experts of 1-4-token steps in isolation, then batch-1 decode without it, without
+        # the staged small-expert down kernel (DEEPINFER_CUDA_SMALL_DOWN=1) against the default one:
+        # the experts of 1-4-token steps in isolation, then batch-1 decode with it, without
         # the fused rope + cache write (DEEPINFER_CUDA_ROPE_KV=0), with the fused router
         # (DEEPINFER_CUDA_ROUTE_FUSE=1), and the default again
         run_step bench.decode.moe bench.log "$G/bin/bench_cuda_decode" moe
-        echo "(variant: DEEPINFER_CUDA_SMALL_DOWN=0)" >>"$OUT/bench.log"
-        run_step bench.decode.moe.variant bench.log env DEEPINFER_CUDA_SMALL_DOWN=0 "$G/bin/bench_cuda_decode" moe
+        echo "(variant: DEEPINFER_CUDA_SMALL_DOWN=1)" >>"$OUT/bench.log"
+        run_step bench.decode.moe.variant bench.log env DEEPINFER_CUDA_SMALL_DOWN=1 "$G/bin/bench_cuda_decode" moe
         v2lite || continue
-        for v in "DEEPINFER_CUDA_SMALL_DOWN=0" "DEEPINFER_CUDA_ROPE_KV=0" "DEEPINFER_CUDA_ROUTE_FUSE=1" \
-            "DEEPINFER_CUDA_SMALL_DOWN=1"; do
+        for v in "DEEPINFER_CUDA_SMALL_DOWN=1" "DEEPINFER_CUDA_ROPE_KV=0" "DEEPINFER_CUDA_ROUTE_FUSE=1" \
+            "DEEPINFER_CUDA_SMALL_DOWN=0"; do
             echo "(variant: $v)" >>"$OUT/bench.log"
             run_step "e2e.b1.variant" bench.log env $v "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" \
                 --batches 1 --prefill none --ceilings 0

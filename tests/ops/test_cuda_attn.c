@@ -336,9 +336,9 @@ static void experts_case(const char *name, int E, int k, int D, int I, int T, in
     t_weight_free(&gu); t_weight_free(&dn);
 }
 
-/* A second CUDA backend with DEEPINFER_CUDA_SMALL_DOWN=0 (the unstaged down kernel): when set,
- * experts_small_case also runs there and requires the same bits (the staged k_small_down_s
- * computes every sum in the same order). */
+/* A second CUDA backend with DEEPINFER_CUDA_SMALL_DOWN=0 (the unstaged down kernel; g_gpu is
+ * then the backend made with =1, the staged one): when set, experts_small_case also runs there
+ * and requires the same bits (k_small_down_s computes every sum in the same order). */
 static di_backend *g_small_alt;
 
 /* Routed (+ shared, Is > 0) experts of a 1-4-token step through the permutation-free path
@@ -435,9 +435,11 @@ static void test_small(void) {
     /* 1-4 tokens: permutation-free small path, routed only and fused with the shared experts
      * (enabled up to 4 tokens here; the default dispatch takes it at one token only) */
     setenv("DEEPINFER_CUDA_MOE_SMALL", "4", 1);
+    setenv("DEEPINFER_CUDA_SMALL_DOWN", "1", 1); /* the staged down kernel where it fits */
     di_backend *small = NULL, *save = g_gpu;
     CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &small));
     unsetenv("DEEPINFER_CUDA_MOE_SMALL");
+    unsetenv("DEEPINFER_CUDA_SMALL_DOWN");
     if (!small) return;
     g_gpu = small;
     for (int T = 1; T <= 4; T++) { /* V2-Lite's matrix shapes; 16 of its 64 experts (test time) */
@@ -450,7 +452,7 @@ static void test_small(void) {
     experts_small_case("fp8", 8, 2, 512, 256, 0, 3, 1);
     experts_small_case("tiny+shared", 12, 3, 136, 40, 24, 2, 0);
     experts_small_case("tiny k8", 12, 8, 128, 40, 0, 4, 0);
-    /* staged down kernel (DEEPINFER_CUDA_SMALL_DOWN default) against the unstaged one, bit for
+    /* staged down kernel (DEEPINFER_CUDA_SMALL_DOWN=1) against the unstaged one (0), bit for
      * bit: V2-Lite (one row per warp; 16 of its 64 experts, test time), V3 fp8 at one token
      * (two rows per warp, 72 KB staged; the V3 T = 4 case above falls back to the unstaged
      * kernel, 288 KB), D = 7168 bf16 at two tokens, a partial last block of two-row warps

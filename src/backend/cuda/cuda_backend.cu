@@ -401,7 +401,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     const char *rf = getenv("DEEPINFER_CUDA_ROUTE_FUSE");
     st->route_fuse = rf && rf[0] == '1';
     const char *sd = getenv("DEEPINFER_CUDA_SMALL_DOWN");
-    st->small_down = !(sd && sd[0] == '0');
+    st->small_down = sd && sd[0] == '1'; /* measured no faster (docs/PERF.md, "Batch-1 decode, second pass") */
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
     st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 32;
     st->gemv_min_k = gk && atoi(gk) >= 256 ? atoi(gk) : 512;

@@ -17,8 +17,9 @@
  *                 w[t, j] * dot[t, j] in j order, plus the shared experts' dot, all fp32, one
  *                 rounding to bf16. Used where k_small_down_s's staging does not fit.
  *   k_small_down_s: the same sums bit for bit, one block per 8 or 16 output rows with all A
- *                 rows of the step staged once in shared memory (default where they fit:
- *                 DEEPINFER_CUDA_SMALL_DOWN=0 turns it off).
+ *                 rows of the step staged once in shared memory, where they fit, with
+ *                 DEEPINFER_CUDA_SMALL_DOWN=1 (default off: measured 55.0 vs 53.6 us for the
+ *                 V2-Lite experts of one token, batch-1 decode 1010 vs 1023 tok/s).
  *
  * Owner: cuda. Invariants: every dot product is computed by exactly one warp with a fixed
  * summation order (lane-strided partial sums, xor-shuffle tree), and each output by one thread
