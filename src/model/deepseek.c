@@ -102,10 +102,16 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     /* latent: [c | k_pe] = W_kva x; c = rmsnorm_kva(c)               [T, r + dr] */
     be->matmul(be, m->kva, W, m->x, c->hidden_size, &ly->kv_a, T, 0);
     be->rmsnorm(be, m->kva, W, m->kva, W, &ly->kv_a_norm, (float)c->rms_norm_eps, T, r);
-    /* RoPE on every head's q_pe and on the shared k_pe */
-    be->rope(be, act_at(m, m->q, dn), H * qk, H, qk, ab->positions, T, &m->rope);
-    be->rope(be, act_at(m, m->kva, r), W, 1, W, ab->positions, T, &m->rope);
-    be->kv_write(be, cache, m->kva, W, ab->slot_mapping, T, W);
+    /* RoPE on every head's q_pe and on the shared k_pe, then [c | k_pe] into the cache (one
+     * fused op where the backend has it) */
+    if (be->rope_kv_write) {
+        be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, m->kva, W, r, cache, ab->slot_mapping, W,
+                          ab->positions, T, &m->rope);
+    } else {
+        be->rope(be, act_at(m, m->q, dn), H * qk, H, qk, ab->positions, T, &m->rope);
+        be->rope(be, act_at(m, m->kva, r), W, 1, W, ab->positions, T, &m->rope);
+        be->kv_write(be, cache, m->kva, W, ab->slot_mapping, T, W);
+    }
     /* V3.2: the lightning indexer picks the positions each token attends to */
     di_attn_batch sparse;
     if (m->v32) {

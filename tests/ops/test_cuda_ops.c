@@ -1,4 +1,5 @@
-/* test_cuda_ops.c - CPU vs CUDA parity of the row-wise ops, the GEMMs (bf16 / fp8, every
+/* test_cuda_ops.c - CPU vs CUDA parity of the row-wise ops (rope_kv_write also bit for bit
+ * against the three ops it fuses), the GEMMs (bf16 / fp8, every
  * kernel path: small, tiled, cuBLASLt, generic), the per-head bmm, and CUDA-graph replay.
  * Inputs are fresh random bf16 values each run (full-precision fp32 for the residual stream,
  * which is f32 on both backends); GPU outputs are poisoned with NaN first; the CPU backend
@@ -8,6 +9,52 @@
 #include "cuda_test_util.h"
 
 /* ---------------------------------------------------------------- row ops ---- */
+
+/* rope_kv_write (rope of q's rope slices and of k_pe, then the cache write, one launch) against
+ * the CPU's, and bit for bit against the GPU's three separate ops on the same inputs. q rows
+ * [T, H, dn + dr], kv rows [T, r + dr]; cache rows start random so a missed element shows;
+ * one token has a negative slot (no cache write, its q and k_pe still rotated). */
+static void rope_kv_case(int T, int H, int dn, int dr, int r, int il) {
+    int qk = dn + dr, ldq = H * qk, W = r + dr, nslots = 3 * 64, half = dr / 2;
+    float *inv = (float *)malloc((size_t)half * 4);
+    for (int i = 0; i < half; i++) inv[i] = powf(10000.0f, -2.0f * i / dr) * (i > half * 2 / 3 ? 0.025f : 1.0f);
+    int32_t *pos = (int32_t *)malloc((size_t)T * 4), *slots = (int32_t *)malloc((size_t)T * 4);
+    for (int t = 0; t < T; t++) {
+        pos[t] = t == 0 ? 0 : t_int(200000);
+        slots[t] = (t * 37 + 5) % nslots;
+    }
+    if (T > 1) slots[1] = -1;
+    di_rope_params rc = {dr, il, il ? 1.0f : 1.2f, inv};
+    float *dinv = (float *)g_raw(inv, (size_t)half * 4);
+    di_rope_params rg = rc;
+    rg.inv_freq = dinv;
+    float *q = t_rand((size_t)T * ldq, 2.0f), *kv = t_rand((size_t)T * W, 2.0f), *cache = t_rand((size_t)nslots * W, 1.0f);
+    void *dq = g_act(q, (size_t)T * ldq), *dkv = g_act(kv, (size_t)T * W), *dc = g_act(cache, (size_t)nslots * W);
+    void *dq2 = g_act(q, (size_t)T * ldq), *dkv2 = g_act(kv, (size_t)T * W), *dc2 = g_act(cache, (size_t)nslots * W);
+    void *dpos = g_raw(pos, (size_t)T * 4), *dsl = g_raw(slots, (size_t)T * 4);
+    g_cpu->rope_kv_write(g_cpu, q + dn, ldq, H, qk, kv, W, r, cache, slots, W, pos, T, &rc);
+    CHECK_MSG(g_gpu->rope_kv_write != NULL, "cuda backend has no rope_kv_write");
+    if (g_gpu->rope_kv_write)
+        g_gpu->rope_kv_write(g_gpu, (uint16_t *)dq + dn, ldq, H, qk, dkv, W, r, dc, dsl, W, dpos, T, &rg);
+    g_gpu->rope(g_gpu, (uint16_t *)dq2 + dn, ldq, H, qk, dpos, T, &rg);
+    g_gpu->rope(g_gpu, (uint16_t *)dkv2 + r, W, 1, W, dpos, T, &rg);
+    g_gpu->kv_write(g_gpu, dc2, dkv2, W, dsl, T, W);
+    char what[160];
+    struct { void *d, *d2; float *ref; size_t n; const char *name; } outs[3] = {
+        {dq, dq2, q, (size_t)T * ldq, "q"}, {dkv, dkv2, kv, (size_t)T * W, "kv"}, {dc, dc2, cache, (size_t)nslots * W, "cache"}};
+    for (int o = 0; o < 3; o++) {
+        snprintf(what, sizeof what, "rope_kv_write %s T%d H%d dn%d dr%d r%d interleave %d", outs[o].name, T, H, dn, dr, r, il);
+        float *got = g_get_act(outs[o].d, outs[o].n);
+        T_CHECK(what, got, outs[o].ref, outs[o].n, TOL_L2, TOL_MAX);
+        uint16_t *a = (uint16_t *)malloc(outs[o].n * 2), *b = (uint16_t *)malloc(outs[o].n * 2);
+        CHECK_OK(g_gpu->download(g_gpu, a, outs[o].d, outs[o].n * 2));
+        CHECK_OK(g_gpu->download(g_gpu, b, outs[o].d2, outs[o].n * 2));
+        CHECK_MSG(memcmp(a, b, outs[o].n * 2) == 0, "%s: fused and separate ops differ", what);
+        free(a); free(b); free(got);
+    }
+    free(inv); free(pos); free(slots); free(q); free(kv); free(cache);
+    g_free(dinv); g_free(dq); g_free(dkv); g_free(dc); g_free(dq2); g_free(dkv2); g_free(dc2); g_free(dpos); g_free(dsl);
+}
 
 static void test_rows(void) {
     char what[128];
@@ -139,6 +186,13 @@ static void test_rows(void) {
         T_CHECK(what, got, x, (size_t)T * ld, TOL_L2, TOL_MAX);
         free(got); free(x); g_free(dx); g_free(dpos); g_free(dinv);
     }
+    /* rope + rope + kv_write fused: V2-Lite (16 heads), V3 (128), odd tiny shapes */
+    for (int il = 0; il < 2; il++) {
+        rope_kv_case(1, 16, 128, 64, 512, il);
+        rope_kv_case(5, 128, 128, 64, 512, il);
+        rope_kv_case(3, 3, 8, 6, 20, il);
+    }
+    rope_kv_case(33, 16, 128, 64, 512, 1);
     /* kv_write (negative slot skipped) and kv_copy_blocks */
     {
         int W = 576, nslots = 8 * 64, T = 6; /* 2 layers x 4 blocks */

@@ -59,6 +59,13 @@ typedef struct cuda_state {
     int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
                                     * at most N tokens without permutation (cuda_moe_small.cu);
                                     * measured faster than the permuted path only at one token */
+    int route_fuse;                /* DEEPINFER_CUDA_ROUTE_FUSE (default 0): routing of steps of <= 8
+                                    * tokens inside the router-logits launch (its last block) */
+    int *route_cnt;                /* [1] device counter of that launch, 0 between launches */
+    int small_down;                /* DEEPINFER_CUDA_SMALL_DOWN=1 (default 0): the small path's down
+                                    * projection with the intermediate rows staged in shared memory
+                                    * (k_small_down_s) where they fit; 0: k_small_down (measured
+                                    * faster at one token) */
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
                                     * for, default 32), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */
@@ -191,6 +198,9 @@ void cuda_add(di_backend *be, float *y, const void *x, size_t n);
 void cuda_gather_rows(di_backend *be, float *out, const float *x, const int32_t *rows, int n, int D);
 void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions, int T,
                const di_rope_params *rp);
+void cuda_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, void *kv, int ldkv, int kv_rope,
+                        void *cache, const int32_t *slot_mapping, int W, const int32_t *positions, int T,
+                        const di_rope_params *rp);
 void cuda_kv_write(di_backend *be, void *cache, const void *kv, int ldkv, const int32_t *slot_mapping,
                    int T, int W);
 void cuda_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,

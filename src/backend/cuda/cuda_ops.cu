@@ -4,7 +4,8 @@
  * Owner: cuda. All memory-bound; one block (or warp) per row, 16-byte accesses when the row
  * layout allows, fp32 arithmetic, bf16 activations. The residual stream h is fp32 (backend.h):
  * embed widens bf16 table rows into it, add / add_rmsnorm add bf16 deltas to it in fp32, and
- * gather_rows copies its rows. Semantics match the CPU backend (cpu_ops.c): RMSNorm statistics
+ * gather_rows copies its rows; rope_kv_write is rope(q), rope(k_pe) and kv_write in one launch,
+ * with the same arithmetic. Semantics match the CPU backend (cpu_ops.c): RMSNorm statistics
  * in fp32, y = w * (x * inv) rounded once to bf16 (add_rmsnorm can also write y unrounded in
  * fp32, the router's input); RoPE angles are fp32 pos * inv_freq with cos/sin in double. */
 #include "backend/cuda/cuda_internal.h"
@@ -326,6 +327,59 @@ void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int3
     cuda_launch_pdl(st, st->pdl >= 2, k_rope, dim3(T), dim3(128), (size_t)rp->dim * sizeof(float), (bf16 *)x, (long)ldx,
                     n_heads, hs, positions, rp->dim, rp->interleave, rp->mscale, rp->inv_freq);
     CUDA_LAUNCHED(st, "rope");
+}
+
+/* rope of q, rope of k_pe and the cache write in one launch (backend.h rope_kv_write): one
+ * block per token; threads over the (head, pair)s of q and then the pairs of k_pe, whose
+ * rotated values go to kv and to the cache row; the rest of the kv row is copied as is. The
+ * arithmetic is k_rope's, so the results are those of the three separate launches. */
+__global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *kv, long ldkv, int kv_rope,
+                                bf16 *cache, const int32_t *slots, int W, const int32_t *positions, int dim,
+                                int interleave, float mscale, const float *inv_freq) {
+    extern __shared__ float cs[]; /* [half] cos, then [half] sin */
+    pdl_launch_dependents();
+    pdl_wait();
+    int t = blockIdx.x, half = dim / 2;
+    float pos = (float)positions[t];
+    int slot = slots[t];
+    bf16 *crow = slot >= 0 ? cache + (long)slot * W : NULL;
+    bf16 *krow = kv + (long)t * ldkv;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float phi = __fmul_rn(pos, inv_freq[i]);
+        cs[i] = (float)cos((double)phi) * mscale;
+        cs[half + i] = (float)sin((double)phi) * mscale;
+    }
+    if (crow) /* the latent part (and anything outside k_pe) as is */
+        for (int i = threadIdx.x; i < W; i += blockDim.x)
+            if (i < kv_rope || i >= kv_rope + dim) crow[i] = krow[i];
+    __syncthreads();
+    for (int j = threadIdx.x; j < (n_heads + 1) * half; j += blockDim.x) {
+        int h = j / half, i = j % half;
+        bool k = h == n_heads;
+        bf16 *v = k ? krow + kv_rope : q + (long)t * ldq + (long)h * hsq;
+        int a = interleave ? 2 * i : i, b = interleave ? 2 * i + 1 : i + half;
+        float xa = __bfloat162float(v[a]), xb = __bfloat162float(v[b]);
+        float c = cs[i], s = cs[half + i];
+        bf16 ya = __float2bfloat16_rn(xa * c - xb * s), yb = __float2bfloat16_rn(xb * c + xa * s);
+        v[a] = ya;
+        v[b] = yb;
+        if (k && crow) {
+            crow[kv_rope + a] = ya;
+            crow[kv_rope + b] = yb;
+        }
+    }
+}
+
+void cuda_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, void *kv, int ldkv, int kv_rope,
+                        void *cache, const int32_t *slot_mapping, int W, const int32_t *positions, int T,
+                        const di_rope_params *rp) {
+    cuda_state *st = cst(be);
+    DI_ASSERT(rp->dim % 2 == 0 && kv_rope >= 0 && kv_rope + rp->dim <= W);
+    if (T <= 0) return;
+    cuda_launch_pdl(st, st->pdl >= 2, k_rope_kv_write, dim3(T), dim3(256), (size_t)rp->dim * sizeof(float), (bf16 *)q,
+                    (long)ldq, n_heads, hsq, (bf16 *)kv, (long)ldkv, kv_rope, (bf16 *)cache, slot_mapping, W, positions,
+                    rp->dim, rp->interleave, rp->mscale, rp->inv_freq);
+    CUDA_LAUNCHED(st, "rope_kv_write");
 }
 
 /* ---------------------------------------------------------------- KV cache ---- */
