@@ -7,12 +7,11 @@
 # `deepinfer mkmodel` (never carried).
 #
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
-#   steps: info pycoder ops attn small smalldown model modelvariants bench e2e variants breakdown decode
+#   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
 #          engine compare hf e2ebase
 #          (default: info pycoder ops attn model bench e2e engine)
-#          smalldown: the staged small-expert down kernel and the fused rope + cache write
-#          against their switches (DEEPINFER_CUDA_SMALL_DOWN=1, DEEPINFER_CUDA_ROPE_KV=0), and
-#          the fused router (DEEPINFER_CUDA_ROUTE_FUSE=1, off by default);
+#          ropekv: batch-1 decode with and without the fused rope + cache write
+#          (DEEPINFER_CUDA_ROPE_KV=0);
 #          small: the 1-4-token expert kernels' parity; modelvariants: test_cuda_model generate
 #          and routing with DEEPINFER_CUDA_PDL=1 / 0 and DEEPINFER_CUDA_MOE_SMALL=0; decode: bench_cuda_decode (GEMVs and
 #          experts of small steps, with PDL off and other split-K settings); variants: batch-1/16 decode with
@@ -193,17 +192,10 @@ for s in $steps; do
             run_step "bench.decode.variant" bench.log env $v "$G/bin/bench_cuda_decode" gemv
         done
         ;;
-    smalldown)
-        # the staged small-expert down kernel (DEEPINFER_CUDA_SMALL_DOWN=1) against the default one:
-        # the experts of 1-4-token steps in isolation, then batch-1 decode with it, without
-        # the fused rope + cache write (DEEPINFER_CUDA_ROPE_KV=0), with the fused router
-        # (DEEPINFER_CUDA_ROUTE_FUSE=1), and the default again
-        run_step bench.decode.moe bench.log "$G/bin/bench_cuda_decode" moe
-        echo "(variant: DEEPINFER_CUDA_SMALL_DOWN=1)" >>"$OUT/bench.log"
-        run_step bench.decode.moe.variant bench.log env DEEPINFER_CUDA_SMALL_DOWN=1 "$G/bin/bench_cuda_decode" moe
+    ropekv)
+        # batch-1 decode without the fused rope + cache write (DEEPINFER_CUDA_ROPE_KV=0), then the default
         v2lite || continue
-        for v in "DEEPINFER_CUDA_SMALL_DOWN=1" "DEEPINFER_CUDA_ROPE_KV=0" "DEEPINFER_CUDA_ROUTE_FUSE=1" \
-            "DEEPINFER_CUDA_SMALL_DOWN=0"; do
+        for v in "DEEPINFER_CUDA_ROPE_KV=0" "DEEPINFER_CUDA_ROPE_KV=1"; do
             echo "(variant: $v)" >>"$OUT/bench.log"
             run_step "e2e.b1.variant" bench.log env $v "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" \
                 --batches 1 --prefill none --ceilings 0

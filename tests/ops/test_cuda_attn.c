@@ -184,11 +184,6 @@ static void test_prefill(void) {
 
 /* ---------------------------------------------------------------- MoE ---- */
 
-/* A CUDA backend made with DEEPINFER_CUDA_ROUTE_FUSE=1 (routing inside the router-logits
- * launch for <= 8 tokens): when set, route_case also routes there, twice, and requires the
- * same bits (indices, weights, logits) as g_gpu's two-launch router. */
-static di_backend *g_route_alt;
-
 static void route_case(const char *name, di_route_params rp, int T, int D, float bias_amp) {
     int E = rp.n_experts, k = rp.top_k;
     char what[160];
@@ -233,29 +228,6 @@ static void route_case(const char *name, di_route_params rp, int T, int D, float
     CHECK_MSG(mism == 0, "%s", what);
     snprintf(what, sizeof what, "moe_route %s weights", name);
     T_CHECK(what, wgot, wc, (size_t)T * k, 1e-5, 1e-5);
-    if (g_route_alt) {
-        di_backend *b = g_route_alt;
-        di_weight ga = t_weight_upload(b, &wg, DI_WEIGHT_PLAIN), ba = t_vec_upload(b, bias, E);
-        size_t nb = (size_t)T * k * 4;
-        uint8_t *ref = (uint8_t *)malloc(2 * nb + (size_t)T * E * 4), *got = (uint8_t *)malloc(2 * nb + (size_t)T * E * 4);
-        CHECK_OK(g_gpu->download(g_gpu, ref, di, nb));
-        CHECK_OK(g_gpu->download(g_gpu, ref + nb, dw, nb));
-        CHECK_OK(g_gpu->download(g_gpu, ref + 2 * nb, ds, (size_t)T * E * 4));
-        for (int rep = 0; rep < 2; rep++) { /* the second launch finds the counter reset */
-            g_poison(di, nb);
-            g_poison(dw, nb);
-            g_poison(ds, (size_t)T * 2 * E * 4);
-            g_gpu->sync(g_gpu);
-            b->moe_route(b, di, dw, (const float *)dx, &ga, bias_amp > 0 ? &ba : NULL, &rp, T, ds);
-            CHECK_OK(b->download(b, got, di, nb));
-            CHECK_OK(b->download(b, got + nb, dw, nb));
-            CHECK_OK(b->download(b, got + 2 * nb, ds, (size_t)T * E * 4));
-            CHECK_MSG(memcmp(ref, got, 2 * nb + (size_t)T * E * 4) == 0,
-                      "moe_route %s T%d: fused router (run %d) differs from the two-launch one", name, T, rep);
-        }
-        free(ref); free(got);
-        b->weight_free(b, &ga); b->weight_free(b, &ba);
-    }
     free(ic); free(wc); free(scr); free(ig); free(wgot); free(x); free(bias);
     g_free(dx); g_free(di); g_free(dw); g_free(ds);
     g_cpu->weight_free(g_cpu, &gc); g_gpu->weight_free(g_gpu, &gg);
@@ -276,22 +248,6 @@ static void test_route(void) {
     route_case("noaux_tc pycoder prefill", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 300, 257, 0.3f);
     route_case("greedy V2-Lite batch 5", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 5, 2048, 0.0f);
     route_case("noaux_tc odd D batch 8", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 8, 161, 0.3f);
-    /* the fused router (DEEPINFER_CUDA_ROUTE_FUSE=1, steps of <= 8 tokens) against the default */
-    setenv("DEEPINFER_CUDA_ROUTE_FUSE", "1", 1);
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &g_route_alt));
-    unsetenv("DEEPINFER_CUDA_ROUTE_FUSE");
-    if (g_route_alt) {
-        route_case("fused noaux_tc V3 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 1, 7168, 0.05f);
-        route_case("fused noaux_tc V3", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 4, 7168, 0.05f);
-        route_case("fused greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 1, 2048, 0.0f);
-        route_case("fused greedy V2-Lite batch 5", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 5, 2048, 0.0f);
-        route_case("fused group_limited", (di_route_params){DI_ROUTE_GROUP_LIMITED_GREEDY, 16, 3, 4, 2, 0, 2.0f}, 3, 96, 0.0f);
-        route_case("fused noaux_tc 1024", (di_route_params){DI_ROUTE_NOAUX_TC, 1024, 8, 16, 4, 1, 2.5f}, 8, 256, 0.05f);
-        route_case("fused noaux_tc odd D batch 8", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 8, 161, 0.3f);
-        route_case("fused (not taken) T9", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 9, 160, 0.3f);
-        di_backend_free(g_route_alt);
-        g_route_alt = NULL;
-    }
 }
 
 static void experts_case(const char *name, int E, int k, int D, int I, int T, int fp8) {
@@ -335,11 +291,6 @@ static void experts_case(const char *name, int E, int k, int D, int I, int T, in
     g_cpu->weight_free(g_cpu, &dnc); g_gpu->weight_free(g_gpu, &dng);
     t_weight_free(&gu); t_weight_free(&dn);
 }
-
-/* A second CUDA backend with DEEPINFER_CUDA_SMALL_DOWN=0 (the unstaged down kernel; g_gpu is
- * then the backend made with =1, the staged one): when set, experts_small_case also runs there
- * and requires the same bits (k_small_down_s computes every sum in the same order). */
-static di_backend *g_small_alt;
 
 /* Routed (+ shared, Is > 0) experts of a 1-4-token step through the permutation-free path
  * (cuda_moe_small.cu): moe_experts, or moe_experts_shared against the CPU's moe_experts plus
@@ -405,23 +356,6 @@ static void experts_small_case(const char *name, int E, int k, int D, int I, int
         CHECK_MSG(memcmp(first, second, (size_t)T * D * 2) == 0, "%s: two runs differ", what);
         free(got);
     }
-    if (ran && g_small_alt) { /* the unstaged down kernel: the same bits */
-        di_backend *b = g_small_alt;
-        di_weight gua = t_weight_upload(b, &gu, DI_WEIGHT_PLAIN), dna = t_weight_upload(b, &dn, DI_WEIGHT_PLAIN);
-        di_weight sgua = t_weight_upload(b, &sgu, DI_WEIGHT_PLAIN), sdna = t_weight_upload(b, &sdn, DI_WEIGHT_PLAIN);
-        g_poison(dout, (size_t)T * D * 2);
-        g_poison(ds, sg);
-        g_gpu->sync(g_gpu); /* the poison runs on g_gpu's stream */
-        if (Is > 0) {
-            int ok = b->moe_experts_shared(b, dout, dx, di, dw, k, &gua, &dna, &sgua, &sdna, T, ds, sg);
-            CHECK_MSG(ok, "%s: moe_experts_shared declined on the unstaged backend", what);
-        } else {
-            b->moe_experts(b, dout, dx, di, dw, k, &gua, &dna, T, ds, sg);
-        }
-        CHECK_OK(b->download(b, second, dout, (size_t)T * D * 2));
-        CHECK_MSG(memcmp(first, second, (size_t)T * D * 2) == 0, "%s: staged and unstaged down kernels differ", what);
-        b->weight_free(b, &gua); b->weight_free(b, &dna); b->weight_free(b, &sgua); b->weight_free(b, &sdna);
-    }
     free(x); free(w); free(idx); free(hs); free(ref); free(first); free(second);
     g_free(ds); g_free(dx); g_free(di); g_free(dw); g_free(dout);
     g_cpu->weight_free(g_cpu, &guc); g_gpu->weight_free(g_gpu, &gug);
@@ -435,11 +369,9 @@ static void test_small(void) {
     /* 1-4 tokens: permutation-free small path, routed only and fused with the shared experts
      * (enabled up to 4 tokens here; the default dispatch takes it at one token only) */
     setenv("DEEPINFER_CUDA_MOE_SMALL", "4", 1);
-    setenv("DEEPINFER_CUDA_SMALL_DOWN", "1", 1); /* the staged down kernel where it fits */
     di_backend *small = NULL, *save = g_gpu;
     CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &small));
     unsetenv("DEEPINFER_CUDA_MOE_SMALL");
-    unsetenv("DEEPINFER_CUDA_SMALL_DOWN");
     if (!small) return;
     g_gpu = small;
     for (int T = 1; T <= 4; T++) { /* V2-Lite's matrix shapes; 16 of its 64 experts (test time) */
@@ -452,27 +384,6 @@ static void test_small(void) {
     experts_small_case("fp8", 8, 2, 512, 256, 0, 3, 1);
     experts_small_case("tiny+shared", 12, 3, 136, 40, 24, 2, 0);
     experts_small_case("tiny k8", 12, 8, 128, 40, 0, 4, 0);
-    /* staged down kernel (DEEPINFER_CUDA_SMALL_DOWN=1) against the unstaged one (0), bit for
-     * bit: V2-Lite (one row per warp; 16 of its 64 experts, test time), V3 fp8 at one token
-     * (two rows per warp, 72 KB staged; the V3 T = 4 case above falls back to the unstaged
-     * kernel, 288 KB), D = 7168 bf16 at two tokens, a partial last block of two-row warps
-     * (D = 4232), odd tiny shapes */
-    setenv("DEEPINFER_CUDA_MOE_SMALL", "4", 1);
-    setenv("DEEPINFER_CUDA_SMALL_DOWN", "0", 1);
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &g_small_alt));
-    unsetenv("DEEPINFER_CUDA_MOE_SMALL");
-    unsetenv("DEEPINFER_CUDA_SMALL_DOWN");
-    if (g_small_alt) {
-        for (int T = 1; T <= 4; T++) experts_small_case("v2-lite+shared vs unstaged", 16, 6, 2048, 1408, 2816, T, 0);
-        experts_small_case("v2-lite vs unstaged", 16, 6, 2048, 1408, 0, 1, 0);
-        experts_small_case("v3 fp8+shared vs unstaged", 9, 8, 7168, 2048, 2048, 1, 1);
-        experts_small_case("D7168 bf16 k8 vs unstaged", 8, 8, 7168, 512, 0, 2, 0);
-        experts_small_case("D4232+shared vs unstaged", 8, 2, 4232, 64, 32, 3, 0);
-        experts_small_case("tiny+shared vs unstaged", 12, 3, 136, 40, 24, 2, 0);
-        experts_small_case("tiny fp8 k8 vs unstaged", 12, 8, 72, 16, 8, 4, 1);
-        di_backend_free(g_small_alt);
-        g_small_alt = NULL;
-    }
     g_gpu = save;
     di_backend_free(small);
 }

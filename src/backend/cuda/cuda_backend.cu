@@ -353,7 +353,6 @@ static void c_destroy(di_backend *be) {
         if (st->aq) cudaFree(st->aq);
         if (st->aq_scale) cudaFree(st->aq_scale);
         if (st->dec_part) cudaFree(st->dec_part);
-        if (st->route_cnt) cudaFree(st->route_cnt);
         if (st->pin) cudaFreeHost(st->pin);
         if (st->stream) cudaStreamDestroy(st->stream);
         free(st);
@@ -398,10 +397,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     const char *ms = getenv("DEEPINFER_CUDA_MOE_SMALL"), *pd = getenv("DEEPINFER_CUDA_PDL");
     st->moe_small = ms && ms[0] >= '0' && ms[0] <= '4' && !ms[1] ? ms[0] - '0' : 1;
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
-    const char *rf = getenv("DEEPINFER_CUDA_ROUTE_FUSE");
-    st->route_fuse = rf && rf[0] == '1';
-    const char *sd = getenv("DEEPINFER_CUDA_SMALL_DOWN");
-    st->small_down = sd && sd[0] == '1'; /* measured no faster (docs/PERF.md, "Batch-1 decode, second pass") */
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
     st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 32;
     st->gemv_min_k = gk && atoi(gk) >= 256 ? atoi(gk) : 512;
@@ -415,13 +410,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
         st->lt = NULL;
         c_destroy(be);
         return di_error(DI_ERR_BACKEND, "cuda backend: cublasLtCreate failed");
-    }
-    if (st->route_fuse) { /* the fused router's counter, zero between launches */
-        if ((e = cudaMalloc((void **)&st->route_cnt, 256)) != cudaSuccess ||
-            (e = cudaMemset(st->route_cnt, 0, 256)) != cudaSuccess) {
-            c_destroy(be);
-            return cuda_fail(e, "route counter");
-        }
     }
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);

@@ -59,13 +59,6 @@ typedef struct cuda_state {
     int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
                                     * at most N tokens without permutation (cuda_moe_small.cu);
                                     * measured faster than the permuted path only at one token */
-    int route_fuse;                /* DEEPINFER_CUDA_ROUTE_FUSE (default 0): routing of steps of <= 8
-                                    * tokens inside the router-logits launch (its last block) */
-    int *route_cnt;                /* [1] device counter of that launch, 0 between launches */
-    int small_down;                /* DEEPINFER_CUDA_SMALL_DOWN=1 (default 0): the small path's down
-                                    * projection with the intermediate rows staged in shared memory
-                                    * (k_small_down_s) where they fit; 0: k_small_down (measured
-                                    * faster at one token) */
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
                                     * for, default 32), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */

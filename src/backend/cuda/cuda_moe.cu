@@ -1,8 +1,7 @@
 /* cuda_moe.cu - mixture-of-experts on the GPU: the router (fp32 logits from the fp32 normed
  * hidden state and the bf16-stored gate weight with fp32 arithmetic, as HF's
  * DeepseekV3TopkRouter; then one warp per token for sigmoid/softmax, correction bias,
- * group-limited top-k; with DEEPINFER_CUDA_ROUTE_FUSE=1, steps of <= 8 tokens are routed by the
- * last block of the logits launch instead, same code and bits), and all routed experts of
+ * group-limited top-k), and all routed experts of
  * a layer without host synchronisation: a one-block kernel counts tokens per expert and
  * builds the permutation, offsets, active-expert list and GEMM tile table on the device; two
  * grouped GEMMs (gate+up with SiLU-mul fused into the epilogue, then down) run over every expert
@@ -38,26 +37,9 @@
  * L2-resident: T x D x 4 bytes, read E / EE times). */
 enum { RT_TOK = 8, RT_Q = 4 };
 
-/* the routing of one token by one warp (route_token, below); the fused router calls it */
-struct route_out {
-    const float *bias;
-    di_route_params rp;
-    int32_t *idx;
-    float *w;
-    int *cnt;
-};
-static __device__ void route_token(const float *logits, const float *bias, const di_route_params &rp, int t,
-                                   int32_t *idx_out, float *w_out, unsigned char *base);
-static __host__ __device__ size_t route_smem_per_warp(int E, int G) {
-    return ((size_t)E * 8 + (size_t)G * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
-}
-
-/* FUSE (steps of <= RT_TOK tokens, grid (1, E)): after writing its logits, each block counts
- * itself in ro.cnt[0]; the last one (which resets the counter) routes the step's tokens, warp
- * q taking tokens q, q + 4, ..., reading the logits from L2 (route_token uses ld.global.cg). */
-template <int EE, int UNROLL, bool FUSE>
+template <int EE, int UNROLL>
 __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T, int E,
-                                                             int D, int vec, route_out ro) {
+                                                             int D, int vec) {
     __shared__ float part[RT_Q][EE][RT_TOK];
     const int lane = threadIdx.x & 31, q = threadIdx.x >> 5;
     const int e0 = blockIdx.y * EE, t0 = blockIdx.x * RT_TOK;
@@ -117,41 +99,19 @@ __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const f
         if (j < ne && tt < nt)
             out[(long)(t0 + tt) * E + e0 + j] = ((part[0][j][tt] + part[1][j][tt]) + part[2][j][tt]) + part[3][j][tt];
     }
-    if (FUSE) {
-        __shared__ int last;
-        __threadfence(); /* this block's logits visible before it is counted */
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            last = atomicAdd(ro.cnt, 1) == (int)(gridDim.x * gridDim.y) - 1;
-            if (last) *ro.cnt = 0; /* every block has counted: ready for the next launch */
-        }
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        extern __shared__ __align__(16) unsigned char rsm[];
-        const int G = ro.rp.n_group > 0 ? ro.rp.n_group : 1;
-        unsigned char *base = rsm + route_smem_per_warp(E, G) * q;
-        for (int t = q; t < T; t += RT_Q) route_token(out, ro.bias, ro.rp, t, ro.idx, ro.w, base);
-    }
 }
 
-/* ro.cnt != NULL (T <= RT_TOK): the fused launch, which also routes */
-static void launch_router_logits(cuda_state *st, float *out, const float *x, const di_weight *W, int T,
-                                 const route_out &ro) {
+static void launch_router_logits(cuda_state *st, float *out, const float *x, const di_weight *W, int T) {
     int E = W->rows, D = W->cols;
     int vec = D % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)W->data & 7) == 0;
     const bf16 *w = (const bf16 *)W->data;
     /* tokens on x (no 65535 limit), experts on y (E <= DI_MAX_EXPERTS) */
-    if (ro.cnt) {
-        int G = ro.rp.n_group > 0 ? ro.rp.n_group : 1;
-        k_router_logits<1, 4, true><<<dim3(1, E), RT_Q * 32, route_smem_per_warp(E, G) * RT_Q, st->stream>>>(
-            out, x, w, T, E, D, vec, ro);
-    } else if (T <= 32) {
+    if (T <= 32) {
         dim3 grid(ceil_div_i(T, RT_TOK), E);
-        k_router_logits<1, 4, false><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec, ro);
+        k_router_logits<1, 4><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec);
     } else {
         dim3 grid(ceil_div_i(T, RT_TOK), ceil_div_i(E, 8));
-        k_router_logits<8, 1, false><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec, ro);
+        k_router_logits<8, 1><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec);
     }
     CUDA_LAUNCHED(st, "router_logits");
 }
@@ -184,28 +144,30 @@ static __device__ int warp_argmax(const float *v, const unsigned char *taken, in
     return b.e;
 }
 
-/* Token t's routing by the calling warp (all 32 lanes): base = the warp's shared memory
- * (route_smem_per_warp bytes). The logits are read with ld.global.cg: in the fused router
- * other blocks wrote them during the same launch. */
-static __device__ void route_token(const float *logits, const float *bias, const di_route_params &rp, int t,
-                                   int32_t *idx_out, float *w_out, unsigned char *base) {
+__global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
+                        float *w_out) {
+    extern __shared__ unsigned char smem[];
     const int E = rp.n_experts, k = rp.top_k, G = rp.n_group > 0 ? rp.n_group : 1;
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    size_t per_warp = ((size_t)E * 8 + (size_t)G * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
+    unsigned char *base = smem + per_warp * warp;
     float *s = (float *)base, *sel = s + E, *gscore = sel + E;
     unsigned char *taken = (unsigned char *)(gscore + G), *gtaken = taken + E;
+    int t = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (t >= T) return;
     const float *lg = logits + (long)t * E;
     const bool noaux = rp.method == DI_ROUTE_NOAUX_TC;
     if (noaux) {
         for (int e = lane; e < E; e += 32) {
-            s[e] = 1.0f / (1.0f + expf(-__ldcg(lg + e)));
+            s[e] = 1.0f / (1.0f + expf(-lg[e]));
             sel[e] = s[e] + (bias ? bias[e] : 0.0f);
         }
     } else {
         float mx = -FLT_MAX;
-        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(lg + e));
+        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         double sum = 0.0;
-        for (int e = lane; e < E; e += 32) sum += (s[e] = expf(__ldcg(lg + e) - mx));
+        for (int e = lane; e < E; e += 32) sum += (s[e] = expf(lg[e] - mx));
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         for (int e = lane; e < E; e += 32) sel[e] = s[e] = (float)((double)s[e] / sum);
     }
@@ -279,15 +241,6 @@ static __device__ void route_token(const float *logits, const float *bias, const
     }
 }
 
-__global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
-                        float *w_out) {
-    extern __shared__ unsigned char smem[];
-    const int G = rp.n_group > 0 ? rp.n_group : 1, warp = threadIdx.x >> 5;
-    int t = blockIdx.x * (blockDim.x >> 5) + warp;
-    if (t >= T) return;
-    route_token(logits, bias, rp, t, idx_out, w_out, smem + route_smem_per_warp(rp.n_experts, G) * warp);
-}
-
 void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const float *x, const di_weight *W_g,
                     const di_weight *bias, const di_route_params *rp, int T, float *scratch) {
     cuda_state *st = cst(be);
@@ -296,15 +249,9 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
     DI_ASSERT(E <= DI_MAX_EXPERTS && k >= 1 && k <= E && E % G == 0);
     DI_ASSERT(!bias || (bias->cols == E && bias->dtype == DI_DTYPE_F32));
     if (T <= 0) return;
-    route_out ro = {bias ? (const float *)bias->data : NULL, *rp, topk_idx, topk_w, NULL};
-    if (st->route_fuse && st->route_cnt && T <= RT_TOK) { /* one launch: logits, then routing */
-        ro.cnt = st->route_cnt;
-        launch_router_logits(st, scratch, x, W_g, T, ro);
-        return;
-    }
-    launch_router_logits(st, scratch, x, W_g, T, ro);
+    launch_router_logits(st, scratch, x, W_g, T);
     int warps = E > 512 ? 2 : 4;
-    size_t per_warp = route_smem_per_warp(E, G);
+    size_t per_warp = ((size_t)E * 8 + (size_t)G * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
     k_route<<<ceil_div_i(T, warps), warps * 32, per_warp * warps, st->stream>>>(
         scratch, bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w);
     CUDA_LAUNCHED(st, "moe_route");

@@ -15,11 +15,9 @@
  *                 its two down rows once and dotting them with the A rows of every token that
  *                 picked the expert (partials in shared memory); then, per token, out = sum_j
  *                 w[t, j] * dot[t, j] in j order, plus the shared experts' dot, all fp32, one
- *                 rounding to bf16. Used where k_small_down_s's staging does not fit.
- *   k_small_down_s: the same sums bit for bit, one block per 8 or 16 output rows with all A
- *                 rows of the step staged once in shared memory, where they fit, with
- *                 DEEPINFER_CUDA_SMALL_DOWN=1 (default off: measured 55.0 vs 53.6 us for the
- *                 V2-Lite experts of one token, batch-1 decode 1010 vs 1023 tok/s).
+ *                 rounding to bf16. (A variant staging all A rows in shared memory, 8-16
+ *                 output rows per block, measured slower: 55.0 vs 53.6 us for the V2-Lite
+ *                 experts of one token; docs/PERF.md, "Batch-1 decode, second pass".)
  *
  * Owner: cuda. Invariants: every dot product is computed by exactly one warp with a fixed
  * summation order (lane-strided partial sums, xor-shuffle tree), and each output by one thread
@@ -274,135 +272,6 @@ __global__ void __launch_bounds__(256) k_small_down(small_args a) {
     }
 }
 
-/* ------------------------------------------------------------------ down, staged ---- */
-
-/* k_small_down_s: the same sums as k_small_down, bit for bit (each dot product: a lane's
- * columns in ascending order, then the same xor tree; the combine in j order), but one block
- * of 8 warps owns 8 * RW output rows and first stages every A row of the step (T * k pairs)
- * and the shared experts' rows (T) in shared memory, so the fp32 intermediates are read from
- * L2 once per block instead of once per weight chunk. Each warp owns RW rows and walks all the
- * units (the shared experts first, then the distinct routed experts in pair order), holding up
- * to RW * U raw 16-byte weight loads in flight per lane; the shared experts' first U chunks
- * are loaded before pdl_wait() (their address does not depend on the router). */
-enum { DOWN_WARPS = 8, DOWN_U = 8 };
-
-template <bool FP8, int RW, int U>
-static __device__ __forceinline__ void down_load(const wview &W, int mat, int n0, int D, int k0, int K,
-                                                 wraw<FP8> (*w)[U]) {
-#pragma unroll
-    for (int r = 0; r < RW; r++)
-#pragma unroll
-        for (int v = 0; v < U; v++) {
-            int kk = k0 + v * 256;
-            w[r][v] = wload<FP8>(W, mat, n0 + r, kk, kk < K && n0 + r < D);
-        }
-}
-
-/* acc[r][m] += row r's chunk k0 + v * 256 (v < U) . src[rows[m]] (shared memory, K wide) */
-template <int MT, bool FP8, int RW, int U>
-static __device__ __forceinline__ void down_fma(wraw<FP8> (*w)[U], const float *src, const int *rows, int nm,
-                                                int k0, int K, float (*acc)[MT]) {
-#pragma unroll
-    for (int v = 0; v < U; v++) {
-        int kk = k0 + v * 256;
-        if (kk >= K) continue;
-        float f[RW][8];
-#pragma unroll
-        for (int r = 0; r < RW; r++) wfloat<FP8>(w[r][v], f[r]);
-#pragma unroll
-        for (int m = 0; m < MT; m++) {
-            if (m >= nm) continue;
-            const float4 *ap = (const float4 *)(src + (long)rows[m] * K + kk);
-            float4 a0 = ap[0], a1 = ap[1];
-            float x[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-#pragma unroll
-            for (int r = 0; r < RW; r++)
-#pragma unroll
-                for (int c = 0; c < 8; c++) acc[r][m] = fmaf(f[r][c], x[c], acc[r][m]);
-        }
-    }
-}
-
-template <int MT, bool FP8, int RW>
-__global__ void __launch_bounds__(256) k_small_down_s(small_args a) {
-    enum { R = DOWN_WARPS * RW, U = DOWN_U };
-    extern __shared__ float4 down_smem[];
-    __shared__ float pdot[R][SMALL_MAX_PAIRS], sdot[R][SMALL_MAX_T];
-    float *sA = (float *)down_smem; /* [T*k][I] then [T][Is] */
-    pdl_launch_dependents();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x, Tk = a.T * a.k;
-    const int n0 = blockIdx.x * R + warp * RW; /* this warp's rows n0 .. n0 + RW - 1 */
-    for (int i = tid; i < R * SMALL_MAX_PAIRS; i += blockDim.x) (&pdot[0][0])[i] = 0.f;
-    wraw<FP8> w[RW][U];
-    if (a.Is > 0) down_load<FP8, RW, U>(a.sdn, 0, n0, a.D, lane * 8, a.Is, w); /* constant: before the wait */
-    pdl_wait(); /* A, As, the expert ids and weights come from earlier kernels */
-    const int nA = Tk * a.I, nS = a.T * a.Is;
-    for (int i = tid * 4; i < nA; i += 256 * 4) *(float4 *)(sA + i) = ld_act16f(a.A + i);
-    for (int i = tid * 4; i < nS; i += 256 * 4) *(float4 *)(sA + nA + i) = ld_act16f(a.As + i);
-    int e;
-    unsigned same;
-    pair_info(a.idx, Tk, a.E, lane, &e, &same);
-    unsigned firsts = __ballot_sync(0xffffffffu, same != 0u && (__ffs(same) - 1) == lane);
-    const int hs = a.Is > 0 ? 1 : 0, nu = hs + __popc(firsts);
-    __syncthreads(); /* sA staged, pdot zeroed */
-    for (int u = 0; u < nu; u++) {
-        const bool shared = u < hs;
-        int mat = 0, nm = 0, rows[MT];
-        if (shared) {
-            nm = a.T;
-#pragma unroll
-            for (int m = 0; m < MT; m++) rows[m] = m < a.T ? m : 0;
-        } else {
-            unsigned f = firsts;
-            for (int i = 0; i < u - hs; i++) f &= f - 1u;
-            int p = __ffs(f) - 1;
-            unsigned mine = __shfl_sync(0xffffffffu, same, p);
-            mat = __shfl_sync(0xffffffffu, e, p);
-#pragma unroll
-            for (int m = 0; m < MT; m++) {
-                rows[m] = mine ? __ffs(mine) - 1 : 0;
-                if (mine) nm++;
-                mine &= mine - 1u;
-            }
-        }
-        const wview &W = shared ? a.sdn : a.dn;
-        const int K = shared ? a.Is : a.I;
-        const float *src = shared ? sA + nA : sA;
-        float acc[RW][MT];
-#pragma unroll
-        for (int r = 0; r < RW; r++)
-#pragma unroll
-            for (int m = 0; m < MT; m++) acc[r][m] = 0.f;
-        for (int k0 = lane * 8; k0 < K; k0 += 256 * U) {
-            if (!(shared && k0 == lane * 8)) down_load<FP8, RW, U>(W, mat, n0, a.D, k0, K, w);
-            down_fma<MT, FP8, RW, U>(w, src, rows, nm, k0, K, acc);
-        }
-#pragma unroll
-        for (int r = 0; r < RW; r++)
-#pragma unroll
-            for (int m = 0; m < MT; m++) acc[r][m] = warp_sum(acc[r][m]);
-        if (lane == 0)
-#pragma unroll
-            for (int r = 0; r < RW; r++)
-#pragma unroll
-                for (int m = 0; m < MT; m++) {
-                    if (m >= nm) continue;
-                    if (shared) sdot[warp * RW + r][rows[m]] = acc[r][m];
-                    else pdot[warp * RW + r][rows[m]] = acc[r][m];
-                }
-    }
-    __syncthreads();
-    if (tid < a.T * R) { /* per (token, row): its k slots in j order, then the shared experts; one rounding */
-        int t = tid / R, r = tid % R, n = blockIdx.x * R + r;
-        if (n < a.D) {
-            float acc = 0.f;
-            for (int j = 0; j < a.k; j++) acc += a.w[t * a.k + j] * pdot[r][t * a.k + j];
-            if (a.Is > 0) acc += sdot[r][t];
-            a.out[(long)t * a.D + n] = __float2bfloat16_rn(acc);
-        }
-    }
-}
-
 /* ------------------------------------------------------------------ host ---- */
 
 static size_t small_need(int T, int k, int I, int Is) {
@@ -432,44 +301,12 @@ int cuda_moe_small_fits(int T, int k, const di_weight *gate_up, const di_weight 
     return scratch_bytes >= small_need(T, k, I, Is);
 }
 
-/* dynamic shared memory of k_small_down_s: the staged A and As rows; the kernel is used when
- * they fit under down_smem_cap (set as the kernels' attribute once) */
-static size_t down_smem_bytes(const small_args &a) {
-    return ((size_t)a.T * a.k * a.I + (size_t)a.T * a.Is) * sizeof(float);
-}
-static size_t down_smem_cap(const cuda_state *st) {
-    size_t cap = 200u * 1024u, opt = st->smem_optin > 8192 ? st->smem_optin - 8192 : 0; /* static pdot/sdot */
-    return opt < cap ? opt : cap;
-}
-
-template <int MT, bool FP8, int RW>
-static void launch_down_s(cuda_state *st, const small_args &a) {
-    static bool attr = false;
-    if (!attr) {
-        if (cuda_note(st, cudaFuncSetAttribute(k_small_down_s<MT, FP8, RW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)down_smem_cap(st)),
-                      "moe_small_down smem attribute"))
-            return;
-        attr = true;
-    }
-    cuda_launch_pdl(st, st->pdl >= 1, k_small_down_s<MT, FP8, RW>, dim3(ceil_div_i(a.D, DOWN_WARPS * RW)), dim3(256),
-                    down_smem_bytes(a), a);
-    CUDA_LAUNCHED(st, "moe_small_down_s");
-}
-
-/* Down projection: k_small_down_s when the staged rows fit (one warp per row when two rows per
- * warp would leave SMs idle, e.g. V2-Lite's D = 2048: 256 blocks instead of 128), else
- * k_small_down (e.g. V3 at 4 tokens: 288 KB of rows). Chosen from shapes only. */
+/* gate+up (with the shared experts), then down + combine; chosen from shapes only */
 template <int MT, bool FP8>
 static void launch_small(cuda_state *st, const small_args &a) {
     int gr = ceil_div_i(a.I, 8), gs = a.Is > 0 ? ceil_div_i(a.Is, 8) : 0;
     cuda_launch_pdl(st, st->pdl >= 1, k_small_gu<MT, FP8, 4>, dim3(a.T * a.k * gr + gs), dim3(256), 0, a, gr);
     CUDA_LAUNCHED(st, "moe_small_gu");
-    if (st->small_down && down_smem_bytes(a) <= down_smem_cap(st)) {
-        if (ceil_div_i(a.D, DOWN_WARPS * 2) >= st->n_sm) launch_down_s<MT, FP8, 2>(st, a);
-        else launch_down_s<MT, FP8, 1>(st, a);
-        return;
-    }
     cuda_launch_pdl(st, st->pdl >= 1, k_small_down<MT, FP8, 4>, dim3(ceil_div_i(a.D, 2)), dim3(256), 0, a);
     CUDA_LAUNCHED(st, "moe_small_down");
 }
