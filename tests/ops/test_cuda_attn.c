@@ -250,17 +250,13 @@ static void test_route(void) {
     route_case("noaux_tc odd D batch 8", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 8, 161, 0.3f);
 }
 
-static void experts_case(const char *name, int E, int k, int D, int I, int T, int fp8) {
-    t_weight gu = t_weight_make(E, 2 * I, D, fp8, 0.05f), dn = t_weight_make(E, D, I, fp8, 0.05f);
-    di_weight guc = t_weight_upload(g_cpu, &gu, DI_WEIGHT_PLAIN), gug = t_weight_upload(g_gpu, &gu, DI_WEIGHT_PLAIN);
-    di_weight dnc = t_weight_upload(g_cpu, &dn, DI_WEIGHT_PLAIN), dng = t_weight_upload(g_gpu, &dn, DI_WEIGHT_PLAIN);
-    CHECK_MSG(!fp8 || (gug.dtype == DI_DTYPE_F8_E4M3 && dng.dtype == DI_DTYPE_F8_E4M3), "%s: fp8 experts not kept fp8", name);
-    float *x = t_rand((size_t)T * D, 1.0f), *w = (float *)malloc((size_t)T * k * 4);
-    int32_t *idx = (int32_t *)malloc((size_t)T * k * 4);
-    for (int t = 0; t < T; t++) { /* k distinct experts, ascending; skewed toward low ids */
+/* A router's output for tests: per token k distinct experts in ascending order, one pick in
+ * `low_one_in` drawn from the first four (so tokens share experts), weights in [0.1, 0.6). */
+static void random_topk(int32_t *idx, float *w, int T, int k, int E, int low_one_in) {
+    for (int t = 0; t < T; t++) {
         int n = 0;
         while (n < k) {
-            int e = t_int(4) == 0 ? t_int(E < 4 ? E : 4) : t_int(E), dup = 0;
+            int e = t_int(low_one_in) == 0 ? t_int(E < 4 ? E : 4) : t_int(E), dup = 0;
             for (int j = 0; j < n; j++) dup |= idx[t * k + j] == e;
             if (!dup) idx[t * k + n++] = e;
         }
@@ -273,6 +269,16 @@ static void experts_case(const char *name, int E, int k, int D, int I, int T, in
                 }
         for (int j = 0; j < k; j++) w[t * k + j] = 0.1f + 0.5f * (float)(t_u64() % 1000) / 1000.0f;
     }
+}
+
+static void experts_case(const char *name, int E, int k, int D, int I, int T, int fp8) {
+    t_weight gu = t_weight_make(E, 2 * I, D, fp8, 0.05f), dn = t_weight_make(E, D, I, fp8, 0.05f);
+    di_weight guc = t_weight_upload(g_cpu, &gu, DI_WEIGHT_PLAIN), gug = t_weight_upload(g_gpu, &gu, DI_WEIGHT_PLAIN);
+    di_weight dnc = t_weight_upload(g_cpu, &dn, DI_WEIGHT_PLAIN), dng = t_weight_upload(g_gpu, &dn, DI_WEIGHT_PLAIN);
+    CHECK_MSG(!fp8 || (gug.dtype == DI_DTYPE_F8_E4M3 && dng.dtype == DI_DTYPE_F8_E4M3), "%s: fp8 experts not kept fp8", name);
+    float *x = t_rand((size_t)T * D, 1.0f), *w = (float *)malloc((size_t)T * k * 4);
+    int32_t *idx = (int32_t *)malloc((size_t)T * k * 4);
+    random_topk(idx, w, T, k, E, 4); /* skewed toward low ids */
     size_t sc = g_cpu->moe_scratch_bytes(g_cpu, T, k, D, I, E), sg = g_gpu->moe_scratch_bytes(g_gpu, T, k, D, I, E);
     void *hs = malloc(sc), *ds = g_alloc(sg);
     float *ref = (float *)malloc((size_t)T * D * 4);
@@ -304,22 +310,7 @@ static void experts_small_case(const char *name, int E, int k, int D, int I, int
     di_weight sdnc = t_weight_upload(g_cpu, &sdn, DI_WEIGHT_PLAIN), sdng = t_weight_upload(g_gpu, &sdn, DI_WEIGHT_PLAIN);
     float *x = t_rand((size_t)T * D, 1.0f), *w = (float *)malloc((size_t)T * k * 4);
     int32_t *idx = (int32_t *)malloc((size_t)T * k * 4);
-    for (int t = 0; t < T; t++) { /* k distinct experts, ascending; tokens often share experts */
-        int n = 0;
-        while (n < k) {
-            int e = t_int(3) == 0 ? t_int(E < 4 ? E : 4) : t_int(E), dup = 0;
-            for (int j = 0; j < n; j++) dup |= idx[t * k + j] == e;
-            if (!dup) idx[t * k + n++] = e;
-        }
-        for (int a = 0; a < k; a++)
-            for (int b = a + 1; b < k; b++)
-                if (idx[t * k + b] < idx[t * k + a]) {
-                    int32_t tmp = idx[t * k + a];
-                    idx[t * k + a] = idx[t * k + b];
-                    idx[t * k + b] = tmp;
-                }
-        for (int j = 0; j < k; j++) w[t * k + j] = 0.1f + 0.5f * (float)(t_u64() % 1000) / 1000.0f;
-    }
+    random_topk(idx, w, T, k, E, 3); /* tokens often share experts */
     size_t sc = g_cpu->moe_scratch_bytes(g_cpu, T, k, D, I, E), sg = g_gpu->moe_scratch_bytes(g_gpu, T, k, D, I, E);
     void *hs = malloc(sc), *ds = g_alloc(sg);
     float *ref = (float *)malloc((size_t)T * D * 4);
