@@ -38,8 +38,10 @@ cp "$root/tests/data/golden_pycoder/golden_pycoder.json" "$build"/tests/data/gol
     "$dest/src/tests/data/golden_pycoder/"
 cp "$root/tests/data/ppl/slice.json" "$dest/src/tests/data/ppl/"
 cp "$root"/scripts/gpu/*.sh "$root"/scripts/gpu/*.py "$dest/src/scripts/gpu/"
-mkdir -p "$dest/src/tools/golden"
-cp "$root/tools/golden/hf_bf16_error.py" "$root/tools/golden/checksum.py" "$dest/src/tools/golden/"
+mkdir -p "$dest/src/tools/golden" "$dest/src/tools/train"
+cp "$root/tools/golden/hf_bf16_error.py" "$root/tools/golden/checksum.py" "$root/tools/golden/make_golden.py" \
+    "$dest/src/tools/golden/"
+cp "$root/tools/train/export.py" "$dest/src/tools/train/"
 # a baseline benchmark binary to compare against in the same call (remote.sh `variants`)
 [ -n "${DI_GPU_BASE_BENCH:-}" ] && cp "$DI_GPU_BASE_BENCH" "$dest/bin/bench_cuda_e2e_base"
 if [ "${DI_GPU_NO_BUNDLE:-0}" != 1 ]; then

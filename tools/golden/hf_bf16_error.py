@@ -22,7 +22,6 @@ Usage (on the GPU machine; CPU works too, slowly):
       [--device cuda] [--dtypes bfloat16,float32] [--out report.json]
 """
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -34,50 +33,15 @@ import time
 import numpy as np
 import torch
 import transformers
-from safetensors.torch import load_file, save_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "train"))
+import export as X  # noqa: E402  (write_dequantized_twin: the trained model's fp32 twin)
 from checksum import crc32  # noqa: E402
+from make_golden import dequantized_twin  # noqa: E402  (the random goldens' own fp32 twin)
 
 BOUND = 2e-2
-
-
-def dequantize(tensors, block):
-    """W = fp8(W) * scale per block; other tensors to fp32; scale tensors dropped."""
-    out = {}
-    for name, w in tensors.items():
-        if name.endswith("_scale_inv"):
-            continue
-        if w.dtype == torch.float8_e4m3fn:
-            s = tensors[name + "_scale_inv"]
-            r, c = w.shape
-            full = s.repeat_interleave(block[0], 0)[:r].repeat_interleave(block[1], 1)[:, :c]
-            out[name] = w.to(torch.float32) * full
-        else:
-            out[name] = w.to(torch.float32)
-    return out
-
-
-def fp32_twin(src, dst, drop_layers_from=None):
-    """An fp32 copy of a checkpoint directory (all shards into one file), FP8 dequantized."""
-    os.makedirs(dst, exist_ok=True)
-    cfg = json.load(open(os.path.join(src, "config.json")))
-    q = cfg.pop("quantization_config", None)
-    block = q["weight_block_size"] if q else [128, 128]
-    cfg["torch_dtype"] = "float32"
-    tensors = {}
-    for f in sorted(glob.glob(os.path.join(src, "*.safetensors"))):
-        tensors.update(load_file(f))
-    out = dequantize(tensors, block)
-    if drop_layers_from is not None:
-        out = {k: v for k, v in out.items()
-               if not (k.startswith("model.layers.") and int(k.split(".")[2]) >= drop_layers_from)}
-    save_file(out, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
-    json.dump(cfg, open(os.path.join(dst, "config.json"), "w"), indent=2)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        if os.path.exists(os.path.join(src, f)):
-            shutil.copy(os.path.join(src, f), dst)
 
 
 def load(path, dtype, device):
@@ -131,7 +95,7 @@ def main():
                 path = ckpt
                 if c["dtype"] == "fp8":
                     path = ckpt + "_fp32"
-                    fp32_twin(ckpt, path)
+                    dequantized_twin(ckpt, path)
                 made[key] = path
             ref = torch.from_numpy(np.fromfile(os.path.join(args.golden, c["logits"]), dtype="<f4")).view(
                 len(c["ids"]), c["vocab_size"])
@@ -139,9 +103,8 @@ def main():
             report["cases"].append(run_case(c["name"], made[key], c["ids"], rows, ref, dtypes, args.device))
         if args.pycoder_model and args.pycoder_golden:
             pm = json.load(open(os.path.join(args.pycoder_golden, "golden_pycoder.json")))
-            cfg = json.load(open(os.path.join(args.pycoder_model, "config.json")))
             twin = os.path.join(tmp, "pycoder_fp32")
-            fp32_twin(args.pycoder_model, twin, drop_layers_from=cfg["num_hidden_layers"])
+            X.write_dequantized_twin(args.pycoder_model, twin, drop_mtp=True)
             for c in pm["cases"]:
                 if only and "pycoder/" + c["name"] not in only and "pycoder" not in only:
                     continue
