@@ -387,7 +387,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->impl = st;
     st->device = device_index;
     st->n_sm = prop.multiProcessorCount;
-    st->smem_optin = prop.sharedMemPerBlockOptin;
     const char *aq = getenv("DEEPINFER_FP8_ACT_QUANT");
     st->fp8_act_quant = aq && aq[0] == '1';
     const char *gv = getenv("DEEPINFER_CUDA_GEMV"), *lm = getenv("DEEPINFER_CUDA_LT_MIN_ROWS");

@@ -42,7 +42,6 @@ typedef struct cuda_state {
     cudaStream_t stream;
     cublasLtHandle_t lt;
     int n_sm;
-    size_t smem_optin;             /* max dynamic shared memory per block */
     char err[512];                 /* first asynchronous/launch error, "" if none */
     int capturing;                 /* inside graph_begin .. graph_end */
     /* cuBLASLt */
