@@ -11,7 +11,7 @@
 /* ---------------------------------------------------------------- row ops ---- */
 
 /* rope_kv_write (rope of q's rope slices and of k_pe, then the cache write, one launch) against
- * the CPU's, and bit for bit against the GPU's three separate ops on the same inputs. q rows
+ * the CPU's three ops, and bit for bit against the GPU's three separate ops on the same inputs. q rows
  * [T, H, dn + dr], kv rows [T, r + dr]; cache rows start random so a missed element shows;
  * one token has a negative slot (no cache write, its q and k_pe still rotated). */
 static void rope_kv_case(int T, int H, int dn, int dr, int r, int il) {
@@ -32,7 +32,10 @@ static void rope_kv_case(int T, int H, int dn, int dr, int r, int il) {
     void *dq = g_act(q, (size_t)T * ldq), *dkv = g_act(kv, (size_t)T * W), *dc = g_act(cache, (size_t)nslots * W);
     void *dq2 = g_act(q, (size_t)T * ldq), *dkv2 = g_act(kv, (size_t)T * W), *dc2 = g_act(cache, (size_t)nslots * W);
     void *dpos = g_raw(pos, (size_t)T * 4), *dsl = g_raw(slots, (size_t)T * 4);
-    g_cpu->rope_kv_write(g_cpu, q + dn, ldq, H, qk, kv, W, r, cache, slots, W, pos, T, &rc);
+    /* the CPU reference: the three ops (the CPU backend has no fused form) */
+    g_cpu->rope(g_cpu, q + dn, ldq, H, qk, pos, T, &rc);
+    g_cpu->rope(g_cpu, kv + r, W, 1, W, pos, T, &rc);
+    g_cpu->kv_write(g_cpu, cache, kv, W, slots, T, W);
     CHECK_MSG(g_gpu->rope_kv_write != NULL, "cuda backend has no rope_kv_write");
     if (g_gpu->rope_kv_write)
         g_gpu->rope_kv_write(g_gpu, (uint16_t *)dq + dn, ldq, H, qk, dkv, W, r, dc, dsl, W, dpos, T, &rg);

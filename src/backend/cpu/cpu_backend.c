@@ -132,7 +132,6 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out) {
     be->bmm = di_cpu_bmm;
     be->rope = di_cpu_rope;
     be->kv_write = di_cpu_kv_write;
-    be->rope_kv_write = di_cpu_rope_kv_write;
     be->kv_copy_blocks = di_cpu_kv_copy_blocks;
     be->mla_prefill = di_cpu_mla_prefill;
     be->mla_prefill_scratch_bytes = di_cpu_mla_prefill_scratch_bytes;

@@ -128,15 +128,6 @@ void di_cpu_kv_write(di_backend *be, void *cache, const void *kv, int ldkv,
     }
 }
 
-/* rope of q, rope of k_pe, cache write: the three ops above in that order (backend.h) */
-void di_cpu_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, void *kv, int ldkv, int kv_rope,
-                          void *cache, const int32_t *slot_mapping, int W, const int32_t *positions, int T,
-                          const di_rope_params *rp) {
-    di_cpu_rope(be, q, ldq, n_heads, hsq, positions, T, rp);
-    di_cpu_rope(be, (float *)kv + kv_rope, ldkv, 1, ldkv, positions, T, rp);
-    di_cpu_kv_write(be, cache, kv, ldkv, slot_mapping, T, W);
-}
-
 void di_cpu_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,
                         const int32_t *src, const int32_t *dst, int n) {
     (void)be;
