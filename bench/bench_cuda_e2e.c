@@ -3,7 +3,7 @@
  * its roofline bound from the model's byte and FLOP counts over the ceilings measured in the
  * same run, and the ratio to llama.cpp's numbers for the benchmark model (issue 6).
  *
- *   bench_cuda_e2e --model DIR [--batches 1,16,64,256] [--prompt 128] [--gen 128]
+ *   bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128]
  *                  [--prefill 512,8192|none] [--ceilings 0|1]
  *
  * Decode at batch B: B random prompts of --prompt tokens prefilled together, then --gen new
@@ -186,14 +186,14 @@ int main(int argc, char **argv) {
     int Bs[8] = {1, 16, 64, 256}, nB = 4, Ls[8] = {512, 8192}, nL = 2, P = 128, G = 128, ceilings = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) dir = argv[i + 1];
-        else if (!strcmp(argv[i], "--batches")) nB = parse_list(argv[i + 1], Bs, 8);
+        else if (!strcmp(argv[i], "--batches")) nB = strcmp(argv[i + 1], "none") ? parse_list(argv[i + 1], Bs, 8) : 0;
         else if (!strcmp(argv[i], "--prefill")) nL = strcmp(argv[i + 1], "none") ? parse_list(argv[i + 1], Ls, 8) : 0;
         else if (!strcmp(argv[i], "--ceilings")) ceilings = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prompt")) P = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gen")) G = atoi(argv[i + 1]);
     }
     if (!dir || P < 1 || G < 4) {
-        fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256] [--prompt 128] [--gen 128] "
+        fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128] "
                         "[--prefill 512,8192|none] [--ceilings 0|1]\n");
         return 2;
     }

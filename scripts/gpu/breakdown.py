@@ -42,7 +42,7 @@ def load(path):
     return out
 
 
-def period(names, max_p=600):
+def period(names, max_p=4000):
     n = len(names)
     for p in range(20, min(max_p, n // 2) + 1):
         if names[n - p :] == names[n - 2 * p : n - p]:
@@ -63,7 +63,7 @@ def main():
         return 1
     step = ks[-p:]
     total = sum(k[2] for k in step)
-    print("== decode step %s: %d kernels, %.1f us summed (kernel durations, caches flushed)" % (label, p, total))
+    print("== one step %s: %d kernels, %.1f us summed (kernel durations, caches flushed)" % (label, p, total))
     for i, (_, name, us, grid) in enumerate(step):
         print("  %3d %8.2f  %-60s %s" % (i, us, name[:60], grid))
     agg = OrderedDict()

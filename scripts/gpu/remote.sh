@@ -8,7 +8,7 @@
 #
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
-#          engine compare hf e2ebase
+#          engine compare hf e2ebase pbreakdown
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -17,7 +17,8 @@
 #          experts of small steps, with PDL off and other split-K settings); variants: batch-1/16 decode with
 #          DEEPINFER_CUDA_MOE_SMALL / DEEPINFER_CUDA_PDL off, and a staged baseline binary
 #          (bin/bench_cuda_e2e_base) if any; breakdown: per-kernel times of one decode step under
-#          ncu (breakdown.txt; scripts/gpu/breakdown.py)
+#          ncu (breakdown.txt; scripts/gpu/breakdown.py); pbreakdown: the same for one prefill
+#          of PBREAKDOWN_LEN (8192) tokens
 #          hf: tools/golden/hf_bf16_error.py, transformers running the golden checkpoints in bf16
 #              and fp32 on the GPU vs the committed fp32 goldens (needs python3 with torch and
 #              transformers on the machine) -> hf.log, hf_bf16.json
@@ -234,6 +235,19 @@ for s in $steps; do
                 python3 "$G/src/scripts/gpu/breakdown.py" "$log" "b$b $cfg" >>"$OUT/breakdown.txt" 2>&1
             done
         done
+        ;;
+    pbreakdown)
+        # the same for one prefill of PBREAKDOWN_LEN tokens (default 8192; bench_cuda_e2e runs it
+        # four times, the last one is reported)
+        v2lite || continue
+        ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        [ -n "$ncu" ] || { summary "pbreakdown: ncu not found"; continue; }
+        L=${PBREAKDOWN_LEN:-8192}
+        log="$TMP/ncu_prefill$L.csv"
+        run_step "pbreakdown.$L" ncu.log "$ncu" --clock-control none --metrics gpu__time_duration.sum \
+            --csv --print-units base --log-file "$log" "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" \
+            --batches none --prefill "$L" --ceilings 0
+        python3 "$G/src/scripts/gpu/breakdown.py" "$log" "prefill $L" >>"$OUT/breakdown.txt" 2>&1
         ;;
     e2e | compare)
         v2lite || continue
