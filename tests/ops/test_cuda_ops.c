@@ -150,23 +150,27 @@ static void test_rows(void) {
         free(ref); free(x); free(w); free(dl); g_free(dx); g_free(dout);
         g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg);
     }
-    /* silu_mul, add */
-    {
-        int T = 13, I = 1408;
+    /* silu_mul, add: vectorised kernels (I % 8 == 0, n % 4 == 0) and the scalar fallbacks */
+    static const int su_shape[3][2] = {{13, 1408}, {5, 36}, {3, 21}};
+    for (int si = 0; si < 3; si++) {
+        int T = su_shape[si][0], I = su_shape[si][1];
+        char nm[64];
         float *gu = t_rand((size_t)T * 2 * I, 4.0f), *ref = (float *)malloc((size_t)T * I * 4);
         g_cpu->silu_mul(g_cpu, ref, gu, T, I);
         void *dgu = g_act(gu, (size_t)T * 2 * I), *dout = g_alloc((size_t)T * I * 2);
         g_poison(dout, (size_t)T * I * 2);
         g_gpu->silu_mul(g_gpu, dout, dgu, T, I);
         float *got = g_get_act(dout, (size_t)T * I);
-        T_CHECK("silu_mul [13 x 1408]", got, ref, (size_t)T * I, TOL_L2, TOL_MAX);
+        snprintf(nm, sizeof nm, "silu_mul [%d x %d]", T, I);
+        T_CHECK(nm, got, ref, (size_t)T * I, TOL_L2, TOL_MAX);
         /* add: f32 residual += bf16 delta, in fp32 (bit-exact) */
         float *y = t_rand_f32((size_t)T * I, 1.0f), *x = t_rand((size_t)T * I, 1.0f);
         void *dy = g_raw(y, (size_t)T * I * 4), *dxx = g_act(x, (size_t)T * I);
         g_cpu->add(g_cpu, y, x, (size_t)T * I);
         g_gpu->add(g_gpu, (float *)dy, dxx, (size_t)T * I);
         float *ga = g_get_f32(dy, (size_t)T * I);
-        T_CHECK("add f32 += bf16 [13 x 1408]", ga, y, (size_t)T * I, 0, 0);
+        snprintf(nm, sizeof nm, "add f32 += bf16 [%d x %d]", T, I);
+        T_CHECK(nm, ga, y, (size_t)T * I, 0, 0);
         free(ga); free(y); free(x); g_free(dy); g_free(dxx);
         free(got); free(ref); free(gu); g_free(dgu); g_free(dout);
     }

@@ -42,7 +42,13 @@ __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const f
                                                              int D, int vec) {
     __shared__ float part[RT_Q][EE][RT_TOK];
     const int lane = threadIdx.x & 31, q = threadIdx.x >> 5;
-    const int e0 = blockIdx.y * EE, t0 = blockIdx.x * RT_TOK;
+    int eb = blockIdx.y, tb = blockIdx.x;
+    if (EE > 1) { /* expert groups vary fastest in launch order (see launch_router_logits) */
+        long flat = (long)blockIdx.y * gridDim.x + blockIdx.x;
+        eb = (int)(flat % gridDim.y);
+        tb = (int)(flat / gridDim.y);
+    }
+    const int e0 = eb * EE, t0 = tb * RT_TOK;
     const int nt = min(RT_TOK, T - t0), ne = min(EE, E - e0);
     float acc[EE][RT_TOK];
 #pragma unroll
@@ -110,6 +116,11 @@ static void launch_router_logits(cuda_state *st, float *out, const float *x, con
         dim3 grid(ceil_div_i(T, RT_TOK), E);
         k_router_logits<1, 4><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec);
     } else {
+        /* prefill: the blocks of one token group (all expert groups) adjacent in launch order, so
+         * the group's x rows come from HBM once and then from L2 (x is T x D x 4 bytes: 64 MB at
+         * 8192 tokens, more than L2, so with tokens varying fastest every expert group re-read it
+         * from HBM). The expert-group index is derived from the flat block index; the kernel's
+         * arithmetic is unchanged. */
         dim3 grid(ceil_div_i(T, RT_TOK), ceil_div_i(E, 8));
         k_router_logits<8, 1><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec);
     }
@@ -378,6 +389,44 @@ __global__ void k_moe_combine(bf16 *out, const bf16 *Y, const int32_t *slot_of, 
     }
 }
 
+/* The same with 8 columns per thread (D % 8 == 0): the k rows' 16-byte loads are all issued
+ * before the sums, which run in j order as above (same bits). */
+enum { COMBINE_MAXK = 16 };
+__global__ void k_moe_combine_v8(bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k, int D) {
+    int t = blockIdx.x, D8 = D / 8;
+    for (int c = threadIdx.x; c < D8; c += blockDim.x) {
+        uint4 r[COMBINE_MAXK];
+#pragma unroll
+        for (int j = 0; j < COMBINE_MAXK; j++)
+            if (j < k) r[j] = ((const uint4 *)(Y + (long)slot_of[(long)t * k + j] * D))[c];
+        float acc[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < COMBINE_MAXK; j++)
+            if (j < k) {
+                float wj = w[(long)t * k + j];
+                const bf16 *b = (const bf16 *)&r[j];
+#pragma unroll
+                for (int i = 0; i < 8; i++) acc[i] += wj * __bfloat162float(b[i]);
+            }
+        uint4 o;
+        bf16 *ob = (bf16 *)&o;
+#pragma unroll
+        for (int i = 0; i < 8; i++) ob[i] = __float2bfloat16_rn(acc[i]);
+        ((uint4 *)(out + (long)t * D))[c] = o;
+    }
+}
+
+static void launch_combine(cuda_state *st, bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k,
+                           int D, int T) {
+    if (D % 8 == 0 && k <= COMBINE_MAXK && ((uintptr_t)out & 15) == 0 && ((uintptr_t)Y & 15) == 0)
+        k_moe_combine_v8<<<T, D / 8 < 256 ? (D / 8 + 31) / 32 * 32 : 256, 0, st->stream>>>(out, Y, slot_of, w, k, D);
+    else
+        k_moe_combine<<<T, 256, 0, st->stream>>>(out, Y, slot_of, w, k, D);
+    CUDA_LAUNCHED(st, "moe_combine");
+}
+
 void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
                       const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes) {
     cuda_state *st = cst(be);
@@ -414,8 +463,7 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
         lt_run(st, &g1, gate_up->data, ms.Xp, ms.Hp);
         cuda_silu_mul(be, ms.Ap, ms.Hp, E * cap, I);
         lt_run(st, &g2, down->data, ms.Ap, ms.Yp);
-        k_moe_combine<<<T, 256, 0, st->stream>>>((bf16 *)out, ms.Yp, ms.slot_of, topk_w, k, D);
-        CUDA_LAUNCHED(st, "moe_combine");
+        launch_combine(st, (bf16 *)out, ms.Yp, ms.slot_of, topk_w, k, D, T);
         return;
     }
     k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active, ms.perm,
@@ -427,6 +475,5 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
     gemm_rows r2 = {ms.offsets, NULL, ms.tile_off, bm, Tk, T, ms.active, ms.active + E};
     gemm_out o2 = {ms.Y, D, 0, 0, 0, 0};
     cuda_gemm(st, &o2, ms.A, I, 0, down, &r2);
-    k_moe_combine<<<T, 256, 0, st->stream>>>((bf16 *)out, ms.Y, ms.slot_of, topk_w, k, D);
-    CUDA_LAUNCHED(st, "moe_combine");
+    launch_combine(st, (bf16 *)out, ms.Y, ms.slot_of, topk_w, k, D, T);
 }
