@@ -8,7 +8,7 @@
 #
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
-#          engine compare hf e2ebase pbreakdown
+#          engine compare hf e2ebase pbreakdown ncukernel
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -18,7 +18,8 @@
 #          DEEPINFER_CUDA_MOE_SMALL / DEEPINFER_CUDA_PDL off, and a staged baseline binary
 #          (bin/bench_cuda_e2e_base) if any; breakdown: per-kernel times of one decode step under
 #          ncu (breakdown.txt; scripts/gpu/breakdown.py); pbreakdown: the same for one prefill
-#          of PBREAKDOWN_LEN (8192) tokens
+#          of PBREAKDOWN_LEN (8192) tokens; ncukernel: ncu --set full of the kernels matching
+#          NCU_KERNEL (regex; NCU_COUNT launches, default 1) in an NCU_LEN-token prefill
 #          hf: tools/golden/hf_bf16_error.py, transformers running the golden checkpoints in bf16
 #              and fp32 on the GPU vs the committed fp32 goldens (needs python3 with torch and
 #              transformers on the machine) -> hf.log, hf_bf16.json
@@ -248,6 +249,16 @@ for s in $steps; do
             --csv --print-units base --log-file "$log" "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" \
             --batches none --prefill "$L" --ceilings 0
         python3 "$G/src/scripts/gpu/breakdown.py" "$log" "prefill $L" >>"$OUT/breakdown.txt" 2>&1
+        ;;
+    ncukernel)
+        # full Nsight Compute report (speed of light, occupancy, stall reasons) of the first
+        # launch of the kernels matching NCU_KERNEL (a regex) in an NCU_LEN-token prefill
+        # (default 8192) -> ncu_kernel.txt
+        v2lite || continue
+        ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        [ -n "$ncu" ] && [ -n "${NCU_KERNEL:-}" ] || { summary "ncukernel: ncu or NCU_KERNEL missing"; continue; }
+        run_step "ncukernel" ncu_kernel.txt "$ncu" --set full -k "regex:$NCU_KERNEL" -c "${NCU_COUNT:-1}" \
+            "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" --batches none --prefill "${NCU_LEN:-8192}" --ceilings 0
         ;;
     e2e | compare)
         v2lite || continue
