@@ -12,6 +12,7 @@
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
+#          model: test_cuda_model v32 (DeepSeek-V3.2 sparse attention), golden, generate and routing;
 #          small: the 1-4-token expert kernels' parity; modelvariants: test_cuda_model generate
 #          and routing with DEEPINFER_CUDA_PDL=1 / 0 and DEEPINFER_CUDA_MOE_SMALL=0; decode: bench_cuda_decode (GEMVs and
 #          experts of small steps, with PDL off and other split-K settings); variants: batch-1/16 decode with
@@ -131,7 +132,7 @@ for s in $steps; do
         for g in ${OPS_GROUPS:-rows gemm bmm graph}; do run_step "ops.$g" tests.log "$G/bin/test_cuda_ops" "$g"; done
         ;;
     attn)
-        for g in ${ATTN_GROUPS:-decode prefill route experts sample}; do run_step "attn.$g" tests.log "$G/bin/test_cuda_attn" "$g"; done
+        for g in ${ATTN_GROUPS:-decode prefill route experts sample indexer}; do run_step "attn.$g" tests.log "$G/bin/test_cuda_attn" "$g"; done
         ;;
     pycoder)
         for g in ${PYCODER_GROUPS:-golden routing greedy sampling}; do
@@ -139,6 +140,7 @@ for s in $steps; do
         done
         ;;
     model)
+        run_step model.v32 tests.log "$G/bin/test_cuda_model" v32
         run_step model.golden tests.log "$G/bin/test_cuda_model" golden
         run_step model.generate tests.log "$G/bin/test_cuda_model" generate
         run_step model.routing tests.log "$G/bin/test_cuda_model" routing
