@@ -8,8 +8,9 @@
  *             one prompt at a time and all prompts in one batch; >= 95% of prompts identical;
  *   compare DIR: logits of a larger model (e.g. v2lite-8l) CPU vs CUDA, prefill + decode;
  *   v32:      DeepSeek-V3.2 (tiny-v32, index_topk 64) CPU vs CUDA over a 100-token prefill and
- *             8 decode steps: the indexer's selections must agree (>= 95%), and with the CPU's
- *             routing and selections injected the logits within 2e-2.
+ *             8 decode steps: every GPU selection must be the top-k of its own inputs (fp64
+ *             check), and with the CPU's routing and selections injected the logits within 2e-2
+ *             (selection agreement with the CPU is reported).
  *
  *   test_cuda_model [golden] [generate] [routing] [v32] [compare DIR]      (run from the source root with
  *   DI_BIN = the deepinfer CLI and DI_BUILD_DIR = a scratch directory for checkpoints) */
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/dtype.h"
 #include "core/json_util.h"
 #include "core/mmap_file.h"
 #include "core/status.h"
@@ -307,9 +309,94 @@ static ix_fn g_ix_orig[2];
 static int32_t *g_ix_pos[2][IX_MAXL], *g_ix_cnt[2][IX_MAXL];
 static int g_ix_T[2][IX_MAXL], g_ix_calls[2], g_ix_inject, g_ix_K;
 
+/* With g_ix_verify, every GPU indexer_topk call is checked against the definition on its own
+ * inputs (downloaded: q, w, the index-key cache rows, the batch metadata), scores in fp64 on the
+ * host: the selection must be the top-k (ties: lower position) sorted ascending, except
+ * positions within 1e-5 (relative to the token's largest |score|) of the k-th score. Counts go
+ * to g_ix_checked / g_ix_near / g_ix_wrong. */
+static int g_ix_verify, g_ix_checked, g_ix_near, g_ix_wrong;
+
+static int ix_cmp_desc(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void ix_verify(di_backend *be, const int32_t *sp, const int32_t *sc, const void *q, const float *w,
+                      const void *kc, const di_attn_batch *ab, int sb, int se, const di_indexer_dims *d) {
+    int T = ab->n_tokens, S = ab->n_seqs, MB = ab->max_blocks, K = d->topk, nh = d->n_heads, hd = d->head_dim;
+    int32_t *st = (int32_t *)malloc((size_t)(S + 1) * 4), *cx = (int32_t *)malloc((size_t)S * 4);
+    int32_t *bt = (int32_t *)malloc((size_t)S * MB * 4), *pos = (int32_t *)malloc((size_t)T * K * 4);
+    int32_t *cnt = (int32_t *)malloc((size_t)T * 4);
+    uint16_t *qb = (uint16_t *)malloc((size_t)T * nh * hd * 2);
+    float *wf = (float *)malloc((size_t)T * nh * 4);
+    be->download(be, st, ab->seq_start, (size_t)(S + 1) * 4);
+    be->download(be, cx, ab->seq_ctx_len, (size_t)S * 4);
+    be->download(be, bt, ab->block_table, (size_t)S * MB * 4);
+    be->download(be, pos, sp, (size_t)T * K * 4);
+    be->download(be, cnt, sc, (size_t)T * 4);
+    be->download(be, qb, q, (size_t)T * nh * hd * 2);
+    be->download(be, wf, w, (size_t)T * nh * 4);
+    int max_blk = 0;
+    for (int i = sb; i < se; i++)
+        for (int b = 0; b < (cx[i] + 63) / 64; b++) max_blk = bt[i * MB + b] > max_blk ? bt[i * MB + b] : max_blk;
+    size_t rows = (size_t)(max_blk + 1) * 64;
+    uint16_t *kb = (uint16_t *)malloc(rows * hd * 2);
+    be->download(be, kb, kc, rows * hd * 2);
+    for (int i = sb; i < se; i++) {
+        int q_len = st[i + 1] - st[i];
+        for (int j = 0; j < q_len; j++) {
+            int t = st[i] + j, p = cx[i] - q_len + j, n = p + 1, want = n < K ? n : K;
+            const int32_t *g = pos + (size_t)t * K;
+            g_ix_checked++;
+            if (cnt[t] != want) {
+                g_ix_wrong++;
+                continue;
+            }
+            int ok = 1;
+            for (int k = 0; k < want; k++) ok &= g[k] >= 0 && g[k] <= p && (k == 0 || g[k] > g[k - 1]);
+            if (!ok || n <= K) {
+                g_ix_wrong += !ok;
+                continue;
+            }
+            double *s = (double *)malloc((size_t)n * 8), *srt = (double *)malloc((size_t)n * 8), mx = 0;
+            for (int x = 0; x < n; x++) {
+                const uint16_t *k = kb + ((size_t)bt[i * MB + x / 64] * 64 + x % 64) * hd;
+                double acc = 0;
+                for (int h = 0; h < nh; h++) {
+                    double dot = 0;
+                    for (int e = 0; e < hd; e++)
+                        dot += (double)di_bf16_to_f32(qb[((size_t)t * nh + h) * hd + e]) * di_bf16_to_f32(k[e]);
+                    dot *= d->scale;
+                    acc += (double)wf[(size_t)t * nh + h] * d->weight_scale * (dot > 0 ? dot : 0);
+                }
+                s[x] = srt[x] = acc;
+                mx = fmax(mx, fabs(acc));
+            }
+            qsort(srt, (size_t)n, 8, ix_cmp_desc);
+            double thr = srt[K - 1], tol = 1e-5 * mx;
+            /* every selected score >= thr - tol, every unselected <= thr + tol; exact unless some
+             * position lies within tol of thr */
+            int near = 0, k = 0;
+            for (int x = 0; x < n; x++) {
+                int in = k < want && g[k] == x;
+                k += in;
+                if (in && s[x] < thr - tol) ok = 0;
+                if (!in && s[x] > thr + tol) ok = 0;
+                if (fabs(s[x] - thr) <= tol && ((in && s[x] < thr) || (!in && s[x] > thr))) near = 1;
+            }
+            g_ix_wrong += !ok;
+            g_ix_near += ok && near;
+            free(s);
+            free(srt);
+        }
+    }
+    free(st); free(cx); free(bt); free(pos); free(cnt); free(qb); free(wf); free(kb);
+}
+
 static void ix_hook(int which, di_backend *be, int32_t *sp, int32_t *sc, const void *q, const float *w, const void *kc,
                     const di_attn_batch *ab, int sb, int se, const di_indexer_dims *d, void *scr, size_t bytes) {
     g_ix_orig[which](be, sp, sc, q, w, kc, ab, sb, se, d, scr, bytes);
+    if (which == 1 && g_ix_verify) ix_verify(be, sp, sc, q, w, kc, ab, sb, se, d);
     int l = g_ix_calls[which]++, T = ab->n_tokens, K = d->topk;
     if (l >= IX_MAXL) return;
     g_ix_K = K;
@@ -594,6 +681,8 @@ static void test_v32(void) {
     di_backend *bc = di_model_backend(mc), *bg = di_model_backend(mg);
     rt_hooks_install(bc, bg);
     ix_hooks_install(bc, bg);
+    g_ix_verify = 1;
+    g_ix_checked = g_ix_near = g_ix_wrong = 0;
     float *lc = (float *)malloc((size_t)P * V * 4), *lg = (float *)malloc((size_t)P * V * 4);
     /* pass 1: plain; 2: the CPU's routing injected; 3: routing and selection injected */
     double err[3];
@@ -635,9 +724,14 @@ static void test_v32(void) {
     g_rt_inject = g_ix_inject = 0;
     ix_hooks_remove(bc, bg);
     rt_hooks_remove(bc, bg);
-    fprintf(stderr, "  v32: %d of %d selections identical with the CPU's routing; decode steps with identical "
-                    "selections: worst %.3e (bound 2e-2)\n", tot_n - tot_d, tot_n, worst_dec);
-    CHECK_MSG(tot_d * 20 <= tot_n, "v32: %d of %d selections differ", tot_d, tot_n);
+    g_ix_verify = 0;
+    fprintf(stderr, "  v32: %d of %d selections identical to the CPU's with the CPU's routing (inputs differ by bf16 "
+                    "rounding); decode steps with identical selections: worst %.3e (bound 2e-2)\n", tot_n - tot_d, tot_n,
+            worst_dec);
+    fprintf(stderr, "  v32: GPU indexer_topk on its own inputs vs the fp64 definition: %d (call x token) checked, %d "
+                    "exact, %d near-tie, %d wrong\n", g_ix_checked, g_ix_checked - g_ix_near - g_ix_wrong, g_ix_near,
+            g_ix_wrong);
+    CHECK_MSG(g_ix_checked > 0 && g_ix_wrong == 0, "v32: %d GPU selections wrong", g_ix_wrong);
     CHECK_MSG(worst_dec <= 2e-2, "v32 decode with identical routing and selection: %.3g", worst_dec);
     unsetenv("DEEPINFER_CUDA_GRAPHS");
     free(lc);
