@@ -8,7 +8,7 @@
 #
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
-#          engine compare hf e2ebase pbreakdown
+#          engine compare hf e2ebase pbreakdown benchv32 (bench_cuda_ops v32: V3.2 indexer / sparse MLA times)
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -156,6 +156,9 @@ for s in $steps; do
         ;;
     bench)
         run_step bench.ops bench.log "$G/bin/bench_cuda_ops"
+        ;;
+    benchv32)
+        run_step bench.v32 bench.log "$G/bin/bench_cuda_ops" v32
         ;;
     engine)
         # the real engine (`deepinfer generate`) at batch B: B random 128-token prompts, 128 new
