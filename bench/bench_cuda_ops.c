@@ -5,7 +5,9 @@
  * shape. Every line gives the time, the achieved rate, and the roofline bound
  * max(bytes / copy-bandwidth, FLOPs / bf16-GEMM-rate) with the fraction reached.
  *
- *   bench_cuda_ops [quick]          (quick: fewer shapes) */
+ * With `v32`: only DeepSeek-V3.2's indexer_topk and sparse vs dense MLA decode / prefill (times).
+ *
+ *   bench_cuda_ops [quick | v32]    (quick: fewer shapes) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +137,100 @@ static void bench_moe(di_backend *be, int T, const char *tag) {
     free(idx); free(w);
 }
 
+/* ---- DeepSeek-V3.2: indexer top-k and sparse MLA (simple kernels; times only) ---- */
+typedef struct v32_ctx {
+    di_backend *be;
+    int kind; /* 0 indexer_topk, 1 sparse decode, 2 dense decode, 3 sparse prefill, 4 dense prefill */
+    void *iq, *q, *qt, *out, *cache, *icache, *scratch;
+    float *w;
+    int32_t *sel, *cnt;
+    size_t sbytes;
+    di_weight wkvb;
+    di_attn_batch ab, sab;
+    di_indexer_dims id;
+    di_mla_dims d;
+} v32_ctx;
+
+static void v32_op(void *c) {
+    v32_ctx *x = (v32_ctx *)c;
+    di_backend *be = x->be;
+    int H = x->d.n_heads, S = x->ab.n_seqs;
+    switch (x->kind) {
+    case 0:
+        be->indexer_topk(be, x->sel, x->cnt, x->iq, x->w, x->icache, &x->ab, 0, S, &x->id, x->scratch, x->sbytes);
+        break;
+    case 1:
+    case 2:
+        be->mla_decode(be, x->out, x->qt, (uint16_t *)x->q + 128, H * 192, 192, x->cache, x->kind == 1 ? &x->sab : &x->ab,
+                       0, S, &x->d);
+        break;
+    default:
+        be->mla_prefill(be, x->out, x->q, H * 192, x->cache, &x->wkvb, x->kind == 3 ? &x->sab : &x->ab, 0, S, &x->d,
+                        x->scratch, x->sbytes);
+    }
+}
+
+/* S sequences of q_len tokens at the end of a ctx-token context each (blocks scattered) */
+static void bench_v32(di_backend *be, int S, int q_len, int ctx) {
+    const int H = 128, NH = 64, HD = 128, K = 2048;
+    int T = S * q_len, nb = ctx / 64;
+    size_t slots = (size_t)S * nb * 64;
+    v32_ctx x;
+    memset(&x, 0, sizeof x);
+    x.be = be;
+    x.d = (di_mla_dims){H, 128, 64, 128, 512, 0.1352f};
+    x.id = (di_indexer_dims){NH, HD, K, 0.08838834764f, 0.125f};
+    x.iq = b_rand_act(be, (size_t)T * NH * HD);
+    x.q = b_rand_act(be, (size_t)T * H * 192);
+    x.qt = b_rand_act(be, (size_t)T * H * 512);
+    x.out = b_alloc(be, (size_t)T * H * 512 * 2);
+    x.cache = b_rand_act(be, slots * 576);
+    x.icache = b_rand_act(be, slots * HD);
+    float *hw = (float *)malloc((size_t)T * NH * 4);
+    for (int i = 0; i < T * NH; i++) hw[i] = b_unif(1.0f);
+    x.w = (float *)b_alloc(be, (size_t)T * NH * 4);
+    be->upload(be, x.w, hw, (size_t)T * NH * 4);
+    x.sel = (int32_t *)b_alloc(be, (size_t)T * K * 4);
+    x.cnt = (int32_t *)b_alloc(be, (size_t)T * 4);
+    size_t si = be->indexer_scratch_bytes(be, T, ctx), sp = be->mla_prefill_scratch_bytes(be, &x.d, T);
+    x.sbytes = si > sp ? si : sp;
+    x.scratch = b_alloc(be, x.sbytes);
+    if (q_len > 1) x.wkvb = b_weight(be, 1, H * 256, 512, 0);
+    int32_t *start = (int32_t *)malloc((size_t)(S + 1) * 4), *cl = (int32_t *)malloc((size_t)S * 4);
+    int32_t *bt = (int32_t *)malloc((size_t)S * nb * 4);
+    for (int i = 0; i <= S; i++) start[i] = i * q_len;
+    for (int i = 0; i < S; i++) cl[i] = ctx;
+    for (int i = 0; i < S * nb; i++) bt[i] = (int32_t)((i * 7919L) % (S * nb));
+    int32_t *ds = (int32_t *)b_alloc(be, (size_t)(S + 1) * 4), *dc = (int32_t *)b_alloc(be, (size_t)S * 4);
+    int32_t *db = (int32_t *)b_alloc(be, (size_t)S * nb * 4);
+    be->upload(be, ds, start, (size_t)(S + 1) * 4);
+    be->upload(be, dc, cl, (size_t)S * 4);
+    be->upload(be, db, bt, (size_t)S * nb * 4);
+    be->sync(be);
+    x.ab = (di_attn_batch){.seq_start = ds, .seq_ctx_len = dc, .block_table = db, .n_tokens = T, .n_seqs = S,
+                           .max_blocks = nb, .max_q_len = q_len, .max_ctx_len = ctx};
+    x.sab = x.ab;
+    x.sab.sel_pos = x.sel;
+    x.sab.sel_count = x.cnt;
+    x.sab.sel_stride = K;
+    int reps = q_len > 1 ? 1 : 5;
+    const char *names[5] = {"indexer_topk (64 x 128, top-2048)", "mla_decode sparse (top-2048)", "mla_decode dense",
+                            "mla_prefill sparse (top-2048)", "mla_prefill dense"};
+    int kinds[3] = {0, q_len > 1 ? 3 : 1, q_len > 1 ? 4 : 2};
+    for (int i = 0; i < 3; i++) {
+        x.kind = kinds[i];
+        double t = b_time(be, v32_op, &x, reps, 3); /* the indexer runs first: real selections */
+        printf("v32 %-36s seqs=%-3d q_len=%-5d ctx=%-6d %10.1f us  (%.2f us per token)\n", names[x.kind], S, q_len, ctx,
+               t * 1e6, t * 1e6 / T);
+        fflush(stdout);
+    }
+    be->free(be, x.iq); be->free(be, x.q); be->free(be, x.qt); be->free(be, x.out); be->free(be, x.cache);
+    be->free(be, x.icache); be->free(be, x.w); be->free(be, x.sel); be->free(be, x.cnt); be->free(be, x.scratch);
+    be->free(be, ds); be->free(be, dc); be->free(be, db);
+    if (q_len > 1) be->weight_free(be, &x.wkvb);
+    free(hw); free(start); free(cl); free(bt);
+}
+
 int main(int argc, char **argv) {
     int quick = argc > 1 && !strcmp(argv[1], "quick");
     di_backend *be = NULL;
@@ -146,6 +242,15 @@ int main(int argc, char **argv) {
     if (be->reserve(be, &r) != DI_OK) {
         fprintf(stderr, "bench_cuda_ops: %s\n", di_last_error());
         return 1;
+    }
+    if (argc > 1 && !strcmp(argv[1], "v32")) { /* only the DeepSeek-V3.2 ops */
+        bench_v32(be, 1, 1, 32768);
+        bench_v32(be, 64, 1, 8192);
+        bench_v32(be, 1, 2048, 8192);
+        di_status s = be->sync(be);
+        if (s != DI_OK) fprintf(stderr, "bench_cuda_ops: %s\n", di_last_error());
+        di_backend_free(be);
+        return s == DI_OK ? 0 : 1;
     }
     g_bw = b_copy_bw();
     g_tf = b_gemm_rate(be, 8192, 8192, 8192, 0);

@@ -9,9 +9,11 @@
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
 #          engine compare hf e2ebase pbreakdown ncukernel
+#          benchv32 (bench_cuda_ops v32: V3.2 indexer / sparse MLA times)
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
+#          model: test_cuda_model v32 (DeepSeek-V3.2 sparse attention), golden, generate and routing;
 #          small: the 1-4-token expert kernels' parity; modelvariants: test_cuda_model generate
 #          and routing with DEEPINFER_CUDA_PDL=1 / 0 and DEEPINFER_CUDA_MOE_SMALL=0; decode: bench_cuda_decode (GEMVs and
 #          experts of small steps, with PDL off and other split-K settings); variants: batch-1/16 decode with
@@ -132,7 +134,7 @@ for s in $steps; do
         for g in ${OPS_GROUPS:-rows gemm bmm graph}; do run_step "ops.$g" tests.log "$G/bin/test_cuda_ops" "$g"; done
         ;;
     attn)
-        for g in ${ATTN_GROUPS:-decode prefill route experts sample}; do run_step "attn.$g" tests.log "$G/bin/test_cuda_attn" "$g"; done
+        for g in ${ATTN_GROUPS:-decode prefill route experts sample indexer}; do run_step "attn.$g" tests.log "$G/bin/test_cuda_attn" "$g"; done
         ;;
     pycoder)
         for g in ${PYCODER_GROUPS:-golden routing greedy sampling}; do
@@ -140,6 +142,7 @@ for s in $steps; do
         done
         ;;
     model)
+        run_step model.v32 tests.log "$G/bin/test_cuda_model" v32
         run_step model.golden tests.log "$G/bin/test_cuda_model" golden
         run_step model.generate tests.log "$G/bin/test_cuda_model" generate
         run_step model.routing tests.log "$G/bin/test_cuda_model" routing
@@ -155,6 +158,9 @@ for s in $steps; do
         ;;
     bench)
         run_step bench.ops bench.log "$G/bin/bench_cuda_ops"
+        ;;
+    benchv32)
+        run_step bench.v32 bench.log "$G/bin/bench_cuda_ops" v32
         ;;
     engine)
         # the real engine (`deepinfer generate`) at batch B: B random 128-token prompts, 128 new

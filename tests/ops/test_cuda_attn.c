@@ -4,8 +4,10 @@
  * the MoE router (noaux_tc / greedy / group_limited_greedy) and grouped experts (small, tiled,
  * fp8 and generic paths), and the device sampler against src/sampling bit for bit.
  *
- *   test_cuda_attn [decode] [prefill] [route] [experts] [small] [sample]    (default: all)
- * (small: the permutation-free experts of 1-4-token steps, with and without shared experts) */
+ *   test_cuda_attn [decode] [prefill] [route] [experts] [small] [sample] [indexer]   (default: all)
+ * (small: the permutation-free experts of 1-4-token steps, with and without shared experts;
+ * indexer: DeepSeek-V3.2's layernorm and indexer_topk (selections must match the CPU's), and
+ * sparse mla_decode / mla_prefill with a given selection) */
 #include "cuda_test_util.h"
 #include "sampling/sampler.h"
 
@@ -491,6 +493,251 @@ static void test_sample(void) {
     free(lg);
 }
 
+/* ---------------------------------------------------------------- V3.2 indexer / sparse MLA ---- */
+
+static void layernorm_case(const char *name, int T, int D, int ld) {
+    float *x = t_rand((size_t)T * ld, 2.0f), *w = t_rand_f32((size_t)D, 1.0f), *b = t_rand_f32((size_t)D, 0.5f);
+    for (int t = 0; t < T; t++) /* rows with an offset, so the mean matters */
+        for (int i = 0; i < D; i++) x[(size_t)t * ld + i] = di_bf16_to_f32(di_f32_to_bf16(x[(size_t)t * ld + i] + 1.5f));
+    di_weight wc = t_vec_upload(g_cpu, w, D), bc = t_vec_upload(g_cpu, b, D);
+    di_weight wg = t_vec_upload(g_gpu, w, D), bg = t_vec_upload(g_gpu, b, D);
+    float *ref = (float *)malloc((size_t)T * ld * 4);
+    memcpy(ref, x, (size_t)T * ld * 4);
+    g_cpu->layernorm(g_cpu, ref, ld, ref, ld, &wc, &bc, 1e-6f, T, D); /* in place, as the model */
+    void *dx = g_act(x, (size_t)T * ld), *dout = g_alloc((size_t)T * D * 2);
+    g_poison(dout, (size_t)T * D * 2);
+    g_gpu->layernorm(g_gpu, dout, D, dx, ld, &wg, &bg, 1e-6f, T, D);  /* out of place, contiguous out */
+    g_gpu->layernorm(g_gpu, dx, ld, dx, ld, &wg, &bg, 1e-6f, T, D);   /* in place, strided */
+    float *got = g_get_act(dout, (size_t)T * D), *got2 = g_get_act(dx, (size_t)T * ld);
+    float *r2 = (float *)malloc((size_t)T * D * 4), *g2 = (float *)malloc((size_t)T * D * 4);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < D; i++) {
+            r2[(size_t)t * D + i] = ref[(size_t)t * ld + i];
+            g2[(size_t)t * D + i] = got2[(size_t)t * ld + i];
+        }
+    char what[160];
+    snprintf(what, sizeof what, "layernorm %s T%d D%d", name, T, D);
+    T_CHECK(what, got, r2, (size_t)T * D, TOL_L2, TOL_MAX);
+    snprintf(what, sizeof what, "layernorm %s T%d D%d in place ld %d", name, T, D, ld);
+    T_CHECK(what, g2, r2, (size_t)T * D, TOL_L2, TOL_MAX);
+    int rest_ok = 1; /* columns past D of the strided rows untouched */
+    for (int t = 0; t < T; t++)
+        for (int i = D; i < ld; i++) rest_ok &= got2[(size_t)t * ld + i] == x[(size_t)t * ld + i];
+    CHECK_MSG(rest_ok, "%s: wrote past D", what);
+    free(x); free(w); free(b); free(ref); free(got); free(got2); free(r2); free(g2);
+    g_free(dx); g_free(dout);
+    g_cpu->weight_free(g_cpu, &wc); g_cpu->weight_free(g_cpu, &bc);
+    g_gpu->weight_free(g_gpu, &wg); g_gpu->weight_free(g_gpu, &bg);
+}
+
+/* Index score of token t (host fp64 on the bf16 operands), as backend.h defines it. */
+static double ix_score(const paged *p, int seq, const float *q, const float *w, int t, int s, const di_indexer_dims *d) {
+    int hd = d->head_dim;
+    const float *k = p->cache + ((size_t)p->bt[seq * p->max_blocks + s / 64] * 64 + s % 64) * hd;
+    double acc = 0;
+    for (int h = 0; h < d->n_heads; h++) {
+        double dot = 0;
+        for (int j = 0; j < hd; j++) dot += (double)q[((size_t)t * d->n_heads + h) * hd + j] * k[j];
+        dot *= d->scale;
+        acc += (double)w[(size_t)t * d->n_heads + h] * d->weight_scale * (dot > 0 ? dot : 0);
+    }
+    return acc;
+}
+
+/* indexer_topk on both backends; the selections must match exactly, except positions whose
+ * scores lie within 1e-5 (relative to the token's largest |score|) of the CPU's k-th score
+ * (fp32 summation-order near-ties; counted and reported). */
+static void indexer_case(const char *name, int S, const int *q_len, const int *ctx, di_indexer_dims d, int sb, int se) {
+    int nh = d.n_heads, hd = d.head_dim, K = d.topk;
+    paged p;
+    paged_make(&p, S, q_len, ctx, hd);
+    int T = p.T;
+    float *q = t_rand((size_t)T * nh * hd, 1.0f), *w = t_rand_f32((size_t)T * nh, 1.0f);
+    int32_t *cpos = (int32_t *)malloc((size_t)T * K * 4), *ccnt = (int32_t *)malloc((size_t)T * 4);
+    for (int i = 0; i < T; i++) ccnt[i] = -7;
+    size_t sc = g_cpu->indexer_scratch_bytes(g_cpu, T, p.hab.max_ctx_len);
+    size_t sg = g_gpu->indexer_scratch_bytes(g_gpu, T, p.hab.max_ctx_len);
+    void *hs = malloc(sc), *ds = g_alloc(sg);
+    g_cpu->indexer_topk(g_cpu, cpos, ccnt, q, w, p.cache, &p.hab, sb, se, &d, hs, sc);
+    void *dq = g_act(q, (size_t)T * nh * hd), *dw = g_raw(w, (size_t)T * nh * 4);
+    int32_t *dpos = (int32_t *)g_alloc((size_t)T * K * 4), *dcnt = (int32_t *)g_alloc((size_t)T * 4);
+    g_poison(dpos, (size_t)T * K * 4);
+    g_poison(dcnt, (size_t)T * 4);
+    g_gpu->indexer_topk(g_gpu, dpos, dcnt, dq, (const float *)dw, p.dcache, &p.dab, sb, se, &d, ds, sg);
+    int32_t *gpos = (int32_t *)malloc((size_t)T * K * 4), *gcnt = (int32_t *)malloc((size_t)T * 4);
+    CHECK_OK(g_gpu->download(g_gpu, gpos, dpos, (size_t)T * K * 4));
+    CHECK_OK(g_gpu->download(g_gpu, gcnt, dcnt, (size_t)T * 4));
+    int t0 = p.start[sb], t1 = p.start[se], exact = 0, near = 0, bad = 0, sparse = 0, untouched = 1;
+    for (int t = 0; t < T; t++) {
+        if (t < t0 || t >= t1) {
+            untouched &= gcnt[t] == -1;
+            continue;
+        }
+        int seq = sb;
+        while (p.start[seq + 1] <= t) seq++;
+        int pos = p.pos[t], n = pos + 1, want = n < K ? n : K;
+        sparse += n > K;
+        if (gcnt[t] != want || ccnt[t] != want) {
+            bad++;
+            fprintf(stderr, "    token %d: count gpu %d cpu %d, expected %d\n", t, gcnt[t], ccnt[t], want);
+            continue;
+        }
+        const int32_t *c = cpos + (size_t)t * K, *g = gpos + (size_t)t * K;
+        int sorted = 1;
+        for (int i = 0; i < want; i++) sorted &= g[i] >= 0 && g[i] <= pos && (i == 0 || g[i] > g[i - 1]);
+        if (!sorted) {
+            bad++;
+            fprintf(stderr, "    token %d: gpu selection not ascending within [0, %d]\n", t, pos);
+            continue;
+        }
+        if (!memcmp(c, g, (size_t)want * 4)) {
+            exact++;
+            continue;
+        }
+        /* near-tie check in fp64 */
+        double thr = INFINITY, mx = 0;
+        for (int i = 0; i < want; i++) thr = fmin(thr, ix_score(&p, seq, q, w, t, c[i], &d));
+        for (int s = 0; s < n; s++) mx = fmax(mx, fabs(ix_score(&p, seq, q, w, t, s, &d)));
+        int ok = 1;
+        for (int i = 0, j = 0; i < want || j < want;) { /* symmetric difference of two sorted lists */
+            int a = i < want ? c[i] : 1 << 30, b = j < want ? g[j] : 1 << 30, x;
+            if (a == b) { i++; j++; continue; }
+            if (a < b) { x = a; i++; } else { x = b; j++; }
+            ok &= fabs(ix_score(&p, seq, q, w, t, x, &d) - thr) <= 1e-5 * mx;
+        }
+        if (ok) near++;
+        else {
+            bad++;
+            fprintf(stderr, "    token %d (pos %d): selections differ beyond a near-tie\n", t, pos);
+        }
+    }
+    fprintf(stderr, "  indexer_topk %-28s nh%d hd%d k%d T%d: %d exact, %d near-tie, %d wrong (%d tokens with pos >= k)%s\n",
+            name, nh, hd, K, t1 - t0, exact, near, bad, sparse, bad || !untouched ? "   FAIL" : "");
+    CHECK_MSG(bad == 0, "indexer_topk %s: %d tokens wrong", name, bad);
+    CHECK_MSG(untouched, "indexer_topk %s: tokens outside the sequence range were written", name);
+    CHECK_MSG(near * 20 <= t1 - t0, "indexer_topk %s: too many near-ties (%d)", name, near);
+    free(q); free(w); free(cpos); free(ccnt); free(gpos); free(gcnt); free(hs);
+    g_free(ds); g_free(dq); g_free(dw); g_free(dpos); g_free(dcnt);
+    paged_free(&p);
+}
+
+/* A random sorted selection per token (min(K, pos + 1) of its positions; the last one always
+ * included half of the time) on both sides of a paged batch. */
+typedef struct selset { int32_t *pos, *cnt, *dpos, *dcnt; } selset;
+static selset sel_make(paged *p, int K) {
+    selset s;
+    s.pos = (int32_t *)malloc((size_t)p->T * K * 4);
+    s.cnt = (int32_t *)malloc((size_t)p->T * 4);
+    for (int t = 0; t < p->T; t++) {
+        int n = p->pos[t] + 1, want = n < K ? n : K, c = 0;
+        for (int x = 0; x < n && c < want; x++)
+            if (t_int(n - x) < want - c) s.pos[(size_t)t * K + c++] = x; /* selection sampling: sorted */
+        s.cnt[t] = c;
+    }
+    s.dpos = (int32_t *)g_raw(s.pos, (size_t)p->T * K * 4);
+    s.dcnt = (int32_t *)g_raw(s.cnt, (size_t)p->T * 4);
+    p->hab.sel_pos = s.pos;
+    p->hab.sel_count = s.cnt;
+    p->dab.sel_pos = s.dpos;
+    p->dab.sel_count = s.dcnt;
+    p->hab.sel_stride = p->dab.sel_stride = K;
+    return s;
+}
+static void sel_free(selset *s) { free(s->pos); free(s->cnt); g_free(s->dpos); g_free(s->dcnt); }
+
+static void sparse_decode_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int K,
+                               int sb, int se) {
+    int H = d.n_heads, r = d.kv_rank, dr = d.rope_dim, W = r + dr, hs = 128 + dr, ldq = H * hs;
+    paged p;
+    paged_make(&p, S, q_len, ctx, W);
+    selset sl = sel_make(&p, K);
+    int T = p.T;
+    float *qt = t_rand((size_t)T * H * r, 1.0f), *q = t_rand((size_t)T * ldq, 1.0f);
+    float *ref = (float *)calloc((size_t)T * H * r, 4);
+    g_cpu->mla_decode(g_cpu, ref, qt, q + 128, ldq, hs, p.cache, &p.hab, sb, se, &d);
+    void *dqt = g_act(qt, (size_t)T * H * r), *dq = g_act(q, (size_t)T * ldq), *dout = g_alloc((size_t)T * H * r * 2);
+    g_poison(dout, (size_t)T * H * r * 2);
+    g_gpu->mla_decode(g_gpu, dout, dqt, (uint16_t *)dq + 128, ldq, hs, p.dcache, &p.dab, sb, se, &d);
+    float *got = g_get_act(dout, (size_t)T * H * r);
+    int t0 = p.start[sb], t1 = p.start[se], untouched = 1;
+    for (int t = 0; t < T; t++)
+        if (t < t0 || t >= t1)
+            for (int j = 0; j < H * r; j++) untouched &= isnan(got[(size_t)t * H * r + j]);
+    char what[160];
+    snprintf(what, sizeof what, "mla_decode sparse %s H%d T%d k%d", name, H, t1 - t0, K);
+    T_CHECK(what, got + (size_t)t0 * H * r, ref + (size_t)t0 * H * r, (size_t)(t1 - t0) * H * r, ATOL_L2, ATOL_MAX);
+    CHECK_MSG(untouched, "%s: tokens outside the sequence range were written", what);
+    free(qt); free(q); free(ref); free(got); g_free(dqt); g_free(dq); g_free(dout);
+    sel_free(&sl);
+    paged_free(&p);
+}
+
+static void sparse_prefill_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int K,
+                                int sb, int se, int fp8) {
+    int H = d.n_heads, dn = d.nope_dim, dr = d.rope_dim, dv = d.v_dim, r = d.kv_rank, W = r + dr;
+    int qk = dn + dr, ldq = H * qk, kvw = H * (dn + dv);
+    paged p;
+    paged_make(&p, S, q_len, ctx, W);
+    selset sl = sel_make(&p, K);
+    int T = p.T;
+    float *q = t_rand((size_t)T * ldq, 1.0f);
+    t_weight wk = t_weight_make(1, kvw, r, fp8, 0.08f);
+    di_weight wc = t_weight_upload(g_cpu, &wk, DI_WEIGHT_PLAIN), wg = t_weight_upload(g_gpu, &wk, DI_WEIGHT_PLAIN);
+    size_t sc = g_cpu->mla_prefill_scratch_bytes(g_cpu, &d, T), sg = g_gpu->mla_prefill_scratch_bytes(g_gpu, &d, T);
+    void *hs = malloc(sc), *ds = g_alloc(sg);
+    float *ref = (float *)calloc((size_t)T * H * dv, 4);
+    g_cpu->mla_prefill(g_cpu, ref, q, ldq, p.cache, &wc, &p.hab, sb, se, &d, hs, sc);
+    void *dq = g_act(q, (size_t)T * ldq), *dout = g_alloc((size_t)T * H * dv * 2);
+    g_poison(dout, (size_t)T * H * dv * 2);
+    g_gpu->mla_prefill(g_gpu, dout, dq, ldq, p.dcache, &wg, &p.dab, sb, se, &d, ds, sg);
+    float *got = g_get_act(dout, (size_t)T * H * dv);
+    int t0 = p.start[sb], t1 = p.start[se], untouched = 1;
+    for (int t = 0; t < T; t++)
+        if (t < t0 || t >= t1)
+            for (int j = 0; j < H * dv; j++) untouched &= isnan(got[(size_t)t * H * dv + j]);
+    char what[160];
+    snprintf(what, sizeof what, "mla_prefill sparse %s H%d T%d k%d%s", name, H, t1 - t0, K, fp8 ? " fp8 W_kvb" : "");
+    T_CHECK(what, got + (size_t)t0 * H * dv, ref + (size_t)t0 * H * dv, (size_t)(t1 - t0) * H * dv, ATOL_L2, ATOL_MAX);
+    CHECK_MSG(untouched, "%s: tokens outside the sequence range were written", what);
+    free(q); free(ref); free(got); free(hs); g_free(ds); g_free(dq); g_free(dout);
+    g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg); t_weight_free(&wk);
+    sel_free(&sl);
+    paged_free(&p);
+}
+
+static void test_indexer(void) {
+    layernorm_case("v3.2 k_norm", 7, 128, 128);
+    layernorm_case("odd", 5, 45, 52);
+    /* V3.2's indexer shape (64 heads x 128, top-2048): a decode token, a prefill chunk across
+     * n = k (dense) to n > k, a short sequence (dense) */
+    di_indexer_dims v32 = {64, 128, 2048, 0.08838834764f, 0.125f};
+    int ql[3] = {1, 5, 2}, cx[3] = {3000, 2051, 40};
+    indexer_case("v3.2", 3, ql, cx, v32, 0, 3);
+    di_indexer_dims tiny = {4, 32, 64, 0.1767767f, 0.5f};
+    int ql2[4] = {70, 1, 5, 30}, cx2[4] = {100, 200, 5, 64};
+    indexer_case("tiny-v32", 4, ql2, cx2, tiny, 0, 4);
+    indexer_case("tiny-v32 seqs 1..3", 4, ql2, cx2, tiny, 1, 4);
+    int ql3[1] = {600}, cx3[1] = {650}; /* more tokens than one launch's scratch rows (512) */
+    indexer_case("tiny-v32 600-token prefill", 1, ql3, cx3, tiny, 0, 1);
+    di_indexer_dims odd = {3, 20, 7, 0.2236f, 0.57735f};
+    int ql4[2] = {9, 1}, cx4[2] = {20, 9};
+    indexer_case("odd dims", 2, ql4, cx4, odd, 0, 2);
+
+    /* sparse MLA with a given selection */
+    di_mla_dims v3 = {128, 128, 64, 128, 512, 0.1352f}, v2 = {16, 128, 64, 128, 512, 0.1352f};
+    int dql[4] = {1, 1, 3, 2}, dcx[4] = {3000, 100, 2050, 5};
+    sparse_decode_case("v3.2 shape", 4, dql, dcx, v3, 2048, 0, 4);
+    sparse_decode_case("v2-lite seqs 1..3", 4, dql, dcx, v2, 64, 1, 3);
+    di_mla_dims tinyd = {4, 24, 16, 20, 40, 0.25f};
+    sparse_decode_case("tiny-v32 dims", 4, dql, dcx, tinyd, 64, 0, 4);
+    int pql[4] = {70, 5, 1, 200}, pcx[4] = {130, 5, 129, 200};
+    sparse_prefill_case("v2-lite", 4, pql, pcx, v2, 64, 0, 4, 0);
+    sparse_prefill_case("v2-lite seqs 1..2", 4, pql, pcx, v2, 64, 1, 3, 1);
+    int pql2[2] = {8, 3}, pcx2[2] = {5000, 3}; /* several context windows */
+    sparse_prefill_case("v2-lite ctx 5000", 2, pql2, pcx2, v2, 2048, 0, 2, 0);
+    sparse_prefill_case("tiny-v32 dims", 4, pql, pcx, tinyd, 64, 0, 4, 0);
+}
+
 static void reserve_gpu(void) {
     di_backend_reserve r = {8192, 512, 129280, {128, 128, 64, 128, 512, 0.1f}};
     CHECK_OK(g_gpu->reserve(g_gpu, &r));
@@ -499,6 +746,6 @@ static void reserve_gpu(void) {
 int main(int argc, char **argv) {
     const t_group groups[] = {{"reserve", reserve_gpu}, {"decode", test_decode}, {"prefill", test_prefill},
                               {"route", test_route},     {"experts", test_experts}, {"small", test_small},
-                              {"sample", test_sample}};
+                              {"sample", test_sample},   {"indexer", test_indexer}};
     return t_main_first_always(argc, argv, groups, (int)(sizeof groups / sizeof groups[0]));
 }

@@ -6,9 +6,13 @@
  *   generate: greedy generation of 32 new tokens for random prompts on every golden
  *             checkpoint, CPU (host sampler) vs CUDA (device sampler, decode-step graphs),
  *             one prompt at a time and all prompts in one batch; >= 95% of prompts identical;
- *   compare DIR: logits of a larger model (e.g. v2lite-8l) CPU vs CUDA, prefill + decode.
+ *   compare DIR: logits of a larger model (e.g. v2lite-8l) CPU vs CUDA, prefill + decode;
+ *   v32:      DeepSeek-V3.2 (tiny-v32, index_topk 64) CPU vs CUDA over a 100-token prefill and
+ *             8 decode steps: every GPU selection must be the top-k of its own inputs (fp64
+ *             check), and with the CPU's routing and selections injected the logits within 2e-2
+ *             (selection agreement with the CPU is reported).
  *
- *   test_cuda_model [golden] [generate] [compare DIR]      (run from the source root with
+ *   test_cuda_model [golden] [generate] [routing] [v32] [compare DIR]      (run from the source root with
  *   DI_BIN = the deepinfer CLI and DI_BUILD_DIR = a scratch directory for checkpoints) */
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/dtype.h"
 #include "core/json_util.h"
 #include "core/mmap_file.h"
 #include "core/status.h"
@@ -52,23 +57,6 @@ static const char *case_dir(json_t *c, char *dir, size_t n) {
     return dir;
 }
 
-/* DeepSeek-V3.2 checkpoints (sparse attention: the indexer has no CUDA implementation yet) are
- * reported as not run, never counted as passing. */
-static int cuda_unsupported(const char *dir) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    json_t *cfg = NULL;
-    if (di_json_load_file(path, &cfg) != DI_OK) {
-        di_error_clear();
-        return 0;
-    }
-    const char *mt = json_string_value(json_object_get(cfg, "model_type"));
-    int v32 = mt && !strcmp(mt, "deepseek_v32");
-    json_decref(cfg);
-    if (v32) fprintf(stderr, "  %s: not run: DeepSeek-V3.2 sparse attention is not implemented on CUDA\n", dir);
-    return v32;
-}
-
 /* ---------------------------------------------------------------- golden ---- */
 
 static void test_golden(void) {
@@ -81,7 +69,7 @@ static void test_golden(void) {
     const double tol = 2e-2;
     size_t ci;
     json_t *c;
-    int n_cmp = 0, n_cases = 0, n_unsupported = 0;
+    int n_cmp = 0, n_cases = 0;
     double worst = 0;
     json_array_foreach(json_object_get(man, "cases"), ci, c) {
         const char *name = json_string_value(json_object_get(c, "name"));
@@ -92,10 +80,6 @@ static void test_golden(void) {
         char dir[4096];
         if (!case_dir(c, dir, sizeof dir)) {
             CHECK_MSG(0, "%s: mkmodel failed", name);
-            continue;
-        }
-        if (cuda_unsupported(dir)) {
-            n_unsupported++;
             continue;
         }
         n_cases++;
@@ -160,8 +144,8 @@ static void test_golden(void) {
         free(idstr);
         free(ref);
     }
-    fprintf(stderr, "  golden: %d comparisons over %d cases (%d V3.2 cases not run), worst max|d|/max|ref| %.3e (bound "
-                    "2e-2)\n", n_cmp, n_cases, n_unsupported, worst);
+    fprintf(stderr, "  golden: %d comparisons over %d cases, worst max|d|/max|ref| %.3e (bound 2e-2)\n", n_cmp, n_cases,
+            worst);
     CHECK(n_cmp == 2 * n_cases && n_cases >= 10);
     json_decref(man);
 }
@@ -226,11 +210,11 @@ static di_status load(const char *dir, di_device dev, di_model **m) {
 }
 
 /* The checkpoint of golden case c (into dir) on the CPU (*mc) and the GPU (*mg); 0 when it is
- * not to be run: mkmodel failed, V3.2, already in done[0 .. *n_done) (recorded there, at most
+ * not to be run: mkmodel failed, already in done[0 .. *n_done) (recorded there, at most
  * 32), or a load failed (reported). */
 static int load_pair(json_t *c, char done[][4096], int *n_done, char *dir, di_model **mc, di_model **mg) {
     *mc = *mg = NULL;
-    if (!case_dir(c, dir, 4096) || cuda_unsupported(dir)) return 0;
+    if (!case_dir(c, dir, 4096)) return 0;
     int seen = 0;
     for (int i = 0; i < *n_done; i++) seen |= !strcmp(done[i], dir);
     if (seen || *n_done >= 32) return 0;
@@ -303,7 +287,8 @@ static void test_generate(void) {
 /* ---------------------------------------------------------------- routing ---- */
 /* Diagnosis of golden mismatches: records every layer's routing decisions on the CPU (fp32)
  * and the GPU (bf16), reports per token whether they differ, and re-runs the GPU with the
- * CPU's decisions injected (the moe_route hooks of route_test_util.h). If the injected run
+ * CPU's decisions injected (the moe_route hooks of route_test_util.h; for DeepSeek-V3.2 also the
+ * CPU's index selections, the indexer_topk hooks below). If the injected run
  * matches the reference within bf16 tolerance, the remaining error is routing flips at
  * near-ties. */
 static double tok_err(const float *got, const float *ref, long V, double maxref) {
@@ -313,6 +298,166 @@ static double tok_err(const float *got, const float *ref, long V, double maxref)
         if (!(d <= md) && md == md) md = d; /* a NaN sticks */
     }
     return md / maxref;
+}
+
+/* Hooks around indexer_topk (slot 0: the CPU, 1: the GPU) that record each layer's selection of
+ * the last run; with g_ix_inject the GPU's selection is replaced by the CPU's recorded one. */
+enum { IX_MAXL = 16 };
+typedef void (*ix_fn)(di_backend *, int32_t *, int32_t *, const void *, const float *, const void *,
+                      const di_attn_batch *, int, int, const di_indexer_dims *, void *, size_t);
+static ix_fn g_ix_orig[2];
+static int32_t *g_ix_pos[2][IX_MAXL], *g_ix_cnt[2][IX_MAXL];
+static int g_ix_T[2][IX_MAXL], g_ix_calls[2], g_ix_inject, g_ix_K;
+
+/* With g_ix_verify, every GPU indexer_topk call is checked against the definition on its own
+ * inputs (downloaded: q, w, the index-key cache rows, the batch metadata), scores in fp64 on the
+ * host: the selection must be the top-k (ties: lower position) sorted ascending, except
+ * positions within 1e-5 (relative to the token's largest |score|) of the k-th score. Counts go
+ * to g_ix_checked / g_ix_near / g_ix_wrong. */
+static int g_ix_verify, g_ix_checked, g_ix_near, g_ix_wrong;
+
+static int ix_cmp_desc(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void ix_verify(di_backend *be, const int32_t *sp, const int32_t *sc, const void *q, const float *w,
+                      const void *kc, const di_attn_batch *ab, int sb, int se, const di_indexer_dims *d) {
+    int T = ab->n_tokens, S = ab->n_seqs, MB = ab->max_blocks, K = d->topk, nh = d->n_heads, hd = d->head_dim;
+    int32_t *st = (int32_t *)malloc((size_t)(S + 1) * 4), *cx = (int32_t *)malloc((size_t)S * 4);
+    int32_t *bt = (int32_t *)malloc((size_t)S * MB * 4), *pos = (int32_t *)malloc((size_t)T * K * 4);
+    int32_t *cnt = (int32_t *)malloc((size_t)T * 4);
+    uint16_t *qb = (uint16_t *)malloc((size_t)T * nh * hd * 2);
+    float *wf = (float *)malloc((size_t)T * nh * 4);
+    be->download(be, st, ab->seq_start, (size_t)(S + 1) * 4);
+    be->download(be, cx, ab->seq_ctx_len, (size_t)S * 4);
+    be->download(be, bt, ab->block_table, (size_t)S * MB * 4);
+    be->download(be, pos, sp, (size_t)T * K * 4);
+    be->download(be, cnt, sc, (size_t)T * 4);
+    be->download(be, qb, q, (size_t)T * nh * hd * 2);
+    be->download(be, wf, w, (size_t)T * nh * 4);
+    int max_blk = 0;
+    for (int i = sb; i < se; i++)
+        for (int b = 0; b < (cx[i] + 63) / 64; b++) max_blk = bt[i * MB + b] > max_blk ? bt[i * MB + b] : max_blk;
+    size_t rows = (size_t)(max_blk + 1) * 64;
+    uint16_t *kb = (uint16_t *)malloc(rows * hd * 2);
+    be->download(be, kb, kc, rows * hd * 2);
+    for (int i = sb; i < se; i++) {
+        int q_len = st[i + 1] - st[i];
+        for (int j = 0; j < q_len; j++) {
+            int t = st[i] + j, p = cx[i] - q_len + j, n = p + 1, want = n < K ? n : K;
+            const int32_t *g = pos + (size_t)t * K;
+            g_ix_checked++;
+            if (cnt[t] != want) {
+                g_ix_wrong++;
+                continue;
+            }
+            int ok = 1;
+            for (int k = 0; k < want; k++) ok &= g[k] >= 0 && g[k] <= p && (k == 0 || g[k] > g[k - 1]);
+            if (!ok || n <= K) {
+                g_ix_wrong += !ok;
+                continue;
+            }
+            double *s = (double *)malloc((size_t)n * 8), *srt = (double *)malloc((size_t)n * 8), mx = 0;
+            for (int x = 0; x < n; x++) {
+                const uint16_t *k = kb + ((size_t)bt[i * MB + x / 64] * 64 + x % 64) * hd;
+                double acc = 0;
+                for (int h = 0; h < nh; h++) {
+                    double dot = 0;
+                    for (int e = 0; e < hd; e++)
+                        dot += (double)di_bf16_to_f32(qb[((size_t)t * nh + h) * hd + e]) * di_bf16_to_f32(k[e]);
+                    dot *= d->scale;
+                    acc += (double)wf[(size_t)t * nh + h] * d->weight_scale * (dot > 0 ? dot : 0);
+                }
+                s[x] = srt[x] = acc;
+                mx = fmax(mx, fabs(acc));
+            }
+            qsort(srt, (size_t)n, 8, ix_cmp_desc);
+            double thr = srt[K - 1], tol = 1e-5 * mx;
+            /* every selected score >= thr - tol, every unselected <= thr + tol; exact unless some
+             * position lies within tol of thr */
+            int near = 0, k = 0;
+            for (int x = 0; x < n; x++) {
+                int in = k < want && g[k] == x;
+                k += in;
+                if (in && s[x] < thr - tol) ok = 0;
+                if (!in && s[x] > thr + tol) ok = 0;
+                if (fabs(s[x] - thr) <= tol && ((in && s[x] < thr) || (!in && s[x] > thr))) near = 1;
+            }
+            g_ix_wrong += !ok;
+            g_ix_near += ok && near;
+            free(s);
+            free(srt);
+        }
+    }
+    free(st); free(cx); free(bt); free(pos); free(cnt); free(qb); free(wf); free(kb);
+}
+
+static void ix_hook(int which, di_backend *be, int32_t *sp, int32_t *sc, const void *q, const float *w, const void *kc,
+                    const di_attn_batch *ab, int sb, int se, const di_indexer_dims *d, void *scr, size_t bytes) {
+    g_ix_orig[which](be, sp, sc, q, w, kc, ab, sb, se, d, scr, bytes);
+    if (which == 1 && g_ix_verify) ix_verify(be, sp, sc, q, w, kc, ab, sb, se, d);
+    int l = g_ix_calls[which]++, T = ab->n_tokens, K = d->topk;
+    if (l >= IX_MAXL) return;
+    g_ix_K = K;
+    g_ix_T[which][l] = T;
+    free(g_ix_pos[which][l]);
+    free(g_ix_cnt[which][l]);
+    g_ix_pos[which][l] = (int32_t *)malloc((size_t)T * K * 4);
+    g_ix_cnt[which][l] = (int32_t *)malloc((size_t)T * 4);
+    be->download(be, g_ix_pos[which][l], sp, (size_t)T * K * 4);
+    be->download(be, g_ix_cnt[which][l], sc, (size_t)T * 4);
+    if (which == 1 && g_ix_inject && g_ix_pos[0][l] && g_ix_T[0][l] == T) {
+        be->upload(be, sp, g_ix_pos[0][l], (size_t)T * K * 4);
+        be->upload(be, sc, g_ix_cnt[0][l], (size_t)T * 4);
+    }
+}
+static void ix_cpu(di_backend *be, int32_t *sp, int32_t *sc, const void *q, const float *w, const void *kc,
+                   const di_attn_batch *ab, int sb, int se, const di_indexer_dims *d, void *scr, size_t bytes) {
+    ix_hook(0, be, sp, sc, q, w, kc, ab, sb, se, d, scr, bytes);
+}
+static void ix_gpu(di_backend *be, int32_t *sp, int32_t *sc, const void *q, const float *w, const void *kc,
+                   const di_attn_batch *ab, int sb, int se, const di_indexer_dims *d, void *scr, size_t bytes) {
+    ix_hook(1, be, sp, sc, q, w, kc, ab, sb, se, d, scr, bytes);
+}
+
+static void ix_hooks_install(di_backend *cpu, di_backend *gpu) {
+    g_ix_orig[0] = cpu->indexer_topk;
+    g_ix_orig[1] = gpu->indexer_topk;
+    cpu->indexer_topk = ix_cpu;
+    gpu->indexer_topk = ix_gpu;
+}
+static void ix_hooks_remove(di_backend *cpu, di_backend *gpu) {
+    cpu->indexer_topk = g_ix_orig[0];
+    gpu->indexer_topk = g_ix_orig[1];
+}
+
+/* (layer, token) selections of the last CPU and GPU runs: *n compared, returns how many differ
+ * (only tokens with more context than index_topk, where a selection is made). */
+static int ix_diff(int *n) {
+    int L = g_ix_calls[0] < g_ix_calls[1] ? g_ix_calls[0] : g_ix_calls[1], diff = 0;
+    *n = 0;
+    for (int l = 0; l < L && l < IX_MAXL; l++) {
+        if (!g_ix_pos[0][l] || !g_ix_pos[1][l] || g_ix_T[0][l] != g_ix_T[1][l]) continue;
+        for (int t = 0; t < g_ix_T[0][l]; t++) {
+            int c = g_ix_cnt[0][l][t];
+            if (c < g_ix_K || g_ix_pos[0][l][(size_t)t * g_ix_K + c - 1] == c - 1) continue; /* all of 0..c-1: dense */
+            (*n)++;
+            diff += c != g_ix_cnt[1][l][t] ||
+                    memcmp(g_ix_pos[0][l] + (size_t)t * g_ix_K, g_ix_pos[1][l] + (size_t)t * g_ix_K, (size_t)c * 4) != 0;
+        }
+    }
+    return diff;
+}
+
+static double max_rel(const float *got, const float *ref, size_t n) {
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= md) && md == md) md = d; /* a NaN sticks */
+        mr = fmax(mr, fabs(ref[i]));
+    }
+    return md / mr;
 }
 
 static void test_routing(void) {
@@ -329,7 +474,7 @@ static void test_routing(void) {
         json_t *ids = json_object_get(c, "ids");
         int n = (int)json_array_size(ids);
         char dir[4096], refpath[1024];
-        if (!case_dir(c, dir, sizeof dir) || cuda_unsupported(dir)) continue;
+        if (!case_dir(c, dir, sizeof dir)) continue;
         snprintf(refpath, sizeof refpath, "tests/data/golden/%s", logits);
         float *ref = NULL;
         if (test_read_f32(test_src_path(refpath), &ref) != (long)n * V) {
@@ -356,18 +501,21 @@ static void test_routing(void) {
         }
         di_backend *bc = di_model_backend(mc), *bg = di_model_backend(mg);
         rt_hooks_install(bc, bg);
+        ix_hooks_install(bc, bg); /* V3.2: the index selections are recorded and injected alike */
         float *lc = (float *)malloc((size_t)n * V * 4), *lg = (float *)malloc((size_t)n * V * 4);
         float *li = (float *)malloc((size_t)n * V * 4);
-        g_rt_calls[0] = g_rt_calls[1] = 0;
-        g_rt_inject = 0;
+        g_rt_calls[0] = g_rt_calls[1] = g_ix_calls[0] = g_ix_calls[1] = 0;
+        g_rt_inject = g_ix_inject = 0;
         CHECK_OK(rt_prefill(mc, ids, lc));
         CHECK_OK(rt_prefill(mg, ids, lg));
+        int n_sel = 0, d_sel = ix_diff(&n_sel);
+        if (n_sel) fprintf(stderr, "  %-18s index selections differing (layer x token): %d of %d\n", name, d_sel, n_sel);
         int L = g_rt_calls[0] < RT_MAXL ? g_rt_calls[0] : RT_MAXL, k = di_model_config_of(mc)->num_experts_per_tok;
         rt_flip_margins(name, n, L, k);
-        g_rt_calls[1] = 0;
-        g_rt_inject = 1;
+        g_rt_calls[1] = g_ix_calls[1] = 0;
+        g_rt_inject = g_ix_inject = 1;
         CHECK_OK(rt_prefill(mg, ids, li));
-        g_rt_inject = 0;
+        g_rt_inject = g_ix_inject = 0;
         int toks_diff = 0, big = 0, big_diff = 0;
         double e_same = 0, e_diff = 0, e_inj = 0, e_cpu = 0;
         for (int t = 0; t < n; t++) {
@@ -395,6 +543,7 @@ static void test_routing(void) {
         worst_inj = fmax(worst_inj, e_inj);
         if (!toks_diff) worst_same = fmax(worst_same, e_same);
         rt_hooks_remove(bc, bg);
+        ix_hooks_remove(bc, bg);
         free(lc); free(lg); free(li); free(ref);
         di_model_free(mc);
         di_model_free(mg);
@@ -404,8 +553,8 @@ static void test_routing(void) {
     json_decref(man);
 }
 
-/* Greedy generation in lockstep with the CPU's routing injected into the GPU (teacher-forced
- * on the CPU's tokens): counts the steps where the GPU's token differs. With identical routing
+/* Greedy generation in lockstep with the CPU's routing (and V3.2 index selections) injected into
+ * the GPU (teacher-forced on the CPU's tokens): counts the steps where the GPU's token differs. With identical routing
  * the only difference left is bf16 rounding of the logits themselves. */
 static void test_generate_routed(void) {
     json_t *man = NULL;
@@ -422,6 +571,7 @@ static void test_generate_routed(void) {
         if (!load_pair(c, done, &n_done, dir, &mc, &mg)) continue;
         di_backend *bc = di_model_backend(mc), *bg = di_model_backend(mg);
         rt_hooks_install(bc, bg);
+        ix_hooks_install(bc, bg); /* V3.2: the CPU's index selections too */
         int V = di_model_config_of(mc)->vocab_size, local = 0;
         for (int p = 0; p < GEN_PROMPTS; p++) {
             int P = 4 + (int)(rnd() % (GEN_MAXP - 4)), nb = 2, ok = 1, first = -1;
@@ -433,12 +583,12 @@ static void test_generate_routed(void) {
             di_sample_row sr = {0.0f, 1.0f, 0.0f, 0, 0, 0, 0};
             di_batch b = {P, ids, pos, pos, 1, 0, start, &ctx, bt, nb, 1, &row};
             for (int step = 0; step < GEN_NEW && ok; step++) {
-                g_rt_calls[0] = g_rt_calls[1] = 0;
-                g_rt_inject = 0;
+                g_rt_calls[0] = g_rt_calls[1] = g_ix_calls[0] = g_ix_calls[1] = 0;
+                g_rt_inject = g_ix_inject = 0;
                 ok &= di_model_forward_sample(mc, &b, &sr, &tc) == DI_OK;
-                g_rt_inject = 1;
+                g_rt_inject = g_ix_inject = 1;
                 ok &= di_model_forward_sample(mg, &b, &sr, &tg) == DI_OK;
-                g_rt_inject = 0;
+                g_rt_inject = g_ix_inject = 0;
                 steps++;
                 if (tg != tc) {
                     diff_steps++;
@@ -460,6 +610,7 @@ static void test_generate_routed(void) {
         }
         same += local;
         rt_hooks_remove(bc, bg);
+        ix_hooks_remove(bc, bg);
         fprintf(stderr, "  generate-routed %-32s %d/%d prompts identical over %d tokens\n", strrchr(dir, '/') + 1, local,
                 GEN_PROMPTS, GEN_NEW);
         di_model_free(mc);
@@ -469,6 +620,124 @@ static void test_generate_routed(void) {
     fprintf(stderr, "  generate-routed: %d/%d prompts identical with identical routing (%d of %d steps differ)\n", same,
             prompts, diff_steps, steps);
     CHECK(prompts > 0 && same * 100 >= 95 * prompts);
+    json_decref(man);
+}
+
+/* ---------------------------------------------------------------- V3.2 sparse attention ---- */
+
+/* tiny-v32 (index_topk 64) CPU vs CUDA: a 100-token prefill and 8 decode steps, so most tokens
+ * select 64 of their positions. Reports how many (layer, token) selections differ, and the
+ * logits' max|d|/max|ref| plain, with the CPU's routing injected into the GPU, and with the
+ * CPU's routing and selection injected (then only the arithmetic differs: bound 2e-2). */
+static void test_v32(void) {
+    json_t *man = NULL;
+    CHECK_OK(di_json_load_file(test_src_path("tests/data/golden/golden.json"), &man));
+    if (!man) return;
+    setenv("DEEPINFER_CUDA_GRAPHS", "0", 1); /* the hooks download/upload inside the step */
+    size_t ci;
+    json_t *c, *ids = NULL;
+    char dir[4096];
+    int found = 0;
+    json_array_foreach(json_object_get(man, "cases"), ci, c) {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        if (name && !strcmp(name, "v32_len100")) {
+            found = case_dir(c, dir, sizeof dir) != NULL;
+            ids = json_object_get(c, "ids");
+            break;
+        }
+    }
+    CHECK_MSG(found && ids, "golden case v32_len100 (tiny-v32) not available");
+    if (!found || !ids) {
+        json_decref(man);
+        return;
+    }
+    enum { P = 100, D_STEPS = 8, NB = 2 };
+    di_model_options o = {0};
+    o.max_batch_tokens = P;
+    o.max_seqs = 1;
+    o.max_context = 128;
+    o.kv_blocks = NB;
+    di_model *mc = NULL, *mg = NULL;
+    o.device = DI_DEVICE_CPU;
+    CHECK_OK(di_model_load(dir, &o, &mc));
+    o.device = DI_DEVICE_CUDA;
+    CHECK_OK(di_model_load(dir, &o, &mg));
+    if (!mc || !mg) {
+        di_model_free(mc);
+        di_model_free(mg);
+        json_decref(man);
+        return;
+    }
+    int V = di_model_config_of(mc)->vocab_size;
+    int32_t tok[P + D_STEPS], pos[P + D_STEPS], slots[P + D_STEPS], bt[NB] = {1, 0}, rows[P];
+    for (int i = 0; i < P + D_STEPS; i++) {
+        tok[i] = i < P ? (int32_t)json_integer_value(json_array_get(ids, (size_t)i)) : 2 + (int)(rnd() % (uint64_t)(V - 2));
+        pos[i] = i;
+        slots[i] = bt[i / 64] * 64 + i % 64;
+    }
+    for (int i = 0; i < P; i++) rows[i] = i;
+    int32_t start[2] = {0, P}, ctx = P;
+    di_batch b = {P, tok, pos, slots, 1, 0, start, &ctx, bt, NB, P, rows};
+    di_backend *bc = di_model_backend(mc), *bg = di_model_backend(mg);
+    rt_hooks_install(bc, bg);
+    ix_hooks_install(bc, bg);
+    g_ix_verify = 1;
+    g_ix_checked = g_ix_near = g_ix_wrong = 0;
+    float *lc = (float *)malloc((size_t)P * V * 4), *lg = (float *)malloc((size_t)P * V * 4);
+    /* pass 1: plain; 2: the CPU's routing injected; 3: routing and selection injected */
+    double err[3];
+    int nsel[3], dsel[3];
+    g_rt_calls[0] = g_ix_calls[0] = 0;
+    g_rt_inject = g_ix_inject = 0;
+    CHECK_OK(di_model_forward(mc, &b, lc));
+    for (int pass = 0; pass < 3; pass++) {
+        g_rt_calls[1] = g_ix_calls[1] = 0;
+        g_rt_inject = pass >= 1;
+        g_ix_inject = pass >= 2;
+        CHECK_OK(di_model_forward(mg, &b, lg));
+        err[pass] = max_rel(lg, lc, (size_t)P * V);
+        dsel[pass] = ix_diff(&nsel[pass]);
+    }
+    fprintf(stderr, "  v32 prefill %d tokens (index_topk %d): selections differing (layer x token): plain %d of %d, "
+                    "CPU routing %d of %d; logits max|d|/max|ref|: plain %.3e, CPU routing %.3e, CPU routing + "
+                    "selection %.3e\n", P, g_ix_K, dsel[0], nsel[0], dsel[1], nsel[1], err[0], err[1], err[2]);
+    CHECK_MSG(nsel[1] > 0, "no token selected positions: the test does not exercise sparse attention");
+    CHECK_MSG(err[2] <= 2e-2, "v32 prefill with identical routing and selection: %.3g", err[2]);
+    int tot_n = nsel[1], tot_d = dsel[1];
+    double worst_dec = 0;
+    for (int s = 0; s < D_STEPS; s++) { /* decode with the CPU's routing, the GPU's own selection */
+        int32_t st[2] = {0, 1}, c1 = P + s + 1, r0 = 0;
+        di_batch d = {1, tok + P + s, pos + P + s, slots + P + s, 1, 1, st, &c1, bt, NB, 1, &r0};
+        g_rt_calls[0] = g_rt_calls[1] = g_ix_calls[0] = g_ix_calls[1] = 0;
+        g_ix_inject = 0;
+        g_rt_inject = 1;
+        CHECK_OK(di_model_forward(mc, &d, lc));
+        CHECK_OK(di_model_forward(mg, &d, lg));
+        int n, df = ix_diff(&n);
+        double e = max_rel(lg, lc, (size_t)V);
+        tot_n += n;
+        tot_d += df;
+        fprintf(stderr, "  v32 decode step %d (ctx %d): selections differing %d of %d, max|d|/max|ref| %.3e\n", s, c1,
+                df, n, e);
+        if (!df) worst_dec = fmax(worst_dec, e);
+    }
+    g_rt_inject = g_ix_inject = 0;
+    ix_hooks_remove(bc, bg);
+    rt_hooks_remove(bc, bg);
+    g_ix_verify = 0;
+    fprintf(stderr, "  v32: %d of %d selections identical to the CPU's with the CPU's routing (inputs differ by bf16 "
+                    "rounding); decode steps with identical selections: worst %.3e (bound 2e-2)\n", tot_n - tot_d, tot_n,
+            worst_dec);
+    fprintf(stderr, "  v32: GPU indexer_topk on its own inputs vs the fp64 definition: %d (call x token) checked, %d "
+                    "exact, %d near-tie, %d wrong\n", g_ix_checked, g_ix_checked - g_ix_near - g_ix_wrong, g_ix_near,
+            g_ix_wrong);
+    CHECK_MSG(g_ix_checked > 0 && g_ix_wrong == 0, "v32: %d GPU selections wrong", g_ix_wrong);
+    CHECK_MSG(worst_dec <= 2e-2, "v32 decode with identical routing and selection: %.3g", worst_dec);
+    unsetenv("DEEPINFER_CUDA_GRAPHS");
+    free(lc);
+    free(lg);
+    di_model_free(mc);
+    di_model_free(mg);
     json_decref(man);
 }
 
@@ -585,6 +854,12 @@ int main(int argc, char **argv) {
         test_routing();
         fprintf(stderr, "-- generate-routed\n");
         test_generate_routed();
+    }
+    all = argc < 2;
+    for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "v32");
+    if (all) {
+        fprintf(stderr, "-- v32\n");
+        test_v32();
     }
     fprintf(stderr, "%d checks, %d failures\n", g_test_checks, g_test_failures);
     return g_test_failures ? 1 : (g_test_checks ? 0 : 1);

@@ -443,6 +443,9 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->mla_prefill = cuda_mla_prefill;
     be->mla_prefill_scratch_bytes = cuda_mla_prefill_scratch_bytes;
     be->mla_decode = cuda_mla_decode;
+    be->layernorm = cuda_layernorm;
+    be->indexer_topk = cuda_indexer_topk;
+    be->indexer_scratch_bytes = cuda_indexer_scratch_bytes;
     be->moe_route = cuda_moe_route;
     be->moe_experts = cuda_moe_experts;
     be->moe_scratch_bytes = cuda_moe_scratch_bytes;

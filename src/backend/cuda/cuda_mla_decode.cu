@@ -382,6 +382,10 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
                      const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end, const di_mla_dims *d) {
     cuda_state *st = cst(be);
     if (seq_end <= seq_begin || ab->n_tokens <= 0) return;
+    if (ab->sel_pos) { /* V3.2: each token's selected positions only (cuda_mla_sparse.cu) */
+        cuda_mla_sparse_decode(st, out, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d);
+        return;
+    }
     dec_args a;
     a.out = (bf16 *)out;
     a.qt = (const bf16 *)qt;

@@ -370,6 +370,10 @@ void cuda_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const v
     DI_ASSERT(W_kvb->rows == kvw && W_kvb->cols == r && W_kvb->n == 1);
     if (seq_end <= seq_begin || ab->n_tokens <= 0) return;
     DI_ASSERT(scratch_bytes >= cuda_mla_prefill_scratch_bytes(be, d, ab->n_tokens));
+    if (ab->sel_pos) { /* V3.2: each token's selected positions only (cuda_mla_sparse.cu) */
+        cuda_mla_sparse_prefill(st, out, q, ldq, cache, W_kvb, ab, seq_begin, seq_end, d, scratch, scratch_bytes);
+        return;
+    }
     pf_scratch ps;
     carve(&ps, scratch, scratch_bytes, d, ab->n_tokens);
     DI_ASSERT(ps.cap >= 64);

@@ -1,0 +1,262 @@
+/* cuda_indexer.cu - DeepSeek-V3.2's lightning indexer on CUDA: the index keys' LayerNorm (with
+ * bias) and the per-token top-k selection of the context positions sparse MLA attends to
+ * (backend.h: layernorm, indexer_topk, indexer_scratch_bytes).
+ *
+ * Owner: cuda. Semantics of the CPU backend (cpu_indexer.c, transformers 5.17
+ * DeepseekV32Indexer): I[t, s] = Σ_h (w[t,h] · weight_scale) · relu(scale · q[t,h,:] · k_s) in
+ * fp32 over s <= pos(t); the min(topk, pos + 1) largest (ties: lower position), written in
+ * ascending position order. One block per token: its scores go to an fp32 scratch row, then a
+ * radix select over the scores' orderable bits (4 passes of 8 bits, shared-memory integer
+ * histograms) finds the k-th largest value and how many of its equals to keep, and an ordered
+ * block-wide prefix sum over "selected" flags writes the positions sorted. No host sync, no
+ * float atomics (the score of a position is summed in a fixed order), so results are
+ * deterministic. Scratch: rows of max_ctx floats for up to IX_MAX_ROWS tokens at a time (the op
+ * loops over token chunks; the chunking depends on the token count only). */
+#include <math.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+enum { IX_THREADS = 256, IX_WARPS = IX_THREADS / 32, IX_MAX_ROWS = 512 };
+
+/* ---------------------------------------------------------------- layernorm ---- */
+
+static __device__ double block_sum_d(double v, double *red) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int i = 0; i < nw; i++) s += red[i];
+    return s;
+}
+
+/* One block per row; out may alias x (each thread reads its elements before any write). */
+__global__ void k_layernorm(bf16 *out, long ldo, const bf16 *x, long ldx, const float *w, const float *b, float eps,
+                            int D) {
+    __shared__ double red[32];
+    extern __shared__ float row[]; /* [D] */
+    const bf16 *xr = x + (long)blockIdx.x * ldx;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float v = __bfloat162float(xr[i]);
+        row[i] = v;
+        s += v;
+    }
+    double mean = block_sum_d(s, red) / D;
+    double v2 = 0.0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        double d = (double)row[i] - mean;
+        v2 += d * d;
+    }
+    double var = block_sum_d(v2, red) / D;
+    float inv = (float)(1.0 / sqrt(var + (double)eps)), mf = (float)mean;
+    bf16 *o = out + (long)blockIdx.x * ldo;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = __float2bfloat16_rn((row[i] - mf) * inv * w[i] + b[i]);
+}
+
+void cuda_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
+                    const di_weight *b, float eps, int T, int D) {
+    cuda_state *st = cst(be);
+    DI_ASSERT(w->dtype == DI_DTYPE_F32 && b->dtype == DI_DTYPE_F32 && w->cols == D && b->cols == D);
+    if (T <= 0) return;
+    int th = 32;
+    while (th < 256 && th < D) th *= 2;
+    k_layernorm<<<T, th, (size_t)D * sizeof(float), st->stream>>>((bf16 *)out, ldo, (const bf16 *)x, ldx,
+                                                                   (const float *)w->data, (const float *)b->data,
+                                                                   eps, D);
+    CUDA_LAUNCHED(st, "layernorm");
+}
+
+/* ---------------------------------------------------------------- top-k ---- */
+
+typedef struct ix_args {
+    int32_t *sel_pos, *sel_count;
+    const bf16 *q, *kc;
+    const float *w;
+    const int32_t *seq_start, *ctx_len, *block_table;
+    int max_blocks, seq_begin, seq_end, nh, hd, topk;
+    float scale, wscale;
+    float *scores; /* [gridDim.x][ld] */
+    long ld;
+    int t0;        /* token of block 0 */
+} ix_args;
+
+/* Sequence of token t among [lo, hi), or -1 if t is outside their tokens. */
+static __device__ int ix_seq_of(const int32_t *seq_start, int lo, int hi, int t) {
+    if (t < seq_start[lo] || t >= seq_start[hi]) return -1;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (seq_start[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Orderable key of a score: larger float -> larger unsigned (-0 counted as +0, as the CPU's
+ * float comparisons do). */
+static __device__ __forceinline__ unsigned ix_key(float f) {
+    if (f == 0.0f) f = 0.0f;
+    unsigned u = __float_as_uint(f);
+    return u ^ ((u & 0x80000000u) ? 0xffffffffu : 0x80000000u);
+}
+
+/* Exclusive prefix sum of v over the block in thread order; *tot = the block's total. Every
+ * thread of the block must call it. */
+static __device__ int ix_block_scan(int v, int *tot, int *wsum) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int x = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    __syncthreads(); /* the previous call's readers of wsum are done */
+    if (lane == 31) wsum[w] = x;
+    __syncthreads();
+    int pre = 0, all = 0;
+    for (int i = 0; i < IX_WARPS; i++) {
+        if (i < w) pre += wsum[i];
+        all += wsum[i];
+    }
+    *tot = all;
+    return pre + x - v;
+}
+
+__global__ void __launch_bounds__(IX_THREADS) k_indexer_topk(ix_args a) {
+    extern __shared__ float ism[]; /* q [nh][hd + 1], w·weight_scale [nh], one key row per warp [IX_WARPS][hd] */
+    __shared__ int hist[256];
+    __shared__ int wsum[IX_WARPS];
+    __shared__ int s_digit, s_want;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t = a.t0 + blockIdx.x;
+    const int seq = ix_seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
+    if (seq < 0) return;
+    const int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
+    const int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
+    const int K = a.topk, n = pos + 1, nh = a.nh, hd = a.hd, ldq = hd + 1;
+    int32_t *out = a.sel_pos + (long)t * K;
+    if (n <= K) { /* everything is selected */
+        for (int s = tid; s < n; s += IX_THREADS) out[s] = s;
+        if (tid == 0) a.sel_count[t] = n;
+        return;
+    }
+    float *qs = ism, *ws = qs + nh * ldq, *kw = ws + nh + warp * hd;
+    for (int i = tid; i < nh * hd; i += IX_THREADS) qs[(i / hd) * ldq + i % hd] = __bfloat162float(a.q[(long)t * nh * hd + i]);
+    for (int h = tid; h < nh; h += IX_THREADS) ws[h] = a.w[(long)t * nh + h] * a.wscale;
+    __syncthreads();
+
+    /* scores: one warp per position, lanes over heads (q rows padded: conflict-free) */
+    float *score = a.scores + (long)blockIdx.x * a.ld;
+    for (int s = warp; s < n; s += IX_WARPS) {
+        int blk = a.block_table[(long)seq * a.max_blocks + s / DI_KV_BLOCK_SIZE];
+        const bf16 *k = a.kc + ((long)blk * DI_KV_BLOCK_SIZE + s % DI_KV_BLOCK_SIZE) * hd;
+        for (int j = lane; j < hd; j += 32) kw[j] = __bfloat162float(k[j]);
+        __syncwarp();
+        float acc = 0.f;
+        for (int h = lane; h < nh; h += 32) {
+            const float *qh = qs + h * ldq;
+            float d = 0.f;
+            for (int j = 0; j < hd; j++) d = fmaf(qh[j], kw[j], d);
+            d *= a.scale;
+            acc += ws[h] * (d > 0.f ? d : 0.f);
+        }
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) score[s] = acc;
+        __syncwarp();
+    }
+    __syncthreads();
+
+    /* radix select: the K-th largest key (prefix), and how many keys equal to it to keep (want) */
+    unsigned prefix = 0, mask = 0;
+    int want = K;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = tid; i < 256; i += IX_THREADS) hist[i] = 0;
+        __syncthreads();
+        for (int s = tid; s < n; s += IX_THREADS) {
+            unsigned u = ix_key(score[s]);
+            if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255], 1);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            int cum = 0, b = 255;
+            for (; b > 0; b--) {
+                if (cum + hist[b] >= want) break;
+                cum += hist[b];
+            }
+            s_digit = b;
+            s_want = want - cum;
+        }
+        __syncthreads();
+        prefix |= (unsigned)s_digit << shift;
+        mask |= 255u << shift;
+        want = s_want;
+    }
+
+    /* ascending output: keys above the threshold, and the first `want` equal ones */
+    int carry_eq = 0, carry_sel = 0;
+    for (int base = 0; base < n; base += IX_THREADS) {
+        int s = base + tid;
+        unsigned u = s < n ? ix_key(score[s]) : 0u;
+        int gt = s < n && u > prefix, eq = s < n && u == prefix, tot;
+        int eq_ex = ix_block_scan(eq, &tot, wsum);
+        int sel = gt || (eq && carry_eq + eq_ex < want);
+        carry_eq += tot;
+        int sel_ex = ix_block_scan(sel, &tot, wsum);
+        if (sel) out[carry_sel + sel_ex] = s;
+        carry_sel += tot;
+    }
+    if (tid == 0) a.sel_count[t] = K;
+}
+
+static long ix_ld(int max_ctx) { return ((long)(max_ctx > 0 ? max_ctx : 1) + 63) & ~63L; }
+
+size_t cuda_indexer_scratch_bytes(di_backend *be, int max_tokens, int max_ctx) {
+    (void)be;
+    long rows = max_tokens < IX_MAX_ROWS ? max_tokens : IX_MAX_ROWS;
+    if (rows < 1) rows = 1;
+    return (size_t)rows * ix_ld(max_ctx) * sizeof(float) + 256;
+}
+
+void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, const void *q, const float *w,
+                       const void *index_cache, const di_attn_batch *ab, int seq_begin, int seq_end,
+                       const di_indexer_dims *d, void *scratch, size_t scratch_bytes) {
+    cuda_state *st = cst(be);
+    if (seq_end <= seq_begin || ab->n_tokens <= 0) return;
+    ix_args a;
+    a.ld = ix_ld(ab->max_ctx_len);
+    long fit = (long)(scratch_bytes / ((size_t)a.ld * sizeof(float)));
+    DI_ASSERT(fit >= 1);
+    if (fit > IX_MAX_ROWS) fit = IX_MAX_ROWS;
+    a.sel_pos = sel_pos;
+    a.sel_count = sel_count;
+    a.q = (const bf16 *)q;
+    a.kc = (const bf16 *)index_cache;
+    a.w = w;
+    a.seq_start = ab->seq_start;
+    a.ctx_len = ab->seq_ctx_len;
+    a.block_table = ab->block_table;
+    a.max_blocks = ab->max_blocks;
+    a.seq_begin = seq_begin;
+    a.seq_end = seq_end;
+    a.nh = d->n_heads;
+    a.hd = d->head_dim;
+    a.topk = d->topk;
+    a.scale = d->scale;
+    a.wscale = d->weight_scale;
+    a.scores = (float *)scratch;
+    size_t smem = ((size_t)d->n_heads * (d->head_dim + 1) + d->n_heads + (size_t)IX_WARPS * d->head_dim) * sizeof(float);
+    static size_t smem_set = 48 * 1024;
+    if (smem > smem_set) {
+        DI_ASSERT(smem <= 227 * 1024);
+        if (cuda_note(st, cudaFuncSetAttribute(k_indexer_topk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                      "indexer smem attribute"))
+            return;
+        smem_set = smem;
+    }
+    for (int t0 = 0; t0 < ab->n_tokens; t0 += (int)fit) {
+        int nt = ab->n_tokens - t0 < fit ? ab->n_tokens - t0 : (int)fit;
+        a.t0 = t0;
+        k_indexer_topk<<<nt, IX_THREADS, smem, st->stream>>>(a);
+        CUDA_LAUNCHED(st, "indexer_topk");
+    }
+}
