@@ -8,7 +8,7 @@
 #
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
-#          engine compare hf e2ebase pbreakdown
+#          engine compare hf e2ebase pbreakdown pfbench
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -18,7 +18,8 @@
 #          DEEPINFER_CUDA_MOE_SMALL / DEEPINFER_CUDA_PDL off, and a staged baseline binary
 #          (bin/bench_cuda_e2e_base) if any; breakdown: per-kernel times of one decode step under
 #          ncu (breakdown.txt; scripts/gpu/breakdown.py); pbreakdown: the same for one prefill
-#          of PBREAKDOWN_LEN (8192) tokens
+#          of PBREAKDOWN_LEN (8192) tokens; pfbench: bench_cuda_ops prefill (MLA prefill at 512
+#          and 8192 tokens with every variant of the fast attention kernel)
 #          hf: tools/golden/hf_bf16_error.py, transformers running the golden checkpoints in bf16
 #              and fp32 on the GPU vs the committed fp32 goldens (needs python3 with torch and
 #              transformers on the machine) -> hf.log, hf_bf16.json
@@ -154,6 +155,9 @@ for s in $steps; do
         ;;
     bench)
         run_step bench.ops bench.log "$G/bin/bench_cuda_ops"
+        ;;
+    pfbench)
+        run_step bench.prefill bench.log "$G/bin/bench_cuda_ops" prefill
         ;;
     engine)
         # the real engine (`deepinfer generate`) at batch B: B random 128-token prompts, 128 new
