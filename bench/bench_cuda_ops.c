@@ -201,9 +201,9 @@ int main(int argc, char **argv) {
     }
     g_bw = b_copy_bw();
     g_tf = b_gemm_rate(be, 8192, 8192, 8192, 0);
-    if (argc > 1 && !strcmp(argv[1], "prefill")) { /* MLA prefill only: 7 fast-kernel variants */
-        bench_prefill(be, 512, 7);
-        bench_prefill(be, 8192, 7);
+    if (argc > 1 && !strcmp(argv[1], "prefill")) { /* MLA prefill only: the 10 fast-kernel variants */
+        bench_prefill(be, 512, 10);
+        bench_prefill(be, 8192, 10);
         di_status s = be->sync(be);
         di_backend_free(be);
         return s == DI_OK ? 0 : 1;

@@ -10,7 +10,7 @@
 #include "sampling/sampler.h"
 
 #define ATOL_L2 1.2e-2
-#define PF_NVARIANTS 7 /* variants of the fast prefill kernel (cuda_mla_prefill.cu pf_variants) */
+#define PF_NVARIANTS 10 /* variants of the fast prefill kernel (cuda_mla_prefill.cu pf_variants) */
 #define ATOL_MAX 4e-2
 
 /* ---------------------------------------------------------------- paged batches ---- */

@@ -8,9 +8,10 @@
  *      online softmax whose state (m, l, O in fp32) persists in scratch between windows; the
  *      last window writes out[t, h, :] = O / l in bf16.
  * Usually one window covers the whole context (CH = max context) and the state never leaves
- * registers. Kernels: fast (dn 128, rope 64, dv 128: DeepSeek V2/V3) = 64 queries x 1 head per
- * block, 64-key tiles double-buffered through shared memory, mma.sync for Q·Kᵀ and P·V with P
- * kept in registers; generic = one warp per (query, head), any shape.
+ * registers. Kernels: fast (dn 128, rope 64, dv 128: DeepSeek V2/V3) = a block of 64, 128 or
+ * 256 queries x 1 head (variant chosen by shape, see pf_choose), key tiles through a cp.async
+ * ring in shared memory, mma.sync for Q·Kᵀ and P·V with P kept in registers, heaviest query
+ * tiles first; generic = one warp per (query, head), any shape.
  *
  * Owner: cuda. Scratch (carved from the caller's buffer, sized by
  * cuda_mla_prefill_scratch_bytes for max_tokens): lat [cap, r+dr] bf16, kv [cap, H*(dn+dv)]
@@ -134,12 +135,19 @@ __global__ void k_prefill_generic(pf_args a) {
  * (latest) first: blockIdx.x = head, blockIdx.y = reversed query tile. */
 enum { PDN = 128, PDR = 64, PDQ = 192, PDV = 128, PLDK = 200, PLDV = 136 };
 
-template <int NW, int MT, int KT, int ST>
+/* 2^x (MUFU, flushes subnormal results to 0; 2^-inf = 0) */
+static __device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <int NW, int MT, int KT, int ST, int KS>
 struct pf_cfg {
     enum { BM = 16 * NW * MT, NT = 32 * NW, SMEM = BM * PLDK * 2 + ST * KT * (PLDK + PLDV) * 2 };
 };
 
-template <int NW, int MT, int KT, int ST>
+template <int NW, int MT, int KT, int ST, int KS>
 __global__ void __launch_bounds__(32 * NW) k_prefill_fast(pf_args a) {
     constexpr int BM = 16 * NW * MT, NT = 32 * NW, NR = 2 * MT;
     extern __shared__ __align__(16) unsigned char sm[];
@@ -168,6 +176,7 @@ __global__ void __launch_bounds__(32 * NW) k_prefill_fast(pf_args a) {
     cp_async_commit();
     auto load_tile = [&](int k0, int buf) {
         bf16 *Ks = Kb + buf * KT * PLDK, *Vs = Vb + buf * KT * PLDV;
+#pragma unroll 1
         for (int c = tid; c < KT * 24; c += NT) { /* K: 16 chunks of k_nope, 8 of k_pe */
             int i = c / 24, ch = c % 24, p = k0 + i;
             bool ok = p < kend;
@@ -176,6 +185,7 @@ __global__ void __launch_bounds__(32 * NW) k_prefill_fast(pf_args a) {
                                       : a.lat + row * 576 + 512 + (ch - 16) * 8;
             cp_async16(Ks + i * PLDK + ch * 8, ok ? (const void *)src : (const void *)a.kv, ok ? 16 : 0);
         }
+#pragma unroll 1
         for (int c = tid; c < KT * 16; c += NT) {
             int i = c / 16, ch = c % 16, p = k0 + i;
             bool ok = p < kend;
@@ -238,89 +248,99 @@ __global__ void __launch_bounds__(32 * NW) k_prefill_fast(pf_args a) {
             if (nk < kend) load_tile(nk, (it + ST - 1) % ST);
             cp_async_commit();
         }
-        const bf16 *Ks = Kb + buf * KT * PLDK, *Vs = Vb + buf * KT * PLDV;
-        float s[MT][KT / 8][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int j = 0; j < KT / 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
-#pragma unroll
-        for (int ks = 0; ks < PDQ / 16; ks++) {
-            uint32_t qa[MT][4];
-            if (MT == 1) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) qa[0][i] = qf[MT == 1 ? ks : 0][i];
-            } else {
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) ldsm_x4(qa[mt], Qw + mt * 16 * PLDK + ks * 16);
-            }
-#pragma unroll
-            for (int j2 = 0; j2 < KT / 16; j2++) {
-                uint32_t bfr[4];
-                ldsm_x4(bfr, Ks + (j2 * 16 + ((lane >> 4) & 1) * 8 + (lane & 7)) * PLDK + ks * 16 + ((lane >> 3) & 1) * 8);
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma16816(s[mt][2 * j2], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], bfr[0], bfr[1]);
-                    mma16816(s[mt][2 * j2 + 1], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], bfr[2], bfr[3]);
-                }
-            }
-        }
-        if (kb + KT > kend || kb + KT - 1 > wmin) { /* tile crosses the diagonal or the end */
+#pragma unroll 1
+        for (int sub = 0; sub < KT / KS; sub++) { /* KS-key sub-tiles of the loaded tile */
+            const int kbs = kb + sub * KS;
+            if (kbs >= kend) break;
+            const bf16 *Ks = Kb + (buf * KT + sub * KS) * PLDK, *Vs = Vb + (buf * KT + sub * KS) * PLDV;
+            float s[MT][KS / 8][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int j = 0; j < KT / 8; j++)
+                for (int j = 0; j < KS / 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
 #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        int p = kb + j * 8 + 2 * t4 + (c & 1);
-                        if (!(p < kend && p <= prow + RO(2 * mt + (c >> 1)))) s[mt][j][c] = -INFINITY;
+            for (int ks = 0; ks < PDQ / 16; ks++) {
+                uint32_t qa[MT][4];
+                if (MT == 1) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) qa[0][i] = qf[MT == 1 ? ks : 0][i];
+                } else {
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) ldsm_x4(qa[mt], Qw + mt * 16 * PLDK + ks * 16);
+                }
+#pragma unroll
+                for (int j2 = 0; j2 < KS / 16; j2++) {
+                    uint32_t bfr[4];
+                    ldsm_x4(bfr, Ks + (j2 * 16 + ((lane >> 4) & 1) * 8 + (lane & 7)) * PLDK + ks * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma16816(s[mt][2 * j2], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], bfr[0], bfr[1]);
+                        mma16816(s[mt][2 * j2 + 1], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], bfr[2], bfr[3]);
                     }
-        }
-        float u[NR];
-#pragma unroll
-        for (int r = 0; r < NR; r++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < KT / 8; j++) mx = fmaxf(mx, fmaxf(s[r / 2][j][(r & 1) * 2], s[r / 2][j][(r & 1) * 2 + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float mn = fmaxf(m[r], mx * sl2);
-            u[r] = mn == -INFINITY ? 0.f : mn; /* fully masked rows */
-            float corr = exp2f(m[r] - u[r]);
-            m[r] = mn;
-            l[r] *= corr;
-#pragma unroll
-            for (int j = 0; j < PDV / 8; j++) {
-                o[r / 2][j][(r & 1) * 2] *= corr;
-                o[r / 2][j][(r & 1) * 2 + 1] *= corr;
-            }
-        }
-        uint32_t pf[MT][KT / 16][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int j = 0; j < KT / 8; j++) {
-                float ua = u[2 * mt], ub = u[2 * mt + 1];
-                float p0 = exp2f(fmaf(s[mt][j][0], sl2, -ua)), p1 = exp2f(fmaf(s[mt][j][1], sl2, -ua));
-                float p2 = exp2f(fmaf(s[mt][j][2], sl2, -ub)), p3 = exp2f(fmaf(s[mt][j][3], sl2, -ub));
-                l[2 * mt] += p0 + p1;
-                l[2 * mt + 1] += p2 + p3;
-                pf[mt][j / 2][(j & 1) * 2] = pack_bf16(p0, p1);
-                pf[mt][j / 2][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
-            }
-#pragma unroll
-        for (int ks = 0; ks < KT / 16; ks++)
-#pragma unroll
-            for (int j2 = 0; j2 < PDV / 16; j2++) {
-                int m8 = lane >> 3;
-                uint32_t bfr[4];
-                ldsm_x4_t(bfr, Vs + (ks * 16 + (m8 & 1) * 8 + (lane & 7)) * PLDV + j2 * 16 + (m8 >> 1) * 8);
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma16816(o[mt][2 * j2], pf[mt][ks][0], pf[mt][ks][1], pf[mt][ks][2], pf[mt][ks][3], bfr[0], bfr[1]);
-                    mma16816(o[mt][2 * j2 + 1], pf[mt][ks][0], pf[mt][ks][1], pf[mt][ks][2], pf[mt][ks][3], bfr[2], bfr[3]);
                 }
             }
+            if (kbs + KS > kend || kbs + KS - 1 > wmin) { /* crosses the diagonal or the end */
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int j = 0; j < KS / 8; j++)
+#pragma unroll
+                        for (int c = 0; c < 4; c++) {
+                            int p = kbs + j * 8 + 2 * t4 + (c & 1);
+                            if (!(p < kend && p <= prow + RO(2 * mt + (c >> 1)))) s[mt][j][c] = -INFINITY;
+                        }
+            }
+            float u[NR], corr[NR];
+            bool same = true;
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < KS / 8; j++) mx = fmaxf(mx, fmaxf(s[r / 2][j][(r & 1) * 2], s[r / 2][j][(r & 1) * 2 + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                float mn = fmaxf(m[r], mx * sl2);
+                u[r] = mn == -INFINITY ? 0.f : mn; /* fully masked rows */
+                corr[r] = ex2_approx(m[r] - u[r]);
+                same = same && corr[r] == 1.f;
+                m[r] = mn;
+                l[r] *= corr[r];
+            }
+            if (!__all_sync(0xffffffffu, same)) /* no row of the warp has a new maximum: o stays */
+#pragma unroll
+                for (int r = 0; r < NR; r++)
+#pragma unroll
+                    for (int j = 0; j < PDV / 8; j++) {
+                        o[r / 2][j][(r & 1) * 2] *= corr[r];
+                        o[r / 2][j][(r & 1) * 2 + 1] *= corr[r];
+                    }
+            uint32_t pf[MT][KS / 16][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < KS / 8; j++) {
+                    float ua = u[2 * mt], ub = u[2 * mt + 1];
+                    float p0 = ex2_approx(fmaf(s[mt][j][0], sl2, -ua)), p1 = ex2_approx(fmaf(s[mt][j][1], sl2, -ua));
+                    float p2 = ex2_approx(fmaf(s[mt][j][2], sl2, -ub)), p3 = ex2_approx(fmaf(s[mt][j][3], sl2, -ub));
+                    l[2 * mt] += p0 + p1;
+                    l[2 * mt + 1] += p2 + p3;
+                    pf[mt][j / 2][(j & 1) * 2] = pack_bf16(p0, p1);
+                    pf[mt][j / 2][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
+                }
+#pragma unroll
+            for (int ks = 0; ks < KS / 16; ks++)
+#pragma unroll
+                for (int j2 = 0; j2 < PDV / 16; j2++) {
+                    int m8 = lane >> 3;
+                    uint32_t bfr[4];
+                    ldsm_x4_t(bfr, Vs + (ks * 16 + (m8 & 1) * 8 + (lane & 7)) * PLDV + j2 * 16 + (m8 >> 1) * 8);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma16816(o[mt][2 * j2], pf[mt][ks][0], pf[mt][ks][1], pf[mt][ks][2], pf[mt][ks][3], bfr[0], bfr[1]);
+                        mma16816(o[mt][2 * j2 + 1], pf[mt][ks][0], pf[mt][ks][1], pf[mt][ks][2], pf[mt][ks][3], bfr[2], bfr[3]);
+                    }
+                }
+        }
     }
     cp_async_wait<0>();
 #pragma unroll
@@ -355,29 +375,35 @@ typedef struct pf_variant {
     pf_kernel_fn fn;
     int bm, threads, smem;
 } pf_variant;
-#define PF_V(nw, mt, kt, st) \
-    {k_prefill_fast<nw, mt, kt, st>, pf_cfg<nw, mt, kt, st>::BM, 32 * nw, pf_cfg<nw, mt, kt, st>::SMEM}
+#define PF_V(nw, mt, kt, st, ks) \
+    {k_prefill_fast<nw, mt, kt, st, ks>, pf_cfg<nw, mt, kt, st, ks>::BM, 32 * nw, pf_cfg<nw, mt, kt, st, ks>::SMEM}
 static const pf_variant pf_variants[] = {
-    PF_V(4, 1, 64, 2), /* 1: 64 queries, 4 warps */
-    PF_V(8, 1, 64, 2), /* 2: 128 queries, 8 warps */
-    PF_V(8, 1, 64, 3), /* 3: 128 queries, 8 warps, 3 stages */
-    PF_V(4, 2, 32, 2), /* 4: 128 queries, 4 warps x 32 rows, 32-key tiles (2 blocks per SM) */
-    PF_V(8, 2, 32, 2), /* 5: 256 queries, 8 warps x 32 rows, 32-key tiles */
-    PF_V(4, 2, 64, 2), /* 6: 128 queries, 4 warps x 32 rows */
-    PF_V(8, 2, 64, 2), /* 7: 256 queries, 8 warps x 32 rows */
+    PF_V(4, 1, 64, 2, 64), /* 1: 64 queries, 4 warps */
+    PF_V(8, 1, 64, 2, 64), /* 2: 128 queries, 8 warps */
+    PF_V(8, 1, 64, 3, 64), /* 3: 128 queries, 8 warps, 3 stages */
+    PF_V(4, 2, 32, 2, 32), /* 4: 128 queries, 4 warps x 32 rows, 32-key tiles (2 blocks per SM) */
+    PF_V(8, 2, 32, 2, 32), /* 5: 256 queries, 8 warps x 32 rows, 32-key tiles */
+    PF_V(4, 2, 64, 2, 64), /* 6: 128 queries, 4 warps x 32 rows */
+    PF_V(8, 2, 64, 2, 64), /* 7: 256 queries, 8 warps x 32 rows */
+    PF_V(8, 2, 48, 2, 48), /* 8: 256 queries, 8 warps x 32 rows, 48-key tiles */
+    PF_V(8, 2, 64, 2, 32), /* 9: 256 queries, 8 warps x 32 rows, 64-key tiles computed as 2 x 32 */
+    PF_V(8, 2, 32, 3, 32), /* 10: 256 queries, 8 warps x 32 rows, 32-key tiles, 3 stages */
 };
-enum { PF_NV = (int)(sizeof pf_variants / sizeof pf_variants[0]), PF_BIG = 3 };
+enum { PF_NV = (int)(sizeof pf_variants / sizeof pf_variants[0]), PF_V64 = 0, PF_V128 = 3, PF_V256 = 6 };
 
 /* ---------------------------------------------------------------- host ---- */
 
-/* Index into pf_variants: DEEPINFER_CUDA_PREFILL_KERNEL=1..PF_NV, else by shape: 128-query
- * blocks when they fill the GPU at least twice over, 64-query blocks otherwise. */
+/* Index into pf_variants: DEEPINFER_CUDA_PREFILL_KERNEL=1..PF_NV, else by shape: the 256-query
+ * blocks (one per SM) when they fill the GPU at least twice over, else 128-query blocks (two per
+ * SM) when those do, else 64-query blocks. */
 static int pf_choose(const cuda_state *st, int max_q, int H, int ng) {
     const char *e = getenv("DEEPINFER_CUDA_PREFILL_KERNEL");
     int v = e ? atoi(e) : 0;
     if (v >= 1 && v <= PF_NV) return v - 1;
-    long big = (long)ceil_div_i(max_q, 128) * H * ng;
-    return big >= 2L * st->n_sm ? PF_BIG : 0;
+    long hn = (long)H * ng;
+    if (ceil_div_i(max_q, 256) * hn >= 2L * st->n_sm) return PF_V256;
+    if (ceil_div_i(max_q, 128) * hn >= 2L * st->n_sm) return PF_V128;
+    return PF_V64;
 }
 
 static int cap_rows(int max_tokens) {
