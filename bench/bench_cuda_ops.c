@@ -6,8 +6,11 @@
  * max(bytes / copy-bandwidth, FLOPs / bf16-GEMM-rate) with the fraction reached.
  *
  * With `v32`: only DeepSeek-V3.2's indexer_topk and sparse vs dense MLA decode / prefill (times).
+ * With `prefill`: only MLA prefill (gather + decompress GEMM + causal attention, one sequence of
+ * 512 / 8192 tokens, V2-Lite shape) for every variant of the fast attention kernel; TFLOP/s
+ * counts the attention.
  *
- *   bench_cuda_ops [quick | v32]    (quick: fewer shapes) */
+ *   bench_cuda_ops [quick | v32 | prefill]    (quick: fewer shapes) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +88,55 @@ static void bench_decode(di_backend *be, int H, int B, int ctx) {
     be->free(be, x.out); be->free(be, x.qt); be->free(be, x.q); be->free(be, x.cache);
     be->free(be, ds); be->free(be, dc); be->free(be, db);
     free(start); free(cl); free(bt);
+}
+
+/* ---- MLA prefill (gather + decompress GEMM + attention) at V2-Lite shape, one sequence ---- */
+typedef struct pf_ctx {
+    di_backend *be;
+    void *out, *q, *cache, *scratch;
+    size_t sb;
+    di_weight wkvb;
+    di_attn_batch ab;
+    di_mla_dims d;
+} pf_ctx;
+static void pf_op(void *c) {
+    pf_ctx *x = (pf_ctx *)c;
+    x->be->mla_prefill(x->be, x->out, x->q, x->d.n_heads * 192, x->cache, &x->wkvb, &x->ab, 0, 1, &x->d, x->scratch,
+                       x->sb);
+}
+
+/* every variant of the fast kernel (DEEPINFER_CUDA_PREFILL_KERNEL=1..nv), then the default */
+static void bench_prefill(di_backend *be, int T, int nv) {
+    di_mla_dims d = {16, 128, 64, 128, 512, 0.1352f};
+    int H = d.n_heads, nb = (T + 63) / 64;
+    pf_ctx x = {be, b_alloc(be, (size_t)T * H * 128 * 2), b_rand_act(be, (size_t)T * H * 192),
+                b_rand_act(be, (size_t)nb * 64 * 576), NULL, 0, b_weight(be, 1, H * 256, 512, 0), {0}, d};
+    x.sb = be->mla_prefill_scratch_bytes(be, &d, T);
+    x.scratch = b_alloc(be, x.sb);
+    int32_t start[2] = {0, T}, cl[1] = {T}, *bt = (int32_t *)malloc((size_t)nb * 4);
+    for (int i = 0; i < nb; i++) bt[i] = (int32_t)((i * 7919L) % nb);
+    int32_t *ds = (int32_t *)b_alloc(be, 8), *dc = (int32_t *)b_alloc(be, 4), *db = (int32_t *)b_alloc(be, (size_t)nb * 4);
+    be->upload(be, ds, start, 8);
+    be->upload(be, dc, cl, 4);
+    be->upload(be, db, bt, (size_t)nb * 4);
+    be->sync(be);
+    x.ab = (di_attn_batch){.seq_start = ds, .seq_ctx_len = dc, .block_table = db, .n_tokens = T, .n_seqs = 1,
+                           .max_blocks = nb, .max_q_len = T, .max_ctx_len = T};
+    double flops = 2.0 * H * ((double)T * (T + 1) / 2) * (192 + 128); /* causal attention only */
+    double bytes = (double)T * (576 + H * 192 + H * 128) * 2;
+    for (int v = 1; v <= nv + 1; v++) {
+        char vs[16], what[128];
+        snprintf(vs, sizeof vs, "%d", v <= nv ? v : 0);
+        setenv("DEEPINFER_CUDA_PREFILL_KERNEL", vs, 1);
+        double t = b_time(be, pf_op, &x, T >= 4096 ? 3 : 10, 5);
+        snprintf(what, sizeof what, "mla_prefill H=%d T=%d kernel %s%s", H, T, vs, v <= nv ? "" : " (default)");
+        line(what, t, bytes, flops);
+    }
+    unsetenv("DEEPINFER_CUDA_PREFILL_KERNEL");
+    be->free(be, x.out); be->free(be, x.q); be->free(be, x.cache); be->free(be, x.scratch);
+    be->weight_free(be, &x.wkvb);
+    be->free(be, ds); be->free(be, dc); be->free(be, db);
+    free(bt);
 }
 
 /* ---- MoE experts ---- */
@@ -254,6 +306,13 @@ int main(int argc, char **argv) {
     }
     g_bw = b_copy_bw();
     g_tf = b_gemm_rate(be, 8192, 8192, 8192, 0);
+    if (argc > 1 && !strcmp(argv[1], "prefill")) { /* MLA prefill only: the 10 fast-kernel variants */
+        bench_prefill(be, 512, 10);
+        bench_prefill(be, 8192, 10);
+        di_status s = be->sync(be);
+        di_backend_free(be);
+        return s == DI_OK ? 0 : 1;
+    }
     double tf4 = b_gemm_rate(be, 4096, 4096, 4096, 0);
     double f8 = b_gemm_rate(be, 8192, 8192, 8192, 1), f84 = b_gemm_rate(be, 4096, 7168, 7168, 1);
     printf("ceiling: device-to-device copy %.0f GB/s (read + write)\n", g_bw / 1e9);

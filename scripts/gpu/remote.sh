@@ -10,6 +10,7 @@
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
 #          engine compare hf e2ebase pbreakdown ncukernel
 #          benchv32 (bench_cuda_ops v32: V3.2 indexer / sparse MLA times)
+#          pfbench (bench_cuda_ops prefill: MLA prefill at 512 and 8192 tokens, every variant)
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -22,6 +23,8 @@
 #          ncu (breakdown.txt; scripts/gpu/breakdown.py); pbreakdown: the same for one prefill
 #          of PBREAKDOWN_LEN (8192) tokens; ncukernel: ncu --set full of the kernels matching
 #          NCU_KERNEL (regex; NCU_COUNT launches, default 1) in an NCU_LEN-token prefill
+#          pfbench: bench_cuda_ops prefill (MLA prefill at 512 and 8192 tokens with every
+#          variant of the fast attention kernel)
 #          hf: tools/golden/hf_bf16_error.py, transformers running the golden checkpoints in bf16
 #              and fp32 on the GPU vs the committed fp32 goldens (needs python3 with torch and
 #              transformers on the machine) -> hf.log, hf_bf16.json
@@ -161,6 +164,9 @@ for s in $steps; do
         ;;
     benchv32)
         run_step bench.v32 bench.log "$G/bin/bench_cuda_ops" v32
+        ;;
+    pfbench)
+        run_step bench.prefill bench.log "$G/bin/bench_cuda_ops" prefill
         ;;
     engine)
         # the real engine (`deepinfer generate`) at batch B: B random 128-token prompts, 128 new

@@ -12,6 +12,7 @@
 #include "sampling/sampler.h"
 
 #define ATOL_L2 1.2e-2
+#define PF_NVARIANTS 10 /* variants of the fast prefill kernel (cuda_mla_prefill.cu pf_variants) */
 #define ATOL_MAX 4e-2
 
 /* ---------------------------------------------------------------- paged batches ---- */
@@ -152,18 +153,29 @@ static void prefill_case(const char *name, int S, const int *q_len, const int *c
     float *ref = (float *)calloc((size_t)T * H * dv, 4);
     g_cpu->mla_prefill(g_cpu, ref, q, ldq, p.cache, &wc, &p.hab, sb, se, &d, hs, sc);
     void *dq = g_act(q, (size_t)T * ldq), *dout = g_alloc((size_t)T * H * dv * 2);
-    g_poison(dout, (size_t)T * H * dv * 2);
-    g_gpu->mla_prefill(g_gpu, dout, dq, ldq, p.dcache, &wg, &p.dab, sb, se, &d, ds, sg);
-    float *got = g_get_act(dout, (size_t)T * H * dv);
-    int t0 = p.start[sb], t1 = p.start[se], untouched = 1;
-    for (int t = 0; t < T; t++)
-        if (t < t0 || t >= t1)
-            for (int j = 0; j < H * dv; j++) untouched &= isnan(got[(size_t)t * H * dv + j]);
-    char what[160];
-    snprintf(what, sizeof what, "mla_prefill %s H%d T%d%s", name, H, t1 - t0, fp8 ? " fp8 W_kvb" : "");
-    T_CHECK(what, got + (size_t)t0 * H * dv, ref + (size_t)t0 * H * dv, (size_t)(t1 - t0) * H * dv, ATOL_L2, ATOL_MAX);
-    CHECK_MSG(untouched, "%s: tokens outside the sequence range were written", what);
-    free(q); free(ref); free(got); free(hs); g_free(ds); g_free(dq); g_free(dout);
+    /* every variant of the fast kernel (DEEPINFER_CUDA_PREFILL_KERNEL 1..PF_NVARIANTS), then the
+     * shape-chosen one; the generic shapes ignore the variable */
+    for (int v = 1; v <= PF_NVARIANTS + 1; v++) {
+        char vs[16];
+        snprintf(vs, sizeof vs, "%d", v <= PF_NVARIANTS ? v : 0);
+        setenv("DEEPINFER_CUDA_PREFILL_KERNEL", vs, 1);
+        g_poison(dout, (size_t)T * H * dv * 2);
+        g_gpu->mla_prefill(g_gpu, dout, dq, ldq, p.dcache, &wg, &p.dab, sb, se, &d, ds, sg);
+        float *got = g_get_act(dout, (size_t)T * H * dv);
+        int t0 = p.start[sb], t1 = p.start[se], untouched = 1;
+        for (int t = 0; t < T; t++)
+            if (t < t0 || t >= t1)
+                for (int j = 0; j < H * dv; j++) untouched &= isnan(got[(size_t)t * H * dv + j]);
+        char what[160];
+        snprintf(what, sizeof what, "mla_prefill %s H%d T%d%s kernel %s", name, H, t1 - t0, fp8 ? " fp8 W_kvb" : "",
+                 vs);
+        T_CHECK(what, got + (size_t)t0 * H * dv, ref + (size_t)t0 * H * dv, (size_t)(t1 - t0) * H * dv, ATOL_L2,
+                ATOL_MAX);
+        CHECK_MSG(untouched, "%s: tokens outside the sequence range were written", what);
+        free(got);
+    }
+    unsetenv("DEEPINFER_CUDA_PREFILL_KERNEL");
+    free(q); free(ref); free(hs); g_free(ds); g_free(dq); g_free(dout);
     g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg); t_weight_free(&wk);
     paged_free(&p);
 }
@@ -176,6 +188,10 @@ static void test_prefill(void) {
     prefill_case("v2-lite", 4, ql, cx, v2, 0, 4, 1);
     int ql2[2] = {8, 3}, cx2[2] = {5000, 3}; /* context beyond one window: several passes */
     prefill_case("v2-lite ctx 5000", 2, ql2, cx2, v2, 0, 2, 0);
+    /* long contexts at the benchmark shape: full causal prefill with partial last tiles, a chunk
+     * whose queries start mid-context, a single query */
+    int ql4[3] = {1100, 301, 1}, cx4[3] = {1100, 2650, 700};
+    prefill_case("v2-lite long", 3, ql4, cx4, v2, 0, 3, 0);
     di_mla_dims v3 = {128, 128, 64, 128, 512, 0.1352f};
     int ql3[2] = {40, 3}, cx3[2] = {100, 67};
     prefill_case("v3", 2, ql3, cx3, v3, 0, 2, 0);

@@ -8,9 +8,10 @@
  *      online softmax whose state (m, l, O in fp32) persists in scratch between windows; the
  *      last window writes out[t, h, :] = O / l in bf16.
  * Usually one window covers the whole context (CH = max context) and the state never leaves
- * registers. Kernels: fast (dn 128, rope 64, dv 128: DeepSeek V2/V3) = 64 queries x 1 head per
- * block, 64-key tiles double-buffered through shared memory, mma.sync for Q·Kᵀ and P·V with P
- * kept in registers; generic = one warp per (query, head), any shape.
+ * registers. Kernels: fast (dn 128, rope 64, dv 128: DeepSeek V2/V3) = a block of 64, 128 or
+ * 256 queries x 1 head (variant chosen by shape, see pf_choose), key tiles through a cp.async
+ * ring in shared memory, mma.sync for Q·Kᵀ and P·V with P kept in registers, heaviest query
+ * tiles first; generic = one warp per (query, head), any shape.
  *
  * Owner: cuda. Scratch (carved from the caller's buffer, sized by
  * cuda_mla_prefill_scratch_bytes for max_tokens): lat [cap, r+dr] bf16, kv [cap, H*(dn+dv)]
@@ -19,6 +20,7 @@
  * when sized by the query). Invariant: rows of the dense buffer that no sequence owns are
  * never read. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_mma.cuh"
 
@@ -123,34 +125,59 @@ __global__ void k_prefill_generic(pf_args a) {
 
 /* ---------------------------------------------------------------- fast ---- */
 
-enum { PQ = 64, PKT = 64, PDN = 128, PDR = 64, PDQ = 192, PDV = 128, PLDK = 200, PLDV = 136 };
-enum { PSMEM = PQ * PLDK * 2 + 2 * (PKT * PLDK * 2 + PKT * PLDV * 2) };
+/* Block = NW warps x MT m-tiles of 16 queries (BM = 16 * NW * MT queries) x 1 head; KT-key tiles
+ * through an ST-stage cp.async ring (one __syncthreads per tile). Q·Kᵀ and P·V with mma.sync;
+ * P stays in registers as bf16 A fragments, V is read with ldmatrix.trans. MT == 1 keeps Q's
+ * fragments in registers; MT == 2 re-reads them from shared memory every tile, so each K/V
+ * fragment feeds two m-tiles (half the shared-memory traffic per mma). Softmax in base 2 (log2 e
+ * folded into the scale; m in the saved state is in that domain, only this kernel reads it).
+ * Only tiles that cross the diagonal or the window end are masked. Query tiles run heaviest
+ * (latest) first: blockIdx.x = head, blockIdx.y = reversed query tile. */
+enum { PDN = 128, PDR = 64, PDQ = 192, PDV = 128, PLDK = 200, PLDV = 136 };
 
-__global__ void __launch_bounds__(128) k_prefill_fast(pf_args a) {
+/* 2^x (MUFU, flushes subnormal results to 0; 2^-inf = 0) */
+static __device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <int NW, int MT, int KT, int ST, int KS>
+struct pf_cfg {
+    enum { BM = 16 * NW * MT, NT = 32 * NW, SMEM = BM * PLDK * 2 + ST * KT * (PLDK + PLDV) * 2 };
+};
+
+template <int NW, int MT, int KT, int ST, int KS>
+__global__ void __launch_bounds__(32 * NW) k_prefill_fast(pf_args a) {
+    constexpr int BM = 16 * NW * MT, NT = 32 * NW, NR = 2 * MT;
     extern __shared__ __align__(16) unsigned char sm[];
     bf16 *Qs = (bf16 *)sm;
-    bf16 *Kb = (bf16 *)(sm + PQ * PLDK * 2);
-    bf16 *Vb = (bf16 *)(sm + PQ * PLDK * 2 + 2 * PKT * PLDK * 2);
+    bf16 *Kb = (bf16 *)(sm + BM * PLDK * 2);
+    bf16 *Vb = Kb + ST * KT * PLDK;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const int seq = a.g0 + blockIdx.z, h = blockIdx.y, H = a.H;
+    const int seq = a.g0 + blockIdx.z, h = blockIdx.x, H = a.H;
     if (seq >= a.g1) return;
-    const int t0 = a.seq_start[seq], q_len = a.seq_start[seq + 1] - t0, q0 = blockIdx.x * PQ;
+    const int t0 = a.seq_start[seq], q_len = a.seq_start[seq + 1] - t0;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BM;
     if (q0 >= q_len) return;
     const int ctx = a.ctx_len[seq], first_pos = ctx - q_len;
-    const int qmax = first_pos + min(q_len, q0 + PQ) - 1; /* largest query position of the tile */
+    const int qmax = first_pos + min(q_len, q0 + BM) - 1; /* largest query position of the tile */
     const int kend = min(min(a.c0 + a.CH, ctx), qmax + 1);
     const long rowbase = (long)(seq - a.g0) * a.CH - a.c0; /* dense row of position p: rowbase + p */
+    const float sl2 = a.scale * 1.4426950408889634f;
 
-    /* Q tile */
-    for (int c = tid; c < PQ * 24; c += 128) {
+    /* Q tile: its own cp.async group, committed first */
+    for (int c = tid; c < BM * 24; c += NT) {
         int i = c / 24, ch = c % 24;
         bool ok = q0 + i < q_len;
         const bf16 *src = a.q + (long)(t0 + q0 + i) * a.ldq + (long)h * PDQ + ch * 8;
         cp_async16(Qs + i * PLDK + ch * 8, ok ? (const void *)src : (const void *)a.q, ok ? 16 : 0);
     }
+    cp_async_commit();
     auto load_tile = [&](int k0, int buf) {
-        bf16 *Ks = Kb + buf * PKT * PLDK, *Vs = Vb + buf * PKT * PLDV;
-        for (int c = tid; c < PKT * 24; c += 128) { /* K: 16 chunks of k_nope, 8 of k_pe */
+        bf16 *Ks = Kb + buf * KT * PLDK, *Vs = Vb + buf * KT * PLDV;
+#pragma unroll 1
+        for (int c = tid; c < KT * 24; c += NT) { /* K: 16 chunks of k_nope, 8 of k_pe */
             int i = c / 24, ch = c % 24, p = k0 + i;
             bool ok = p < kend;
             long row = rowbase + p;
@@ -158,166 +185,228 @@ __global__ void __launch_bounds__(128) k_prefill_fast(pf_args a) {
                                       : a.lat + row * 576 + 512 + (ch - 16) * 8;
             cp_async16(Ks + i * PLDK + ch * 8, ok ? (const void *)src : (const void *)a.kv, ok ? 16 : 0);
         }
-        for (int c = tid; c < PKT * 16; c += 128) {
+#pragma unroll 1
+        for (int c = tid; c < KT * 16; c += NT) {
             int i = c / 16, ch = c % 16, p = k0 + i;
             bool ok = p < kend;
             const bf16 *src = a.kv + (rowbase + p) * (H * 256) + (long)h * 256 + 128 + ch * 8;
             cp_async16(Vs + i * PLDV + ch * 8, ok ? (const void *)src : (const void *)a.kv, ok ? 16 : 0);
         }
     };
-    int kb = a.c0;
-    if (kb < kend) load_tile(kb, 0);
-    cp_async_commit();
-
-    /* state: rows g and g+8 of this warp's 16 queries */
-    const int qa = q0 + warp * 16 + g, qb = qa + 8;
-    const int pa = first_pos + qa, pb = first_pos + qb;
-    const long sa = (long)(t0 + qa) * H + h, sb = (long)(t0 + qb) * H + h;
-    const bool va = qa < q_len, vb = qb < q_len;
-    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
-    float o[PDV / 8][4];
 #pragma unroll
-    for (int j = 0; j < PDV / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    if (!a.first) {
-        if (va) {
-            m_a = a.state[sa * 2];
-            l_a = t4 == 0 ? a.state[sa * 2 + 1] : 0.f;
-        }
-        if (vb) {
-            m_b = a.state[sb * 2];
-            l_b = t4 == 0 ? a.state[sb * 2 + 1] : 0.f;
-        }
-#pragma unroll
-        for (int j = 0; j < PDV / 8; j++) {
-            int col = j * 8 + 2 * t4;
-            if (va) {
-                float2 v = *(const float2 *)(a.acc + sa * PDV + col);
-                o[j][0] = v.x;
-                o[j][1] = v.y;
-            }
-            if (vb) {
-                float2 v = *(const float2 *)(a.acc + sb * PDV + col);
-                o[j][2] = v.x;
-                o[j][3] = v.y;
-            }
-        }
-    }
-    cp_async_wait<0>();
-    __syncthreads();
-    uint32_t qf[PDQ / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < PDQ / 16; ks++)
-        ldsm_x4(qf[ks], Qs + (warp * 16 + (lane & 15)) * PLDK + ks * 16 + (lane >> 4) * 8);
-
-    for (int it = 0; kb < kend; kb += PKT, it++) {
-        int buf = it & 1;
-        cp_async_wait<0>();
-        __syncthreads();
-        if (kb + PKT < kend) load_tile(kb + PKT, buf ^ 1);
+    for (int s = 0; s < ST - 1; s++) {
+        if (a.c0 + s * KT < kend) load_tile(a.c0 + s * KT, s);
         cp_async_commit();
-        const bf16 *Ks = Kb + buf * PKT * PLDK, *Vs = Vb + buf * PKT * PLDV;
-        float s[PKT / 8][4];
+    }
+
+    /* state of this thread's rows: r = 2 * mt + (0: row g, 1: row g + 8) of m-tile mt, i.e.
+     * query q0 + qrow + RO(r) */
+#define RO(r) (((r) >> 1) * 16 + ((r) & 1) * 8)
+    const int qrow = q0 + warp * MT * 16 + g, prow = first_pos + qrow;
+    float m[NR], l[NR];
+    float o[MT][PDV / 8][4];
 #pragma unroll
-        for (int j = 0; j < PKT / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int r = 0; r < NR; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.f;
+    }
 #pragma unroll
-        for (int ks = 0; ks < PDQ / 16; ks++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int j2 = 0; j2 < PKT / 16; j2++) {
-                uint32_t bfr[4];
-                ldsm_x4(bfr, Ks + (j2 * 16 + ((lane >> 4) & 1) * 8 + (lane & 7)) * PLDK + ks * 16 + ((lane >> 3) & 1) * 8);
-                mma16816(s[2 * j2], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], bfr[0], bfr[1]);
-                mma16816(s[2 * j2 + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], bfr[2], bfr[3]);
+        for (int j = 0; j < PDV / 8; j++) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
+    if (!a.first) {
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            if (qrow + RO(r) >= q_len) continue;
+            long si = (long)(t0 + qrow + RO(r)) * H + h;
+            m[r] = a.state[si * 2];
+            l[r] = t4 == 0 ? a.state[si * 2 + 1] : 0.f;
+#pragma unroll
+            for (int j = 0; j < PDV / 8; j++) {
+                float2 v = *(const float2 *)(a.acc + si * PDV + j * 8 + 2 * t4);
+                o[r / 2][j][(r & 1) * 2] = v.x;
+                o[r / 2][j][(r & 1) * 2 + 1] = v.y;
             }
-        float mx_a = -INFINITY, mx_b = -INFINITY;
+        }
+    }
+    const int wmin = first_pos + q0 + warp * MT * 16; /* smallest query position of this warp */
+    const bf16 *Qw = Qs + (warp * MT * 16 + (lane & 15)) * PLDK + (lane >> 4) * 8;
+    uint32_t qf[MT == 1 ? PDQ / 16 : 1][4];
+    if (MT == 1) {
+        cp_async_wait<ST - 1>();
+        __syncthreads();
 #pragma unroll
-        for (int j = 0; j < PKT / 8; j++)
+        for (int ks = 0; ks < PDQ / 16; ks++) ldsm_x4(qf[MT == 1 ? ks : 0], Qw + ks * 16);
+    }
+
+    for (int it = 0, kb = a.c0; kb < kend; kb += KT, it++) {
+        const int buf = it % ST;
+        cp_async_wait<ST - 2>();
+        __syncthreads();
+        {
+            int nk = kb + (ST - 1) * KT;
+            if (nk < kend) load_tile(nk, (it + ST - 1) % ST);
+            cp_async_commit();
+        }
+#pragma unroll 1
+        for (int sub = 0; sub < KT / KS; sub++) { /* KS-key sub-tiles of the loaded tile */
+            const int kbs = kb + sub * KS;
+            if (kbs >= kend) break;
+            const bf16 *Ks = Kb + (buf * KT + sub * KS) * PLDK, *Vs = Vb + (buf * KT + sub * KS) * PLDV;
+            float s[MT][KS / 8][4];
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                int p = kb + j * 8 + 2 * t4 + (c & 1);
-                bool ok = p < kend && p <= (c < 2 ? pa : pb);
-                float v = ok ? s[j][c] * a.scale : -INFINITY;
-                s[j][c] = v;
-                if (c < 2) mx_a = fmaxf(mx_a, v);
-                else mx_b = fmaxf(mx_b, v);
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < KS / 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+#pragma unroll
+            for (int ks = 0; ks < PDQ / 16; ks++) {
+                uint32_t qa[MT][4];
+                if (MT == 1) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) qa[0][i] = qf[MT == 1 ? ks : 0][i];
+                } else {
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) ldsm_x4(qa[mt], Qw + mt * 16 * PLDK + ks * 16);
+                }
+#pragma unroll
+                for (int j2 = 0; j2 < KS / 16; j2++) {
+                    uint32_t bfr[4];
+                    ldsm_x4(bfr, Ks + (j2 * 16 + ((lane >> 4) & 1) * 8 + (lane & 7)) * PLDK + ks * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma16816(s[mt][2 * j2], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], bfr[0], bfr[1]);
+                        mma16816(s[mt][2 * j2 + 1], qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], bfr[2], bfr[3]);
+                    }
+                }
             }
-        for (int off = 1; off <= 2; off <<= 1) {
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-        }
-        float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-        float ua = mn_a == -INFINITY ? 0.f : mn_a, ub = mn_b == -INFINITY ? 0.f : mn_b; /* fully masked rows */
-        float ca = expf(m_a - ua), cb = expf(m_b - ub);
-        m_a = mn_a;
-        m_b = mn_b;
-        l_a *= ca;
-        l_b *= cb;
+            if (kbs + KS > kend || kbs + KS - 1 > wmin) { /* crosses the diagonal or the end */
 #pragma unroll
-        for (int j = 0; j < PDV / 8; j++) {
-            o[j][0] *= ca;
-            o[j][1] *= ca;
-            o[j][2] *= cb;
-            o[j][3] *= cb;
-        }
-        uint32_t pf[PKT / 16][4];
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int j = 0; j < PKT / 8; j++) {
-            float p0 = expf(s[j][0] - ua), p1 = expf(s[j][1] - ua), p2 = expf(s[j][2] - ub), p3 = expf(s[j][3] - ub);
-            l_a += p0 + p1;
-            l_b += p2 + p3;
-            pf[j / 2][(j & 1) * 2] = pack_bf16(p0, p1);
-            pf[j / 2][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
-        }
+                    for (int j = 0; j < KS / 8; j++)
 #pragma unroll
-        for (int ks = 0; ks < PKT / 16; ks++)
-#pragma unroll
-            for (int j2 = 0; j2 < PDV / 16; j2++) {
-                int m8 = lane >> 3;
-                uint32_t bfr[4];
-                ldsm_x4_t(bfr, Vs + (ks * 16 + (m8 & 1) * 8 + (lane & 7)) * PLDV + j2 * 16 + (m8 >> 1) * 8);
-                mma16816(o[2 * j2], pf[ks][0], pf[ks][1], pf[ks][2], pf[ks][3], bfr[0], bfr[1]);
-                mma16816(o[2 * j2 + 1], pf[ks][0], pf[ks][1], pf[ks][2], pf[ks][3], bfr[2], bfr[3]);
+                        for (int c = 0; c < 4; c++) {
+                            int p = kbs + j * 8 + 2 * t4 + (c & 1);
+                            if (!(p < kend && p <= prow + RO(2 * mt + (c >> 1)))) s[mt][j][c] = -INFINITY;
+                        }
             }
+            float u[NR], corr[NR];
+            bool same = true;
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < KS / 8; j++) mx = fmaxf(mx, fmaxf(s[r / 2][j][(r & 1) * 2], s[r / 2][j][(r & 1) * 2 + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                float mn = fmaxf(m[r], mx * sl2);
+                u[r] = mn == -INFINITY ? 0.f : mn; /* fully masked rows */
+                corr[r] = ex2_approx(m[r] - u[r]);
+                same = same && corr[r] == 1.f;
+                m[r] = mn;
+                l[r] *= corr[r];
+            }
+            if (!__all_sync(0xffffffffu, same)) /* no row of the warp has a new maximum: o stays */
+#pragma unroll
+                for (int r = 0; r < NR; r++)
+#pragma unroll
+                    for (int j = 0; j < PDV / 8; j++) {
+                        o[r / 2][j][(r & 1) * 2] *= corr[r];
+                        o[r / 2][j][(r & 1) * 2 + 1] *= corr[r];
+                    }
+            uint32_t pf[MT][KS / 16][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < KS / 8; j++) {
+                    float ua = u[2 * mt], ub = u[2 * mt + 1];
+                    float p0 = ex2_approx(fmaf(s[mt][j][0], sl2, -ua)), p1 = ex2_approx(fmaf(s[mt][j][1], sl2, -ua));
+                    float p2 = ex2_approx(fmaf(s[mt][j][2], sl2, -ub)), p3 = ex2_approx(fmaf(s[mt][j][3], sl2, -ub));
+                    l[2 * mt] += p0 + p1;
+                    l[2 * mt + 1] += p2 + p3;
+                    pf[mt][j / 2][(j & 1) * 2] = pack_bf16(p0, p1);
+                    pf[mt][j / 2][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
+                }
+#pragma unroll
+            for (int ks = 0; ks < KS / 16; ks++)
+#pragma unroll
+                for (int j2 = 0; j2 < PDV / 16; j2++) {
+                    int m8 = lane >> 3;
+                    uint32_t bfr[4];
+                    ldsm_x4_t(bfr, Vs + (ks * 16 + (m8 & 1) * 8 + (lane & 7)) * PLDV + j2 * 16 + (m8 >> 1) * 8);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma16816(o[mt][2 * j2], pf[mt][ks][0], pf[mt][ks][1], pf[mt][ks][2], pf[mt][ks][3], bfr[0], bfr[1]);
+                        mma16816(o[mt][2 * j2 + 1], pf[mt][ks][0], pf[mt][ks][1], pf[mt][ks][2], pf[mt][ks][3], bfr[2], bfr[3]);
+                    }
+                }
+        }
     }
     cp_async_wait<0>();
-    if (a.last) {
-        float La = l_a, Lb = l_b;
-        for (int off = 1; off <= 2; off <<= 1) {
-            La += __shfl_xor_sync(0xffffffffu, La, off);
-            Lb += __shfl_xor_sync(0xffffffffu, Lb, off);
-        }
-        float ia = 1.0f / La, ib = 1.0f / Lb;
 #pragma unroll
-        for (int j = 0; j < PDV / 8; j++) {
-            int col = j * 8 + 2 * t4;
-            if (va) *(uint32_t *)(a.out + sa * PDV + col) = pack_bf16(o[j][0] * ia, o[j][1] * ia);
-            if (vb) *(uint32_t *)(a.out + sb * PDV + col) = pack_bf16(o[j][2] * ib, o[j][3] * ib);
-        }
-        return;
-    }
-    float La = l_a, Lb = l_b;
-    for (int off = 1; off <= 2; off <<= 1) {
-        La += __shfl_xor_sync(0xffffffffu, La, off);
-        Lb += __shfl_xor_sync(0xffffffffu, Lb, off);
-    }
-    if (t4 == 0) {
-        if (va) {
-            a.state[sa * 2] = m_a;
-            a.state[sa * 2 + 1] = La;
-        }
-        if (vb) {
-            a.state[sb * 2] = m_b;
-            a.state[sb * 2 + 1] = Lb;
-        }
-    }
+    for (int r = 0; r < NR; r++) {
+        float L = l[r];
+        L += __shfl_xor_sync(0xffffffffu, L, 1);
+        L += __shfl_xor_sync(0xffffffffu, L, 2);
+        if (qrow + RO(r) >= q_len) continue;
+        long si = (long)(t0 + qrow + RO(r)) * H + h;
+        if (a.last) {
+            float inv = 1.0f / L;
 #pragma unroll
-    for (int j = 0; j < PDV / 8; j++) {
-        int col = j * 8 + 2 * t4;
-        if (va) *(float2 *)(a.acc + sa * PDV + col) = make_float2(o[j][0], o[j][1]);
-        if (vb) *(float2 *)(a.acc + sb * PDV + col) = make_float2(o[j][2], o[j][3]);
+            for (int j = 0; j < PDV / 8; j++)
+                *(uint32_t *)(a.out + si * PDV + j * 8 + 2 * t4) = pack_bf16(o[r / 2][j][(r & 1) * 2] * inv, o[r / 2][j][(r & 1) * 2 + 1] * inv);
+        } else {
+            if (t4 == 0) {
+                a.state[si * 2] = m[r];
+                a.state[si * 2 + 1] = L;
+            }
+#pragma unroll
+            for (int j = 0; j < PDV / 8; j++)
+                *(float2 *)(a.acc + si * PDV + j * 8 + 2 * t4) = make_float2(o[r / 2][j][(r & 1) * 2], o[r / 2][j][(r & 1) * 2 + 1]);
+        }
     }
+#undef RO
 }
 
+/* The fast kernel's variants (DEEPINFER_CUDA_PREFILL_KERNEL=1..PF_NV forces one; 0 or unset:
+ * chosen by shape in cuda_mla_prefill). H200, one 8192-token sequence, whole op (gather + GEMM +
+ * attention), bench_cuda_ops prefill: 1: 2182 us, 2: 1729, 3: 1562, 4: 1416, 5: 1373, 6: 1944,
+ * 7: 1212, 8: 1200, 9: 1308, 10: 1385 (7 spills 72 bytes; the others none). */
+typedef void (*pf_kernel_fn)(pf_args);
+typedef struct pf_variant {
+    pf_kernel_fn fn;
+    int bm, threads, smem;
+} pf_variant;
+#define PF_V(nw, mt, kt, st, ks) \
+    {k_prefill_fast<nw, mt, kt, st, ks>, pf_cfg<nw, mt, kt, st, ks>::BM, 32 * nw, pf_cfg<nw, mt, kt, st, ks>::SMEM}
+static const pf_variant pf_variants[] = {
+    PF_V(4, 1, 64, 2, 64), /* 1: 64 queries, 4 warps */
+    PF_V(8, 1, 64, 2, 64), /* 2: 128 queries, 8 warps */
+    PF_V(8, 1, 64, 3, 64), /* 3: 128 queries, 8 warps, 3 stages */
+    PF_V(4, 2, 32, 2, 32), /* 4: 128 queries, 4 warps x 32 rows, 32-key tiles (2 blocks per SM) */
+    PF_V(8, 2, 32, 2, 32), /* 5: 256 queries, 8 warps x 32 rows, 32-key tiles */
+    PF_V(4, 2, 64, 2, 64), /* 6: 128 queries, 4 warps x 32 rows */
+    PF_V(8, 2, 64, 2, 64), /* 7: 256 queries, 8 warps x 32 rows */
+    PF_V(8, 2, 48, 2, 48), /* 8: 256 queries, 8 warps x 32 rows, 48-key tiles (default at 8192) */
+    PF_V(8, 2, 64, 2, 32), /* 9: 256 queries, 8 warps x 32 rows, 64-key tiles computed as 2 x 32 */
+    PF_V(8, 2, 32, 3, 32), /* 10: 256 queries, 8 warps x 32 rows, 32-key tiles, 3 stages */
+};
+enum { PF_NV = (int)(sizeof pf_variants / sizeof pf_variants[0]), PF_V64 = 0, PF_V128 = 3, PF_V256 = 7 };
+
 /* ---------------------------------------------------------------- host ---- */
+
+/* Index into pf_variants: DEEPINFER_CUDA_PREFILL_KERNEL=1..PF_NV, else by shape: the 256-query
+ * blocks (one per SM) when they fill the GPU at least twice over, else 128-query blocks (two per
+ * SM) when those do, else 64-query blocks. */
+static int pf_choose(const cuda_state *st, int max_q, int H, int ng) {
+    const char *e = getenv("DEEPINFER_CUDA_PREFILL_KERNEL");
+    int v = e ? atoi(e) : 0;
+    if (v >= 1 && v <= PF_NV) return v - 1;
+    long hn = (long)H * ng;
+    if (ceil_div_i(max_q, 256) * hn >= 2L * st->n_sm) return PF_V256;
+    if (ceil_div_i(max_q, 128) * hn >= 2L * st->n_sm) return PF_V128;
+    return PF_V64;
+}
 
 static int cap_rows(int max_tokens) {
     int c = max_tokens > 4096 ? max_tokens : 4096;
@@ -405,12 +494,17 @@ void cuda_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const v
     a.scale = d->softmax_scale;
     a.state = ps.state;
     a.acc = ps.acc;
-    static bool attr = false;
-    if (fast && !attr) {
-        if (cuda_note(st, cudaFuncSetAttribute(k_prefill_fast, cudaFuncAttributeMaxDynamicSharedMemorySize, PSMEM),
-                      "prefill smem attribute"))
-            return;
-        attr = true;
+    const pf_variant *pv = NULL;
+    if (fast) {
+        pv = &pf_variants[pf_choose(st, max_q, H, (seq_end - seq_begin) < G ? seq_end - seq_begin : G)];
+        static bool attr[PF_NV];
+        int vi = (int)(pv - pf_variants);
+        if (!attr[vi]) {
+            if (cuda_note(st, cudaFuncSetAttribute(pv->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, pv->smem),
+                          "prefill smem attribute"))
+                return;
+            attr[vi] = true;
+        }
     }
     for (int g0 = seq_begin; g0 < seq_end; g0 += G) {
         int g1 = g0 + G < seq_end ? g0 + G : seq_end, ng = g1 - g0;
@@ -425,8 +519,8 @@ void cuda_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const v
             CUDA_LAUNCHED(st, "prefill_gather");
             cuda_linear(st, ps.kv, kvw, 0, 0, ps.lat, W, W_kvb, (int)rows);
             if (fast) {
-                dim3 grid(ceil_div_i(max_q, PQ), H, ng);
-                k_prefill_fast<<<grid, 128, PSMEM, st->stream>>>(a);
+                dim3 grid(H, ceil_div_i(max_q, pv->bm), ng);
+                pv->fn<<<grid, pv->threads, pv->smem, st->stream>>>(a);
             } else {
                 dim3 grid(max_q, ceil_div_i(H, 4), ng);
                 k_prefill_generic<<<grid, 128, 0, st->stream>>>(a);
