@@ -21,7 +21,7 @@
  * Xp / Hp / Ap / Yp [E*cap] x D / 2I / I / D bf16 (cap = min(max_tokens, 128)). */
 #include <float.h>
 
-#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_mma.cuh"
 
 /* ---------------------------------------------------------------- router ---- */
 
@@ -107,6 +107,78 @@ __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const f
     }
 }
 
+/* Prefill variant (T > 32, vec): a block stages its TT tokens' x rows in shared memory once
+ * (cp.async, every load in flight together) and then walks all expert groups of EE, reading each
+ * group's W rows from global (L2-resident) memory. Thread (q, lane) owns exactly the columns it
+ * owns in k_router_logits and every (t, e) goes through the same fmaf nesting, shuffle tree and
+ * warp order, so the logits are bit-identical to k_router_logits' (tested: a token alone vs in
+ * its batch). */
+template <int EE, int TT>
+__global__ void __launch_bounds__(RT_Q * 32) k_router_logits_smem(float *out, const float *x, const bf16 *W, int T,
+                                                                  int E, int D) {
+    extern __shared__ __align__(16) float xs[]; /* [TT][D] */
+    __shared__ float part[RT_Q][EE][TT];
+    const int lane = threadIdx.x & 31, q = threadIdx.x >> 5;
+    const int t0 = blockIdx.x * TT, nt = min(TT, T - t0);
+    for (int i = threadIdx.x; i < nt * (D / 4); i += RT_Q * 32)
+        cp_async16(xs + (long)i * 4, x + (long)t0 * D + (long)i * 4, 16);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int e0 = 0; e0 < E; e0 += EE) {
+        const int ne = min(EE, E - e0);
+        float acc[EE][TT];
+#pragma unroll
+        for (int j = 0; j < EE; j++)
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) acc[j][tt] = 0.f;
+        for (int d = (q * 32 + lane) * 4; d < D; d += RT_Q * 128) {
+            float w[EE][4];
+#pragma unroll
+            for (int j = 0; j < EE; j++) {
+                uint2 u = make_uint2(0u, 0u);
+                if (j < ne) u = *(const uint2 *)(W + (long)(e0 + j) * D + d);
+                const bf16 *b = (const bf16 *)&u;
+#pragma unroll
+                for (int c = 0; c < 4; c++) w[j][c] = __bfloat162float(b[c]);
+            }
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                if (tt < nt) {
+                    float4 v = *(const float4 *)(xs + tt * D + d);
+#pragma unroll
+                    for (int j = 0; j < EE; j++)
+                        acc[j][tt] = fmaf(w[j][3], v.w, fmaf(w[j][2], v.z, fmaf(w[j][1], v.y, fmaf(w[j][0], v.x, acc[j][tt]))));
+                }
+        }
+#pragma unroll
+        for (int j = 0; j < EE; j++)
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) {
+                float v = acc[j][tt];
+                for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                if (lane == 0) part[q][j][tt] = v;
+            }
+        __syncthreads();
+        for (int i = threadIdx.x; i < EE * TT; i += RT_Q * 32) {
+            int j = i / TT, tt = i % TT;
+            if (j < ne && tt < nt)
+                out[(long)(t0 + tt) * E + e0 + j] = ((part[0][j][tt] + part[1][j][tt]) + part[2][j][tt]) + part[3][j][tt];
+        }
+        __syncthreads();
+    }
+}
+
+/* DEEPINFER_CUDA_ROUTER_SMEM=0: prefill router logits without the staged-x kernel (A/B) */
+static int router_smem(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("DEEPINFER_CUDA_ROUTER_SMEM");
+        v = !(e && e[0] == '0');
+    }
+    return v;
+}
+
 static void launch_router_logits(cuda_state *st, float *out, const float *x, const di_weight *W, int T) {
     int E = W->rows, D = W->cols;
     int vec = D % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)W->data & 7) == 0;
@@ -115,6 +187,17 @@ static void launch_router_logits(cuda_state *st, float *out, const float *x, con
     if (T <= 32) {
         dim3 grid(ceil_div_i(T, RT_TOK), E);
         k_router_logits<1, 4><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec);
+    } else if (vec && router_smem() && (long)RT_TOK * D * 4 <= 160 * 1024) {
+        size_t smem = (size_t)RT_TOK * D * 4;
+        static bool attr = false; /* host-only, set once */
+        if (!attr && smem > 48 * 1024) {
+            if (cuda_note(st, cudaFuncSetAttribute(k_router_logits_smem<8, RT_TOK>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024),
+                          "router_logits smem attribute"))
+                return;
+            attr = true;
+        }
+        k_router_logits_smem<8, RT_TOK><<<ceil_div_i(T, RT_TOK), RT_Q * 32, smem, st->stream>>>(out, x, w, T, E, D);
     } else {
         /* prefill: the blocks of one token group (all expert groups) adjacent in launch order, so
          * the group's x rows come from HBM once and then from L2 (x is T x D x 4 bytes: 64 MB at
