@@ -2,9 +2,10 @@
  * m64n256k16, bf16 in, fp32 accumulate) from 128-byte-swizzled shared-memory tiles, for the
  * routed experts of prefill (many rows per expert; the caller's tile table has BM = 128).
  *
- * Owner: cuda. One CTA = two warpgroups = one 128 x 256 output tile of one expert (warpgroup w
- * owns rows 64w..64w+63); K in steps of 64 through a 4-stage cp.async ring, prefetched two
- * stages ahead (the third buffer is still read by the wgmma group left in flight). Every thread
+ * Owner: cuda. Persistent CTAs (one per SM) of two warpgroups; each computes 128 x 256 output
+ * tiles of one expert (warpgroup w owns rows 64w..64w+63); K in steps of 64 through a 4-stage
+ * cp.async ring, prefetched two steps ahead across tile boundaries (the third buffer is still
+ * read by the wgmma group left in flight). Every thread
  * copies 16-byte chunks straight into the swizzled layout the wgmma descriptors describe: chunk
  * c (8 bf16 of K) of tile row r lives at r * 128 + ((c ^ (r % 8)) * 16) inside a 1024-byte
  * aligned tile, i.e. the canonical K-major SWIZZLE_128B layout (8-row atoms 1024 bytes apart).
@@ -106,22 +107,39 @@ static __device__ __forceinline__ void wgmma_256(float *d, uint64_t da, uint64_t
 #endif
 }
 
-template <bool SILU>
-__global__ void __launch_bounds__(WTHREADS, 1) k_gemm_wgmma(gemm_args a, int ntiles) {
-    extern __shared__ unsigned char wsm_raw[];
-    const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
-    const int bx = blockIdx.x, nt = bx % ntiles, mt = bx / ntiles, n_mat = a.n_mat;
-    if (mt >= a.r.tile_off[n_mat]) return;
-    int lo = 0, hi = n_mat; /* largest e with tile_off[e] <= mt */
+/* The output tile t of a grouped GEMM: n tile t % ntiles (fastest, so the CTAs working at the
+ * same time share their A rows in L2), row tile t / ntiles of the tile table. */
+struct wtile {
+    int mat, m0, r0, cnt, n0;
+};
+
+static __device__ __forceinline__ wtile wtile_of(const gemm_args &a, int t, int ntiles, int bn) {
+    wtile w;
+    int mt = t / ntiles, lo = 0, hi = a.n_mat; /* largest e with tile_off[e] <= mt */
     while (hi - lo > 1) {
         int mid = (lo + hi) >> 1;
         if (a.r.tile_off[mid] <= mt) lo = mid;
         else hi = mid;
     }
-    const int mat = lo, m0 = (mt - a.r.tile_off[mat]) * WBM, r0 = a.r.offsets[mat];
-    const int cnt = a.r.offsets[mat + 1] - r0;
-    const int K = a.w.cols, N = a.w.rows, I = a.o.silu_I;
-    const int n0 = nt * (SILU ? WBN / 2 : WBN);
+    w.mat = lo;
+    w.m0 = (mt - a.r.tile_off[lo]) * WBM;
+    w.r0 = a.r.offsets[lo];
+    w.cnt = a.r.offsets[lo + 1] - w.r0;
+    w.n0 = (t % ntiles) * bn;
+    return w;
+}
+
+/* Persistent: CTA b computes tiles b, b + gridDim.x, ... One flat pipeline runs over all of
+ * its (tile, k step) pairs, so the next tile's first stages load during this tile's last steps
+ * and epilogue. Step g reads ring buffer g % 4 and, once every thread passed the barrier of
+ * step g (so both warpgroups retired the MMAs of step g - 2), refills buffer (g + 2) % 4. */
+template <bool SILU>
+__global__ void __launch_bounds__(WTHREADS, 1) k_gemm_wgmma(gemm_args a, int ntiles) {
+    extern __shared__ unsigned char wsm_raw[];
+    const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
+    const int total = a.r.tile_off[a.n_mat] * ntiles, step = gridDim.x;
+    if ((int)blockIdx.x >= total) return;
+    const int K = a.w.cols, N = a.w.rows, I = a.o.silu_I, BN = SILU ? WBN / 2 : WBN;
     const int KT = (K + WBK - 1) / WBK;
 
     /* the ring, 1024-byte aligned (the swizzle pattern repeats every 1024 bytes) */
@@ -134,103 +152,119 @@ __global__ void __launch_bounds__(WTHREADS, 1) k_gemm_wgmma(gemm_args a, int nti
     const int c = tid & 7, rr = tid >> 3, sw = ((c ^ (rr & 7)) << 4) + rr * 128;
     const bf16 *a_src[WBM / 32];
     bool a_ok[WBM / 32];
-#pragma unroll
-    for (int i = 0; i < WBM / 32; i++) {
-        int j = m0 + rr + 32 * i;
-        a_ok[i] = j < cnt;
-        int xr = a_ok[i] ? (a.r.perm ? a.r.perm[r0 + j] : r0 + j) : 0;
-        a_src[i] = a.x + (long)xr * a.ldx + c * 8;
-    }
-    const bf16 *wbase = (const bf16 *)a.w.data + mat * a.w.mat_stride;
     const bf16 *b_src[WBN / 32];
     bool b_ok[WBN / 32];
-#pragma unroll
-    for (int i = 0; i < WBN / 32; i++) {
-        int row = rr + 32 * i, wr;
-        bool ok;
-        if (SILU) {
-            int p = n0 + (row & 127);
-            wr = row < 128 ? p : I + p;
-            ok = p < I;
-        } else {
-            wr = n0 + row;
-            ok = wr < N;
-        }
-        b_ok[i] = ok;
-        b_src[i] = wbase + (long)(ok ? wr : 0) * K + c * 8;
-    }
-
-    auto load_stage = [&](int kt) {
-        unsigned char *As = ring_p + (kt % WSTAGES) * W_STAGE;
-        unsigned char *Bs = As + W_A_BYTES;
-        const int kb = kt * WBK;
-        const bool kok = kb + c * 8 < K;
+    auto set_sources = [&](int t) {
+        wtile w = wtile_of(a, t, ntiles, BN);
 #pragma unroll
         for (int i = 0; i < WBM / 32; i++) {
-            bool ok = a_ok[i] && kok;
-            cp_async16(As + sw + i * 32 * 128, ok ? (const void *)(a_src[i] + kb) : (const void *)a.x, ok ? 16 : 0);
+            int j = w.m0 + rr + 32 * i;
+            a_ok[i] = j < w.cnt;
+            int xr = a_ok[i] ? (a.r.perm ? a.r.perm[w.r0 + j] : w.r0 + j) : 0;
+            a_src[i] = a.x + (long)xr * a.ldx + c * 8;
         }
+        const bf16 *wbase = (const bf16 *)a.w.data + w.mat * a.w.mat_stride;
 #pragma unroll
         for (int i = 0; i < WBN / 32; i++) {
-            bool ok = b_ok[i] && kok;
-            cp_async16(Bs + sw + i * 32 * 128, ok ? (const void *)(b_src[i] + kb) : a.w.data, ok ? 16 : 0);
+            int row = rr + 32 * i, wr;
+            bool ok;
+            if (SILU) {
+                int p = w.n0 + (row & 127);
+                wr = row < 128 ? p : I + p;
+                ok = p < I;
+            } else {
+                wr = w.n0 + row;
+                ok = wr < N;
+            }
+            b_ok[i] = ok;
+            b_src[i] = wbase + (long)(ok ? wr : 0) * K + c * 8;
         }
     };
 
-    float d[128];
+    /* the loader's position: tile lt, k step lk, ring slot ls */
+    int lt = blockIdx.x, lk = 0, ls = 0;
+    set_sources(lt);
+    auto load_next = [&]() {
+        if (lt < total) {
+            unsigned char *As = ring_p + (ls % WSTAGES) * W_STAGE;
+            unsigned char *Bs = As + W_A_BYTES;
+            const int kb = lk * WBK;
+            const bool kok = kb + c * 8 < K;
 #pragma unroll
-    for (int i = 0; i < 128; i++) d[i] = 0.f;
-
-#pragma unroll
-    for (int s = 0; s < WDIST; s++) {
-        if (s < KT) load_stage(s);
-        cp_async_commit();
-    }
-    for (int kt = 0; kt < KT; kt++) {
-        cp_async_wait<WDIST - 1>(); /* this thread's copies of stage kt have landed */
-        fence_proxy_async();
-        __syncthreads(); /* everyone's copies of kt landed; wgmma of kt - 2 done in both warpgroups */
-        if (kt + WDIST < KT) load_stage(kt + WDIST);
-        cp_async_commit();
-        const uint32_t as = ring + (kt % WSTAGES) * W_STAGE, bs = as + W_A_BYTES;
-        wg_fence_acc(d);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < WBK / 16; kk++)
-            wgmma_256(d, wg_desc(as + wg * 64 * 128 + kk * 32), wg_desc(bs + kk * 32));
-        wg_commit();
-        wg_wait<1>(); /* the group of kt - 1 is done: its buffer may be refilled next time */
-        wg_fence_acc(d);
-    }
-    wg_wait<0>();
-    wg_fence_acc(d);
-    cp_async_wait<0>();
-
-    /* epilogue: d[4j + h] is row 16wq + lane/4 (+8 for h >= 2), column 8j + 2(lane%4) + (h & 1) */
-    const int t4 = lane & 3;
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        int m = m0 + wg * 64 + wq * 16 + (lane >> 2) + hr * 8;
-        if (m >= cnt) continue;
-        bf16 *y = (bf16 *)a.o.y + (long)(r0 + m) * a.o.ldy;
-        if (SILU) {
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                int col = n0 + 8 * j + 2 * t4;
-                if (col >= I) continue;
-                float v0 = silu_f(d[4 * j + 2 * hr]) * d[4 * (j + 16) + 2 * hr];
-                float v1 = silu_f(d[4 * j + 2 * hr + 1]) * d[4 * (j + 16) + 2 * hr + 1];
-                *(uint32_t *)(y + col) = pack_bf16(v0, v1);
+            for (int i = 0; i < WBM / 32; i++) {
+                bool ok = a_ok[i] && kok;
+                cp_async16(As + sw + i * 32 * 128, ok ? (const void *)(a_src[i] + kb) : (const void *)a.x,
+                           ok ? 16 : 0);
             }
-        } else {
 #pragma unroll
-            for (int j = 0; j < 32; j++) {
-                int col = n0 + 8 * j + 2 * t4;
-                if (col >= N) continue;
-                *(uint32_t *)(y + col) = pack_bf16(d[4 * j + 2 * hr], d[4 * j + 2 * hr + 1]);
+            for (int i = 0; i < WBN / 32; i++) {
+                bool ok = b_ok[i] && kok;
+                cp_async16(Bs + sw + i * 32 * 128, ok ? (const void *)(b_src[i] + kb) : a.w.data, ok ? 16 : 0);
+            }
+            ls++;
+            if (++lk == KT) {
+                lk = 0;
+                lt += step;
+                if (lt < total) set_sources(lt);
+            }
+        }
+        cp_async_commit(); /* one group per step, empty or not, keeps the wait counts exact */
+    };
+
+#pragma unroll
+    for (int s = 0; s < WDIST; s++) load_next();
+
+    float d[128];
+    int g = 0; /* flat step: ring slot g % 4 */
+    const int t4 = lane & 3;
+    for (int t = blockIdx.x; t < total; t += step) {
+#pragma unroll
+        for (int i = 0; i < 128; i++) d[i] = 0.f;
+        for (int kt = 0; kt < KT; kt++, g++) {
+            cp_async_wait<WDIST - 1>(); /* this thread's copies of step g have landed */
+            fence_proxy_async();
+            __syncthreads(); /* everyone's copies of g landed; MMAs of g - 2 retired in both warpgroups */
+            const uint32_t as = ring + (g % WSTAGES) * W_STAGE, bs = as + W_A_BYTES;
+            wg_fence_acc(d);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < WBK / 16; kk++)
+                wgmma_256(d, wg_desc(as + wg * 64 * 128 + kk * 32), wg_desc(bs + kk * 32));
+            wg_commit();
+            load_next(); /* step g + 2 into slot (g + 2) % 4 = (g - 2) % 4, while the MMAs run */
+            wg_wait<1>(); /* the MMAs of g - 1 are done */
+            wg_fence_acc(d);
+        }
+        wg_wait<0>();
+        wg_fence_acc(d);
+
+        /* epilogue: d[4j + h] is row 16wq + lane/4 (+8 for h >= 2), column 8j + 2(lane%4) + (h & 1) */
+        const wtile w = wtile_of(a, t, ntiles, BN);
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            int m = w.m0 + wg * 64 + wq * 16 + (lane >> 2) + hr * 8;
+            if (m >= w.cnt) continue;
+            bf16 *y = (bf16 *)a.o.y + (long)(w.r0 + m) * a.o.ldy;
+            if (SILU) {
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    int col = w.n0 + 8 * j + 2 * t4;
+                    if (col >= I) continue;
+                    float v0 = silu_f(d[4 * j + 2 * hr]) * d[4 * (j + 16) + 2 * hr];
+                    float v1 = silu_f(d[4 * j + 2 * hr + 1]) * d[4 * (j + 16) + 2 * hr + 1];
+                    *(uint32_t *)(y + col) = pack_bf16(v0, v1);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 32; j++) {
+                    int col = w.n0 + 8 * j + 2 * t4;
+                    if (col >= N) continue;
+                    *(uint32_t *)(y + col) = pack_bf16(d[4 * j + 2 * hr], d[4 * j + 2 * hr + 1]);
+                }
             }
         }
     }
+    cp_async_wait<0>();
 }
 
 /* The shapes k_gemm_wgmma serves: grouped bf16 GEMMs whose tile table has BM = 128, bf16
@@ -253,9 +287,11 @@ static void launch_w(cuda_state *st, const gemm_args *a, cudaStream_t s) {
         attr_set = true;
     }
     int ntiles = SILU ? ceil_div_i(a->o.silu_I, WBN / 2) : ceil_div_i(a->w.rows, WBN);
-    /* n tiles fastest: the CTAs of one row tile run together and share its A rows in L2 */
-    long mtiles = ceil_div_i(a->r.T, WBM) + a->n_mat; /* upper bound of the tile table */
-    k_gemm_wgmma<SILU><<<(unsigned)(mtiles * ntiles), WTHREADS, W_SMEM, s>>>(*a, ntiles);
+    /* persistent: one CTA per SM (the tile count lives on the device), fewer if the tile
+     * table's upper bound is smaller */
+    long tiles = (long)(ceil_div_i(a->r.T, WBM) + a->n_mat) * ntiles;
+    int grid = tiles < st->n_sm ? (int)tiles : st->n_sm;
+    k_gemm_wgmma<SILU><<<grid, WTHREADS, W_SMEM, s>>>(*a, ntiles);
     CUDA_LAUNCHED(st, "gemm_wgmma");
 }
 
