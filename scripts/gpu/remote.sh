@@ -8,7 +8,7 @@
 #
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
-#          engine compare hf e2ebase pbreakdown
+#          engine compare hf e2ebase pbreakdown pkernel
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -18,7 +18,8 @@
 #          DEEPINFER_CUDA_MOE_SMALL / DEEPINFER_CUDA_PDL off, and a staged baseline binary
 #          (bin/bench_cuda_e2e_base) if any; breakdown: per-kernel times of one decode step under
 #          ncu (breakdown.txt; scripts/gpu/breakdown.py); pbreakdown: the same for one prefill
-#          of PBREAKDOWN_LEN (8192) tokens
+#          of PBREAKDOWN_LEN (8192) tokens; pkernel: ncu sections of the kernels matching PKERNEL
+#          (default k_gemm_wgmma) in that prefill (pkernel.txt)
 #          hf: tools/golden/hf_bf16_error.py, transformers running the golden checkpoints in bf16
 #              and fp32 on the GPU vs the committed fp32 goldens (needs python3 with torch and
 #              transformers on the machine) -> hf.log, hf_bf16.json
@@ -248,6 +249,18 @@ for s in $steps; do
             --csv --print-units base --log-file "$log" "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" \
             --batches none --prefill "$L" --ceilings 0
         python3 "$G/src/scripts/gpu/breakdown.py" "$log" "prefill $L" >>"$OUT/breakdown.txt" 2>&1
+        ;;
+    pkernel)
+        # ncu sections (speed of light, memory, warp stalls) of the first PKERNEL_COUNT (2) launches
+        # of the kernels matching PKERNEL (regex, default k_gemm_wgmma) in one prefill of
+        # PBREAKDOWN_LEN tokens -> pkernel.txt
+        v2lite || continue
+        ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        [ -n "$ncu" ] || { summary "pkernel: ncu not found"; continue; }
+        run_step pkernel pkernel.txt "$ncu" --clock-control none -k "regex:${PKERNEL:-k_gemm_wgmma}" \
+            -c "${PKERNEL_COUNT:-2}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --section WarpStateStats --section ComputeWorkloadAnalysis "$G/bin/bench_cuda_e2e" \
+            --model "$TMP/v2lite-8l" --batches none --prefill "${PBREAKDOWN_LEN:-8192}" --ceilings 0
         ;;
     e2e | compare)
         v2lite || continue
