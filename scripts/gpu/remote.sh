@@ -8,7 +8,7 @@
 #
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
-#          engine compare hf e2ebase pbreakdown ncukernel
+#          engine compare hf e2ebase pbreakdown pkernel
 #          benchv32 (bench_cuda_ops v32: V3.2 indexer / sparse MLA times)
 #          pfbench (bench_cuda_ops prefill: MLA prefill at 512 and 8192 tokens, every variant)
 #          (default: info pycoder ops attn model bench e2e engine)
@@ -21,8 +21,8 @@
 #          DEEPINFER_CUDA_MOE_SMALL / DEEPINFER_CUDA_PDL off, and a staged baseline binary
 #          (bin/bench_cuda_e2e_base) if any; breakdown: per-kernel times of one decode step under
 #          ncu (breakdown.txt; scripts/gpu/breakdown.py); pbreakdown: the same for one prefill
-#          of PBREAKDOWN_LEN (8192) tokens; ncukernel: ncu --set full of the kernels matching
-#          NCU_KERNEL (regex; NCU_COUNT launches, default 1) in an NCU_LEN-token prefill
+#          of PBREAKDOWN_LEN (8192) tokens; pkernel: ncu sections of the kernels matching PKERNEL
+#          (default k_gemm_wgmma) in that prefill (pkernel.txt)
 #          pfbench: bench_cuda_ops prefill (MLA prefill at 512 and 8192 tokens with every
 #          variant of the fast attention kernel)
 #          hf: tools/golden/hf_bf16_error.py, transformers running the golden checkpoints in bf16
@@ -262,15 +262,17 @@ for s in $steps; do
             --batches none --prefill "$L" --ceilings 0
         python3 "$G/src/scripts/gpu/breakdown.py" "$log" "prefill $L" >>"$OUT/breakdown.txt" 2>&1
         ;;
-    ncukernel)
-        # full Nsight Compute report (speed of light, occupancy, stall reasons) of the first
-        # launch of the kernels matching NCU_KERNEL (a regex) in an NCU_LEN-token prefill
-        # (default 8192) -> ncu_kernel.txt
+    pkernel)
+        # ncu sections (speed of light, memory, warp stalls) of the first PKERNEL_COUNT (2) launches
+        # of the kernels matching PKERNEL (regex, default k_gemm_wgmma) in one prefill of
+        # PBREAKDOWN_LEN tokens -> pkernel.txt
         v2lite || continue
         ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-        [ -n "$ncu" ] && [ -n "${NCU_KERNEL:-}" ] || { summary "ncukernel: ncu or NCU_KERNEL missing"; continue; }
-        run_step "ncukernel" ncu_kernel.txt "$ncu" --set full -k "regex:$NCU_KERNEL" -c "${NCU_COUNT:-1}" \
-            "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" --batches none --prefill "${NCU_LEN:-8192}" --ceilings 0
+        [ -n "$ncu" ] || { summary "pkernel: ncu not found"; continue; }
+        run_step pkernel pkernel.txt "$ncu" --clock-control none -k "regex:${PKERNEL:-k_gemm_wgmma}" \
+            -c "${PKERNEL_COUNT:-2}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --section WarpStateStats --section ComputeWorkloadAnalysis "$G/bin/bench_cuda_e2e" \
+            --model "$TMP/v2lite-8l" --batches none --prefill "${PBREAKDOWN_LEN:-8192}" --ceilings 0
         ;;
     e2e | compare)
         v2lite || continue

@@ -289,14 +289,20 @@ static void random_topk(int32_t *idx, float *w, int T, int k, int E, int low_one
     }
 }
 
-static void experts_case(const char *name, int E, int k, int D, int I, int T, int fp8) {
+/* A second GPU backend (another kernel choice, e.g. DEEPINFER_CUDA_WGMMA=0) that experts_case
+ * also checks against the same CPU reference when set. */
+static di_backend *g_gpu_alt = NULL;
+
+/* Routed experts of T tokens; tokens pick among the first e_route experts only (e_route < E
+ * leaves experts without tokens). */
+static void experts_case_r(const char *name, int E, int e_route, int k, int D, int I, int T, int fp8) {
     t_weight gu = t_weight_make(E, 2 * I, D, fp8, 0.05f), dn = t_weight_make(E, D, I, fp8, 0.05f);
     di_weight guc = t_weight_upload(g_cpu, &gu, DI_WEIGHT_PLAIN), gug = t_weight_upload(g_gpu, &gu, DI_WEIGHT_PLAIN);
     di_weight dnc = t_weight_upload(g_cpu, &dn, DI_WEIGHT_PLAIN), dng = t_weight_upload(g_gpu, &dn, DI_WEIGHT_PLAIN);
     CHECK_MSG(!fp8 || (gug.dtype == DI_DTYPE_F8_E4M3 && dng.dtype == DI_DTYPE_F8_E4M3), "%s: fp8 experts not kept fp8", name);
     float *x = t_rand((size_t)T * D, 1.0f), *w = (float *)malloc((size_t)T * k * 4);
     int32_t *idx = (int32_t *)malloc((size_t)T * k * 4);
-    random_topk(idx, w, T, k, E, 4); /* skewed toward low ids */
+    random_topk(idx, w, T, k, e_route, 4); /* skewed toward low ids */
     size_t sc = g_cpu->moe_scratch_bytes(g_cpu, T, k, D, I, E), sg = g_gpu->moe_scratch_bytes(g_gpu, T, k, D, I, E);
     void *hs = malloc(sc), *ds = g_alloc(sg);
     float *ref = (float *)malloc((size_t)T * D * 4);
@@ -308,12 +314,30 @@ static void experts_case(const char *name, int E, int k, int D, int I, int T, in
     float *got = g_get_act(dout, (size_t)T * D);
     char what[160];
     snprintf(what, sizeof what, "moe_experts %s E%d k%d D%d I%d T%d%s", name, E, k, D, I, T, fp8 ? " fp8" : "");
+    if (e_route < E) snprintf(what + strlen(what), sizeof what - strlen(what), " (experts < %d)", e_route);
     T_CHECK(what, got, ref, (size_t)T * D, TOL_L2, TOL_MAX);
+    if (g_gpu_alt) { /* the same inputs through the other backend's kernels */
+        di_backend *save = g_gpu;
+        g_gpu = g_gpu_alt;
+        di_weight gua = t_weight_upload(g_gpu, &gu, DI_WEIGHT_PLAIN), dna = t_weight_upload(g_gpu, &dn, DI_WEIGHT_PLAIN);
+        g_poison(dout, (size_t)T * D * 2);
+        g_gpu->moe_experts(g_gpu, dout, dx, di, dw, k, &gua, &dna, T, ds, sg);
+        free(got);
+        got = g_get_act(dout, (size_t)T * D);
+        snprintf(what + strlen(what), sizeof what - strlen(what), " alt");
+        T_CHECK(what, got, ref, (size_t)T * D, TOL_L2, TOL_MAX);
+        g_gpu->weight_free(g_gpu, &gua); g_gpu->weight_free(g_gpu, &dna);
+        g_gpu = save;
+    }
     free(x); free(w); free(idx); free(hs); free(ref); free(got);
     g_free(ds); g_free(dx); g_free(di); g_free(dw); g_free(dout);
     g_cpu->weight_free(g_cpu, &guc); g_gpu->weight_free(g_gpu, &gug);
     g_cpu->weight_free(g_cpu, &dnc); g_gpu->weight_free(g_gpu, &dng);
     t_weight_free(&gu); t_weight_free(&dn);
+}
+
+static void experts_case(const char *name, int E, int k, int D, int I, int T, int fp8) {
+    experts_case_r(name, E, E, k, D, I, T, fp8);
 }
 
 /* Routed (+ shared, Is > 0) experts of a 1-4-token step through the permutation-free path
@@ -426,6 +450,22 @@ static void test_experts(void) {
         g_gpu = save;
         di_backend_free(nosmall);
     }
+    /* 1024+ tokens of 64 experts (>= 96 rows per expert on average): BM = 128 tile table, bf16 ->
+     * the wgmma kernel (cuda_gemm_wgmma.cu); each case also through the mma.sync tiled kernel
+     * (DEEPINFER_CUDA_WGMMA=0). Partial tiles in M, N and K (D 328 / I 200: K not a multiple of
+     * 64, N not of 256 / 128), experts without tokens (only the first 40 / 5 picked). */
+    setenv("DEEPINFER_CUDA_WGMMA", "0", 1);
+    di_backend *nowg = NULL;
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &nowg));
+    unsetenv("DEEPINFER_CUDA_WGMMA");
+    g_gpu_alt = nowg;
+    experts_case("v2-lite", 64, 6, 2048, 1408, 1024, 0);
+    experts_case_r("v2-lite", 64, 40, 6, 2048, 1408, 1100, 0);
+    experts_case("odd", 8, 2, 328, 200, 600, 0);
+    experts_case_r("odd", 8, 5, 3, 328, 200, 777, 0);
+    experts_case("fp8", 8, 2, 512, 256, 700, 1);
+    g_gpu_alt = NULL;
+    if (nowg) di_backend_free(nowg);
     experts_case("fp8", 8, 2, 512, 256, 3, 1);
     experts_case("fp8", 8, 2, 512, 256, 500, 1);
     experts_case("tiny", 12, 3, 128, 40, 1, 0);

@@ -393,6 +393,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->gemv = !(gv && gv[0] == '0');
     const char *ml = getenv("DEEPINFER_CUDA_MOE_LT");
     st->moe_lt = !(ml && ml[0] == '0');
+    const char *wg = getenv("DEEPINFER_CUDA_WGMMA");
+    st->wgmma = !(wg && wg[0] == '0');
     const char *ms = getenv("DEEPINFER_CUDA_MOE_SMALL"), *pd = getenv("DEEPINFER_CUDA_PDL");
     st->moe_small = ms && ms[0] >= '0' && ms[0] <= '4' && !ms[1] ? ms[0] - '0' : 1;
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;

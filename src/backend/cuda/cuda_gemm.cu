@@ -9,6 +9,8 @@
  *              (cuda_blaslt.cu);
  *   - small:   up to 32 rows per matrix otherwise (fp8 decode, experts with few tokens):
  *              tensor cores (mma.sync) with tokens as the narrow dimension (cuda_gemm_small.cu);
+ *   - wgmma:   grouped bf16 expert GEMMs with many rows per expert (tile table of BM = 128):
+ *              Hopper warpgroup MMA, 128x256x64 tiles (cuda_gemm_wgmma.cu);
  *   - tiled:   everything else with 16-byte-aligned rows: grouped / batched / fp8 weight-only
  *              128x128x32 tiles, cp.async pipeline, mma.sync (cuda_gemm_tiled.cu);
  *   - generic: any shape (one thread per output, fp32), for odd dimensions of tiny models.
@@ -106,6 +108,7 @@ void cuda_gemm(cuda_state *st, const gemm_out *o, const bf16 *x, long ldx, long 
         int avg = (a.r.T + a.n_mat - 1) / a.n_mat;
         if (st->gemv && avg <= 2) launch_gemv(st, &a, st->stream);
         else if (avg <= 16 || per <= 32 || !a.r.tile_off) launch_gemm_small(st, &a, st->stream);
+        else if (st->wgmma && gemm_wgmma_ok(&a)) launch_gemm_wgmma(st, &a, st->stream);
         else launch_gemm_tiled(st, &a, st->stream);
         return;
     }

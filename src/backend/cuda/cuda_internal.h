@@ -53,6 +53,8 @@ typedef struct cuda_state {
     int gemv;                      /* DEEPINFER_CUDA_GEMV (default 1): FMA GEMV for <= 4 rows */
     int moe_lt;                    /* DEEPINFER_CUDA_MOE_LT (default 1): bf16 experts of 16..128-token
                                     * steps as cuBLASLt strided-batched GEMMs (padded per expert) */
+    int wgmma;                     /* DEEPINFER_CUDA_WGMMA (default 1): grouped bf16 expert GEMMs with a
+                                    * BM = 128 tile table on the wgmma kernel (cuda_gemm_wgmma.cu) */
     int lt_min_rows;               /* DEEPINFER_CUDA_LT_MIN_ROWS (default 2): plain / batched bf16
                                     * GEMMs with at least this many rows go to cuBLASLt */
     int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
@@ -161,6 +163,9 @@ void launch_gemm_small(cuda_state *st, const gemm_args *a, cudaStream_t s);
 /* FMA GEMV for at most `max_rows` (<= 4 typical) rows per matrix: coalesced weight rows */
 void launch_gemv(cuda_state *st, const gemm_args *a, cudaStream_t s);
 void launch_gemm_tiled(cuda_state *st, const gemm_args *a, cudaStream_t s);
+/* Hopper wgmma grouped GEMM (cuda_gemm_wgmma.cu): 1 if it takes these shapes. */
+int gemm_wgmma_ok(const gemm_args *a);
+void launch_gemm_wgmma(cuda_state *st, const gemm_args *a, cudaStream_t s);
 void launch_gemm_generic(cuda_state *st, const gemm_args *a, cudaStream_t s);
 /* cuBLASLt: returns 1 if it ran the GEMM (plain or strided-batched), 0 if it has no plan. */
 int lt_gemm(cuda_state *st, const gemm_args *a);
