@@ -10,6 +10,8 @@
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
 #          engine compare hf e2ebase pbreakdown ncukernel
 #          benchv32 (bench_cuda_ops v32: V3.2 indexer / sparse MLA times)
+#          benchv32base (the same from another staged tree V32_BASE, e.g. main's carried as
+#              .gpu-v32, for before/after numbers in one call); modelv32: test_cuda_model v32 only
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -298,6 +300,18 @@ for s in $steps; do
         # shellcheck disable=SC2086
         LD_LIBRARY_PATH="$B/lib${lt:+:$(dirname "$lt")}" run_step bench.e2e.base bench.log "$B/bin/bench_cuda_e2e" \
             --model "$TMP/v2lite-8l" ${BENCH_ARGS:-}
+        ;;
+    modelv32)
+        run_step model.v32 tests.log "$G/bin/test_cuda_model" v32
+        ;;
+    benchv32base)
+        B=${V32_BASE:-}
+        case $B in /* | '') ;; *) B=$CALLER_PWD/$B ;; esac
+        [ -n "$B" ] && [ -d "$B" ] || { summary "benchv32base: V32_BASE not set or missing"; continue; }
+        B=$(cd "$B" && pwd)
+        if [ -f "$B/bundle.tar.xz" ] && [ ! -x "$B/bin/bench_cuda_ops" ]; then tar -xJf "$B/bundle.tar.xz" -C "$B"; fi
+        echo "(benchv32base: $B)" >>"$OUT/bench.log"
+        LD_LIBRARY_PATH="$B/lib${lt:+:$(dirname "$lt")}" run_step bench.v32.base bench.log "$B/bin/bench_cuda_ops" v32
         ;;
     *) summary "unknown step $s" ;;
     esac
