@@ -12,6 +12,7 @@
 #          benchv32 (bench_cuda_ops v32: V3.2 indexer / sparse MLA times)
 #          benchv32base (the same from another staged tree V32_BASE, e.g. main's carried as
 #              .gpu-v32, for before/after numbers in one call); modelv32: test_cuda_model v32 only
+#          benchv32sp: benchv32 with DEEPINFER_CUDA_SPARSE_MIN_TILES = each of SPARSE_TILES (1 2 8)
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -300,6 +301,12 @@ for s in $steps; do
         # shellcheck disable=SC2086
         LD_LIBRARY_PATH="$B/lib${lt:+:$(dirname "$lt")}" run_step bench.e2e.base bench.log "$B/bin/bench_cuda_e2e" \
             --model "$TMP/v2lite-8l" ${BENCH_ARGS:-}
+        ;;
+    benchv32sp)
+        for v in ${SPARSE_TILES:-1 2 8}; do
+            echo "(DEEPINFER_CUDA_SPARSE_MIN_TILES=$v)" >>"$OUT/bench.log"
+            run_step "bench.v32.tiles$v" bench.log env DEEPINFER_CUDA_SPARSE_MIN_TILES=$v "$G/bin/bench_cuda_ops" v32
+        done
         ;;
     modelv32)
         run_step model.v32 tests.log "$G/bin/test_cuda_model" v32

@@ -21,9 +21,9 @@
  *    shuffle tree over the head lanes) into the scratch row;
  *  - k_ix_select: one block of 1024 threads per token over its scratch row: the same radix
  *    select (warp-aggregated histogram atomics, parallel bin search) and an ordered write-out
- *    where each thread owns a contiguous run of positions (two block-wide scans: equal keys
- *    kept, then selected). Same selection rules as the one-kernel version (kept for other
- *    shapes). */
+ *    where each warp owns a contiguous run of positions (lanes over consecutive positions,
+ *    ballots for the ranks; the runs' counts combined through shared memory). Same selection
+ *    rules as the one-kernel version (kept for other shapes). */
 #include <math.h>
 
 #include "backend/cuda/cuda_mma.cuh"
@@ -298,30 +298,10 @@ __global__ void __launch_bounds__(IXF_THREADS) k_ix_scores(ix_args a) {
     }
 }
 
-/* Exclusive prefix sum of v over a block of any multiple of 32 threads; *tot = the total. */
-static __device__ int ixs_scan(int v, int *tot, int *wsum) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int x = v;
-    for (int o = 1; o < 32; o <<= 1) {
-        int y = __shfl_up_sync(0xffffffffu, x, o);
-        if (lane >= o) x += y;
-    }
-    __syncthreads();
-    if (lane == 31) wsum[w] = x;
-    __syncthreads();
-    int pre = 0, all = 0;
-    for (int i = 0; i < nw; i++) {
-        if (i < w) pre += wsum[i];
-        all += wsum[i];
-    }
-    *tot = all;
-    return pre + x - v;
-}
-
 /* one block (IXS_THREADS) per token: radix select over its scratch row, ordered write-out */
 __global__ void __launch_bounds__(IXS_THREADS) k_ix_select(ix_args a) {
     __shared__ int hist[256];
-    __shared__ int wsum[32];
+    __shared__ int wsum[32], wgt_eq[32];
     __shared__ int s_digit, s_want;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int t = a.t0 + blockIdx.x;
@@ -380,26 +360,40 @@ __global__ void __launch_bounds__(IXS_THREADS) k_ix_select(ix_args a) {
         want = s_want;
     }
 
-    /* each thread owns positions [b0, b1): keys above the threshold, and the first `want`
-     * equal ones in position order */
-    int seg = (n + IXS_THREADS - 1) / IXS_THREADS, b0 = min(n, tid * seg), b1 = min(n, b0 + seg);
-    int ngt = 0, neq = 0, tot;
-    for (int s = b0; s < b1; s++) {
-        unsigned u = ix_key(score[s]);
-        ngt += u > prefix;
-        neq += u == prefix;
+    /* each warp owns a contiguous run of positions (coalesced, lanes over 32 consecutive ones):
+     * keys above the threshold, and the first `want` equal ones in position order */
+    const int nw = IXS_THREADS / 32, wseg = (n + 32 * nw - 1) / (32 * nw) * 32;
+    const int b0 = min(n, warp * wseg), b1 = min(n, b0 + wseg);
+    const unsigned lt = (1u << lane) - 1u;
+    int ngt = 0, neq = 0;
+    for (int base = b0; base < b1; base += 32) {
+        int s = base + lane;
+        unsigned u = s < b1 ? ix_key(score[s]) : 0u;
+        ngt += __popc(__ballot_sync(0xffffffffu, s < b1 && u > prefix));
+        neq += __popc(__ballot_sync(0xffffffffu, s < b1 && u == prefix));
     }
-    int eq_ex = ixs_scan(neq, &tot, wsum);
-    int keep = want - eq_ex;
-    keep = keep < 0 ? 0 : keep > neq ? neq : keep;
-    int o = ixs_scan(ngt + keep, &tot, wsum), e = eq_ex;
-    for (int s = b0; s < b1; s++) {
-        unsigned u = ix_key(score[s]);
-        if (u > prefix) out[o++] = s;
-        else if (u == prefix) {
-            if (e < want) out[o++] = s;
-            e++;
-        }
+    if (lane == 0) {
+        wsum[warp] = ngt;
+        wgt_eq[warp] = neq;
+    }
+    __syncthreads();
+    int e = 0, o = 0; /* equal keys and selected keys before this warp's run */
+    for (int i = 0; i < warp; i++) {
+        int keep = want - e;
+        keep = keep < 0 ? 0 : keep > wgt_eq[i] ? wgt_eq[i] : keep;
+        o += wsum[i] + keep;
+        e += wgt_eq[i];
+    }
+    for (int base = b0; base < b1; base += 32) {
+        int s = base + lane;
+        unsigned u = s < b1 ? ix_key(score[s]) : 0u;
+        bool gt = s < b1 && u > prefix, eq = s < b1 && u == prefix;
+        unsigned eqm = __ballot_sync(0xffffffffu, eq);
+        bool sel = gt || (eq && e + __popc(eqm & lt) < want);
+        unsigned selm = __ballot_sync(0xffffffffu, sel);
+        if (sel) out[o + __popc(selm & lt)] = s;
+        o += __popc(selm);
+        e += __popc(eqm);
     }
     if (tid == 0) a.sel_count[t] = K;
 }

@@ -349,16 +349,16 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
 }
 
 /* Merges the splits of one (token, head): out = Σ_s e^{m_s - M} O_s / Σ_s e^{m_s - M} l_s. */
-template <bool SP>
-__global__ void k_mla_combine(dec_args a, dec_sel sp) {
+__global__ void k_mla_combine(dec_args a) {
     pdl_launch_dependents(); /* the W_UV GEMV may start loading its weights */
     pdl_wait();
     int t = blockIdx.x, h = blockIdx.y, H = a.n_heads, S = a.nsplit;
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
     /* only the splits that had tiles wrote partials (same arithmetic as the kernel) */
-    int ntiles = (dec_nkeys<SP>(a, sp, seq, t) + FKT - 1) / FKT, tps = (ntiles + S - 1) / S;
-    if (SP && ntiles == 0) return; /* an empty selection (backend.h: never; count >= 1) */
+    int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
+    int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
+    int ntiles = (pos + 1 + FKT - 1) / FKT, tps = (ntiles + S - 1) / S;
     S = (ntiles + tps - 1) / tps;
     long p0 = ((long)t * H + h) * a.nsplit;
     float M = -INFINITY;
@@ -374,6 +374,55 @@ __global__ void k_mla_combine(dec_args a, dec_sel sp) {
         }
         a.out[((long)t * H + h) * FDV + c] = __float2bfloat16_rn(acc * inv);
     }
+}
+
+/* The same merge for the sparse kernel (at most SP_MAXSPLIT splits: n_splits caps at 64): warp 0 reduces the splits' (m, l) in parallel and puts
+ * the split weights in shared memory; then each thread merges 4 columns with the splits' loads
+ * unrolled (the dense combine above is serial per split). Fixed order: deterministic. */
+enum { SP_MAXSPLIT = 64 };
+__global__ void __launch_bounds__(128) k_mla_combine_sp(dec_args a, dec_sel sp) {
+    __shared__ float wsh[SP_MAXSPLIT];
+    __shared__ float s_inv;
+    pdl_launch_dependents();
+    pdl_wait();
+    int t = blockIdx.x, h = blockIdx.y, H = a.n_heads, S = a.nsplit;
+    int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
+    if (seq < 0) return;
+    int ntiles = (sp.sel_count[t] + FKT - 1) / FKT, tps = (ntiles + S - 1) / S;
+    if (ntiles == 0) return; /* an empty selection (backend.h: never; count >= 1) */
+    S = (ntiles + tps - 1) / tps;
+    long p0 = ((long)t * H + h) * a.nsplit;
+    if (threadIdx.x < 32) {
+        int lane = threadIdx.x;
+        float M = -INFINITY;
+        for (int s = lane; s < S; s += 32) M = fmaxf(M, a.ml[(p0 + s) * 2]);
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.f;
+        for (int s = lane; s < S; s += 32) {
+            float w = expf(a.ml[(p0 + s) * 2] - M);
+            wsh[s] = w;
+            L += a.ml[(p0 + s) * 2 + 1] * w;
+        }
+        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+        if (lane == 0) s_inv = 1.0f / L;
+    }
+    __syncthreads();
+    int c = threadIdx.x * 4; /* 128 threads x 4 = FDV columns */
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = 0; s < S; s++) {
+        float w = wsh[s];
+        float4 v = *(const float4 *)(a.part + (p0 + s) * FDV + c);
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
+    }
+    float inv = s_inv;
+    uint2 o;
+    o.x = pack_bf16(acc.x * inv, acc.y * inv);
+    o.y = pack_bf16(acc.z * inv, acc.w * inv);
+    *(uint2 *)(a.out + ((long)t * H + h) * FDV + c) = o;
 }
 
 /* ---------------------------------------------------------------- host ---- */
@@ -434,7 +483,8 @@ static void launch_decode(cuda_state *st, const dec_args &a, const dec_sel &sp, 
     else if (R == 32) launch_fast<32, 8, SP>(st, a, sp, n_tokens);
     else launch_fast<16, 4, SP>(st, a, sp, n_tokens);
     if (a.nsplit > 1) {
-        cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine<SP>, dim3(n_tokens, a.n_heads), dim3(128), 0, a, sp);
+        if (SP) cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine_sp, dim3(n_tokens, a.n_heads), dim3(128), 0, a, sp);
+        else cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine, dim3(n_tokens, a.n_heads), dim3(128), 0, a);
         CUDA_LAUNCHED(st, "mla_combine");
     }
 }
@@ -468,6 +518,10 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
                hsqpe % 8 == 0 && ((uintptr_t)qpe & 15) == 0 && ((uintptr_t)qt & 15) == 0;
     int R = fast ? heads_per_block(d->n_heads) : 16, n_hg = d->n_heads / R;
     int S = fast ? n_splits(st, ab->n_tokens, n_hg) : 1;
+    if (ab->sel_pos && ab->sel_stride > 0) { /* sparse: splits of at least sp_min_tiles tiles of the list */
+        int cap = ((ab->sel_stride + FKT - 1) / FKT + st->sp_min_tiles - 1) / st->sp_min_tiles;
+        if (S > cap) S = cap > 1 ? cap : 1;
+    }
     size_t rows = (size_t)ab->n_tokens * d->n_heads * S;
     if (S > 1 && st->dec_part && align256(rows * FDV * sizeof(float)) + rows * 2 * sizeof(float) <= st->dec_part_bytes) {
         a.nsplit = S;
