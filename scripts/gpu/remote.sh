@@ -13,6 +13,7 @@
 #          benchv32base (the same from another staged tree V32_BASE, e.g. main's carried as
 #              .gpu-v32, for before/after numbers in one call); modelv32: test_cuda_model v32 only
 #          benchv32sp: benchv32 with DEEPINFER_CUDA_SPARSE_MIN_TILES = each of SPARSE_TILES (1 2 8)
+#          attnsp1: test_cuda_attn indexer with DEEPINFER_CUDA_SPARSE_MIN_TILES=1 (up to 64 splits)
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -307,6 +308,9 @@ for s in $steps; do
             echo "(DEEPINFER_CUDA_SPARSE_MIN_TILES=$v)" >>"$OUT/bench.log"
             run_step "bench.v32.tiles$v" bench.log env DEEPINFER_CUDA_SPARSE_MIN_TILES=$v "$G/bin/bench_cuda_ops" v32
         done
+        ;;
+    attnsp1)
+        run_step attn.indexer.tiles1 tests.log env DEEPINFER_CUDA_SPARSE_MIN_TILES=1 "$G/bin/test_cuda_attn" indexer
         ;;
     modelv32)
         run_step model.v32 tests.log "$G/bin/test_cuda_model" v32

@@ -23,7 +23,9 @@
  *    select (warp-aggregated histogram atomics, parallel bin search) and an ordered write-out
  *    where each warp owns a contiguous run of positions (lanes over consecutive positions,
  *    ballots for the ranks; the runs' counts combined through shared memory). Same selection
- *    rules as the one-kernel version (kept for other shapes). */
+ *    rules as the one-kernel version (kept for other shapes). Rows of up to IXS_SMEM_MAX floats
+ *    (contexts up to 48K) are first copied into shared memory, so the 4 histogram passes and
+ *    the 2 write-out passes read shared memory; longer rows are read from global memory. */
 #include <math.h>
 
 #include "backend/cuda/cuda_mma.cuh"
@@ -92,6 +94,7 @@ typedef struct ix_args {
     float *scores; /* [gridDim.x][ld] */
     long ld;
     int t0;        /* token of block 0 */
+    int stage;     /* k_ix_select: copy the scratch row into shared memory first (ld floats fit) */
 } ix_args;
 
 /* Sequence of token t among [lo, hi), or -1 if t is outside their tokens. */
@@ -223,6 +226,7 @@ __global__ void __launch_bounds__(IX_THREADS) k_indexer_topk(ix_args a) {
 /* ---------------------------------------------------------------- fast path ---- */
 
 enum { IXF_HD = 128, IXF_LD = IXF_HD + 8, IXF_CH = 128, IXF_THREADS = 256, IXS_THREADS = 1024 };
+enum { IXS_SMEM_MAX = 48 * 1024 }; /* floats of a scratch row k_ix_select stages in shared memory */
 
 static size_t ixf_smem(int nh) { return ((size_t)nh + IXF_CH) * IXF_LD * 2 + (size_t)nh * 4; }
 
@@ -299,7 +303,7 @@ __global__ void __launch_bounds__(IXF_THREADS) k_ix_scores(ix_args a) {
 }
 
 /* one block (IXS_THREADS) per token: radix select over its scratch row, ordered write-out */
-__global__ void __launch_bounds__(IXS_THREADS) k_ix_select(ix_args a) {
+__global__ void __launch_bounds__(IXS_THREADS, 1) k_ix_select(ix_args a) {
     __shared__ int hist[256];
     __shared__ int wsum[32], wgt_eq[32];
     __shared__ int s_digit, s_want;
@@ -316,6 +320,13 @@ __global__ void __launch_bounds__(IXS_THREADS) k_ix_select(ix_args a) {
         return;
     }
     const float *score = a.scores + (long)blockIdx.x * a.ld;
+    if (a.stage) { /* the row once into shared memory (16-byte loads; ld is a multiple of 64) */
+        extern __shared__ float4 srow[];
+        const float4 *g4 = (const float4 *)score;
+        for (int i = tid; i < (n + 3) / 4; i += IXS_THREADS) srow[i] = g4[i];
+        __syncthreads();
+        score = (const float *)srow;
+    }
     unsigned prefix = 0, mask = 0;
     int want = K;
     for (int shift = 24; shift >= 0; shift -= 8) {
@@ -434,6 +445,7 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
     a.scale = d->scale;
     a.wscale = d->weight_scale;
     a.scores = (float *)scratch;
+    a.stage = 0;
     int fast = d->head_dim == IXF_HD && d->n_heads % 16 == 0 && d->n_heads > 0 && d->n_heads <= 128 &&
                ((uintptr_t)q & 15) == 0 && ((uintptr_t)index_cache & 15) == 0;
     if (fast) {
@@ -445,6 +457,16 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
                 return;
             fsm_set = fsm;
         }
+        a.stage = a.ld <= IXS_SMEM_MAX;
+        size_t ssm = a.stage ? (size_t)a.ld * sizeof(float) : 0;
+        static size_t ssm_set = 48 * 1024;
+        if (ssm > ssm_set) {
+            if (cuda_note(st, cudaFuncSetAttribute(k_ix_select, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)(IXS_SMEM_MAX * sizeof(float))),
+                          "indexer select smem attribute"))
+                return;
+            ssm_set = IXS_SMEM_MAX * sizeof(float);
+        }
         int max_ctx = ab->max_ctx_len > 0 ? ab->max_ctx_len : 1;
         unsigned nch = (unsigned)((max_ctx + IXF_CH - 1) / IXF_CH);
         for (int t0 = 0; t0 < ab->n_tokens; t0 += (int)fit) {
@@ -452,7 +474,7 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
             a.t0 = t0;
             k_ix_scores<<<dim3(nch, (unsigned)nt), IXF_THREADS, fsm, st->stream>>>(a);
             CUDA_LAUNCHED(st, "indexer_scores");
-            k_ix_select<<<nt, IXS_THREADS, 0, st->stream>>>(a);
+            k_ix_select<<<nt, IXS_THREADS, ssm, st->stream>>>(a);
             CUDA_LAUNCHED(st, "indexer_select");
         }
         return;
