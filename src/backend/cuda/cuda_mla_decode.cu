@@ -15,8 +15,10 @@
  *    token's selected list instead of positions 0..pos: key j of token t is context position
  *    sel_pos[t * sel_stride + j], j < sel_count[t] (ascending, all <= pos: no causal mask); the
  *    block first resolves its split's keys to cache slots (block table) into shared memory,
- *    then loads each 32-key tile row by row from those slots. Splits over the list; the split
- *    count is the dense one (token count only). Shapes the fast kernel does not take (or more
+ *    then loads each 32-key tile row by row from those slots. Splits over the list: the dense
+ *    split count capped at ceil(ceil(sel_stride / 32) / DEEPINFER_CUDA_SPARSE_MIN_TILES)
+ *    (host-known shapes only; default 2 tiles per split, measured best at 1 token), merged by
+ *    k_mla_combine_sp (parallel over splits). Shapes the fast kernel does not take (or more
  *    than SP_MAXKEYS keys per split) go to cuda_mla_sparse.cu's generic kernel.
  *  - generic: one warp per (token, head), any shape (tiny test models).
  * Invariants: the split count depends only on the number of tokens (never on context lengths),
