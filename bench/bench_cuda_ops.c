@@ -298,6 +298,8 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "v32")) { /* only the DeepSeek-V3.2 ops */
         bench_v32(be, 1, 1, 32768);
         bench_v32(be, 64, 1, 8192);
+        bench_v32(be, 1, 1, 2048);  /* context = top-k: sparse and dense attend to the same 2048 keys */
+        bench_v32(be, 64, 1, 2048);
         bench_v32(be, 1, 2048, 8192);
         di_status s = be->sync(be);
         if (s != DI_OK) fprintf(stderr, "bench_cuda_ops: %s\n", di_last_error());

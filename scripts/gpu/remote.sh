@@ -11,6 +11,10 @@
 #          engine compare hf e2ebase pbreakdown pkernel
 #          benchv32 (bench_cuda_ops v32: V3.2 indexer / sparse MLA times)
 #          pfbench (bench_cuda_ops prefill: MLA prefill at 512 and 8192 tokens, every variant)
+#          benchv32base (the same from another staged tree V32_BASE, e.g. main's carried as
+#              .gpu-v32, for before/after numbers in one call); modelv32: test_cuda_model v32 only
+#          benchv32sp: benchv32 with DEEPINFER_CUDA_SPARSE_MIN_TILES = each of SPARSE_TILES (1 2 8)
+#          attnsp1: test_cuda_attn indexer with DEEPINFER_CUDA_SPARSE_MIN_TILES=1 (up to 64 splits)
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -306,6 +310,27 @@ for s in $steps; do
         # shellcheck disable=SC2086
         LD_LIBRARY_PATH="$B/lib${lt:+:$(dirname "$lt")}" run_step bench.e2e.base bench.log "$B/bin/bench_cuda_e2e" \
             --model "$TMP/v2lite-8l" ${BENCH_ARGS:-}
+        ;;
+    benchv32sp)
+        for v in ${SPARSE_TILES:-1 2 8}; do
+            echo "(DEEPINFER_CUDA_SPARSE_MIN_TILES=$v)" >>"$OUT/bench.log"
+            run_step "bench.v32.tiles$v" bench.log env DEEPINFER_CUDA_SPARSE_MIN_TILES=$v "$G/bin/bench_cuda_ops" v32
+        done
+        ;;
+    attnsp1)
+        run_step attn.indexer.tiles1 tests.log env DEEPINFER_CUDA_SPARSE_MIN_TILES=1 "$G/bin/test_cuda_attn" indexer
+        ;;
+    modelv32)
+        run_step model.v32 tests.log "$G/bin/test_cuda_model" v32
+        ;;
+    benchv32base)
+        B=${V32_BASE:-}
+        case $B in /* | '') ;; *) B=$CALLER_PWD/$B ;; esac
+        [ -n "$B" ] && [ -d "$B" ] || { summary "benchv32base: V32_BASE not set or missing"; continue; }
+        B=$(cd "$B" && pwd)
+        if [ -f "$B/bundle.tar.xz" ] && [ ! -x "$B/bin/bench_cuda_ops" ]; then tar -xJf "$B/bundle.tar.xz" -C "$B"; fi
+        echo "(benchv32base: $B)" >>"$OUT/bench.log"
+        LD_LIBRARY_PATH="$B/lib${lt:+:$(dirname "$lt")}" run_step bench.v32.base bench.log "$B/bin/bench_cuda_ops" v32
         ;;
     *) summary "unknown step $s" ;;
     esac

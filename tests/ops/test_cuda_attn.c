@@ -778,11 +778,35 @@ static void test_indexer(void) {
     di_indexer_dims odd = {3, 20, 7, 0.2236f, 0.57735f};
     int ql4[2] = {9, 1}, cx4[2] = {20, 9};
     indexer_case("odd dims", 2, ql4, cx4, odd, 0, 2);
+    /* fast path (tensor-core scores over 128-position chunks + 1024-thread select): a decode
+     * token at 32K context; a 40-token prefill chunk crossing chunk boundaries next to a
+     * decode token and a short (dense) sequence, sequences 1..2 only */
+    int ql5[1] = {1}, cx5[1] = {32768};
+    indexer_case("v3.2 1 token ctx 32K", 1, ql5, cx5, v32, 0, 1);
+    int ql6[3] = {40, 1, 3}, cx6[3] = {5000, 2300, 700};
+    indexer_case("v3.2 seqs 1..2 of 3", 3, ql6, cx6, v32, 1, 3);
+    indexer_case("v3.2 40-token chunk ctx 5000", 3, ql6, cx6, v32, 0, 3);
 
     /* sparse MLA with a given selection */
     di_mla_dims v3 = {128, 128, 64, 128, 512, 0.1352f}, v2 = {16, 128, 64, 128, 512, 0.1352f};
     int dql[4] = {1, 1, 3, 2}, dcx[4] = {3000, 100, 2050, 5};
     sparse_decode_case("v3.2 shape", 4, dql, dcx, v3, 2048, 0, 4);
+    /* the split-KV tensor-core kernel over the selected list: 1 token at 3000 and 32K context
+     * (64 splits), 64 decode tokens with contexts 1..6112 (3 splits; many with fewer selected
+     * keys than sel_stride), 160 tokens (one split), sequences 10..50 of the 64 */
+    int dql1[1] = {1}, dcx1[1] = {3000}, dcx2[1] = {32768};
+    sparse_decode_case("v3.2 1 token ctx 3000", 1, dql1, dcx1, v3, 2048, 0, 1);
+    sparse_decode_case("v3.2 1 token ctx 32K", 1, dql1, dcx2, v3, 2048, 0, 1);
+    int dql64[160], dcx64[160];
+    for (int i = 0; i < 160; i++) {
+        dql64[i] = 1;
+        dcx64[i] = i < 64 ? 1 + 97 * i : 1 + (i * 37) % 300;
+    }
+    sparse_decode_case("v3.2 64 tokens ctx 1..6112", 64, dql64, dcx64, v3, 2048, 0, 64);
+    sparse_decode_case("v3.2 seqs 10..50 of 64", 64, dql64, dcx64, v3, 2048, 10, 50);
+    sparse_decode_case("v3.2 160 tokens (1 split)", 160, dql64, dcx64, v3, 2048, 0, 160);
+    int dql3[3] = {1, 2, 1}, dcx3[3] = {9000, 4000, 77}; /* two tokens of one sequence, stride 1024 */
+    sparse_decode_case("v3.2 k1024", 3, dql3, dcx3, v3, 1024, 0, 3);
     sparse_decode_case("v2-lite seqs 1..3", 4, dql, dcx, v2, 64, 1, 3);
     di_mla_dims tinyd = {4, 24, 16, 20, 40, 0.25f};
     sparse_decode_case("tiny-v32 dims", 4, dql, dcx, tinyd, 64, 0, 4);

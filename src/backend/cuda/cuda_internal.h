@@ -63,6 +63,8 @@ typedef struct cuda_state {
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
                                     * for, default 32), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */
+    int sp_min_tiles;              /* DEEPINFER_CUDA_SPARSE_MIN_TILES (default 2): sparse MLA decode
+                                    * uses at most ceil(ceil(sel_stride / 32) / N) KV splits */
     int pdl;                       /* DEEPINFER_CUDA_PDL (default 1): programmatic dependent launch;
                                     * 0 off, 1 the GEMV and small-expert kernels, 2 also RoPE,
                                     * kv_write and MLA decode + combine (cuda_pdl.cuh) */

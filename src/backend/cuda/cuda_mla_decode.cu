@@ -11,6 +11,15 @@
  *    (token, split) but different head groups are adjacent in the grid, so a second head group
  *    reads the tiles from L2. With several splits, fp32 partials (m, l, O) go to the reserved
  *    workspace and k_mla_combine merges them.
+ *    With a DSA selection (V3.2, ab->sel_pos) the same kernel (template flag SP) walks the
+ *    token's selected list instead of positions 0..pos: key j of token t is context position
+ *    sel_pos[t * sel_stride + j], j < sel_count[t] (ascending, all <= pos: no causal mask); the
+ *    block first resolves its split's keys to cache slots (block table) into shared memory,
+ *    then loads each 32-key tile row by row from those slots. Splits over the list: the dense
+ *    split count capped at ceil(ceil(sel_stride / 32) / DEEPINFER_CUDA_SPARSE_MIN_TILES)
+ *    (host-known shapes only; default 2 tiles per split, measured best at 1 token), merged by
+ *    k_mla_combine_sp (parallel over splits). Shapes the fast kernel does not take (or more
+ *    than SP_MAXKEYS keys per split) go to cuda_mla_sparse.cu's generic kernel.
  *  - generic: one warp per (token, head), any shape (tiny test models).
  * Invariants: the split count depends only on the number of tokens (never on context lengths),
  * so a captured decode step replays correctly for any context; cache rows past a token's
@@ -31,6 +40,12 @@ typedef struct dec_args {
     float *part; /* [n_tokens * H * nsplit][r] */
     float *ml;   /* [n_tokens * H * nsplit][2] */
 } dec_args;
+/* DSA selection, a separate kernel parameter of the SP kernels (dense: zeros; keeping it out of
+ * dec_args leaves the dense kernels' code as it was) */
+typedef struct dec_sel {
+    const int32_t *sel_pos, *sel_count;
+    int sel_stride;
+} dec_sel;
 
 /* Sequence of token t among [lo, hi), or -1 if t is outside their tokens. */
 static __device__ int seq_of(const int32_t *seq_start, int lo, int hi, int t) {
@@ -109,6 +124,7 @@ __global__ void k_mla_decode_generic(dec_args a) {
 /* ---------------------------------------------------------------- fast ---- */
 
 enum { FD = 576, FDV = 512, FKT = 32, FLD = 584 };
+enum { SP_MAXKEYS = 8192 }; /* sparse: most selected keys one split resolves into shared memory */
 
 template <int R, int NW>
 struct dec_smem {
@@ -119,8 +135,16 @@ struct dec_smem {
     static constexpr int total = q + 2 * k + p + 2 * cw * R * 4;
 };
 
-template <int R, int NW>
-__global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a) {
+/* Number of keys token t attends to: pos + 1 (dense) or its selection count (SP). */
+template <bool SP>
+static __device__ __forceinline__ int dec_nkeys(const dec_args &a, const dec_sel &sp, int seq, int t) {
+    if (SP) return sp.sel_count[t];
+    int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
+    return a.ctx_len[seq] - q_len + (t - a.seq_start[seq]) + 1;
+}
+
+template <int R, int NW, bool SP>
+__global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_sel sp) {
     typedef dec_smem<R, NW> L;
     constexpr int RW = R / 16, CW = NW / RW, KPW = FKT / CW, NJS = KPW / 8, OCOLS = FDV / CW, NJO = OCOLS / 8;
     static_assert(KPW % 8 == 0 && NJO % 2 == 0, "tile split");
@@ -136,15 +160,22 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a) {
     const int hg = blockIdx.x % n_hg, split = (blockIdx.x / n_hg) % a.nsplit, t = blockIdx.x / (n_hg * a.nsplit);
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
-    int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
-    int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
-    int nkeys = pos + 1, ntiles = (nkeys + FKT - 1) / FKT;
+    int nkeys = dec_nkeys<SP>(a, sp, seq, t), ntiles = (nkeys + FKT - 1) / FKT;
     int tps = (ntiles + a.nsplit - 1) / a.nsplit;
     int tb = split * tps, te = min(ntiles, tb + tps);
     const int h0 = hg * R;
     const int rg = warp % RW, cg = warp / RW;
 
     if (tb >= te) return; /* split past the context: k_mla_combine skips it */
+
+    int *slots = (int *)(sm + L::total); /* SP: cache slot of each key of this split */
+    if (SP) {
+        const int32_t *sel = sp.sel_pos + (long)t * sp.sel_stride;
+        int j0 = tb * FKT, j1 = min(nkeys, te * FKT);
+#pragma unroll 4
+        for (int j = j0 + tid; j < j1; j += NW * 32) slots[j - j0] = (int)cache_slot(a, seq, sel[j]);
+        __syncthreads();
+    }
 
     /* Q tile: q̃ (512) then q_pe (64) for R heads */
     for (int c = tid; c < R * 72; c += NW * 32) {
@@ -164,7 +195,18 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a) {
             cp_async16(Ks + rr * FLD + ch * 8, ok ? (const void *)src : (const void *)a.cache, ok ? 16 : 0);
         }
     };
-    load_tile(tb, 0);
+    auto load_tile_sp = [&](int ti, int buf) { /* rows from the resolved slots */
+        bf16 *Ks = Ks0 + buf * FKT * FLD;
+        int key0 = ti * FKT;
+        for (int c = tid; c < FKT * 72; c += NW * 32) {
+            int rr = c / 72, ch = c % 72;
+            bool ok = key0 + rr < nkeys;
+            const bf16 *src = ok ? a.cache + (long)slots[key0 + rr - tb * FKT] * FD + ch * 8 : a.cache;
+            cp_async16(Ks + rr * FLD + ch * 8, src, ok ? 16 : 0);
+        }
+    };
+    if constexpr (SP) load_tile_sp(tb, 0);
+    else load_tile(tb, 0);
     cp_async_commit();
 
     float o[NJO][4];
@@ -177,7 +219,10 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a) {
         int buf = (ti - tb) & 1;
         cp_async_wait<0>();
         __syncthreads();
-        if (ti + 1 < te) load_tile(ti + 1, buf ^ 1);
+        if (ti + 1 < te) {
+            if constexpr (SP) load_tile_sp(ti + 1, buf ^ 1);
+            else load_tile(ti + 1, buf ^ 1);
+        }
         cp_async_commit();
         const bf16 *Ks = Ks0 + buf * FKT * FLD;
         /* S = Q Kᵀ for rows rg*16.., keys cg*KPW.. */
@@ -333,6 +378,55 @@ __global__ void k_mla_combine(dec_args a) {
     }
 }
 
+/* The same merge for the sparse kernel (at most SP_MAXSPLIT splits: n_splits caps at 64): warp 0 reduces the splits' (m, l) in parallel and puts
+ * the split weights in shared memory; then each thread merges 4 columns with the splits' loads
+ * unrolled (the dense combine above is serial per split). Fixed order: deterministic. */
+enum { SP_MAXSPLIT = 64 };
+__global__ void __launch_bounds__(128) k_mla_combine_sp(dec_args a, dec_sel sp) {
+    __shared__ float wsh[SP_MAXSPLIT];
+    __shared__ float s_inv;
+    pdl_launch_dependents();
+    pdl_wait();
+    int t = blockIdx.x, h = blockIdx.y, H = a.n_heads, S = a.nsplit;
+    int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
+    if (seq < 0) return;
+    int ntiles = (sp.sel_count[t] + FKT - 1) / FKT, tps = (ntiles + S - 1) / S;
+    if (ntiles == 0) return; /* an empty selection (backend.h: never; count >= 1) */
+    S = (ntiles + tps - 1) / tps;
+    long p0 = ((long)t * H + h) * a.nsplit;
+    if (threadIdx.x < 32) {
+        int lane = threadIdx.x;
+        float M = -INFINITY;
+        for (int s = lane; s < S; s += 32) M = fmaxf(M, a.ml[(p0 + s) * 2]);
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.f;
+        for (int s = lane; s < S; s += 32) {
+            float w = expf(a.ml[(p0 + s) * 2] - M);
+            wsh[s] = w;
+            L += a.ml[(p0 + s) * 2 + 1] * w;
+        }
+        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+        if (lane == 0) s_inv = 1.0f / L;
+    }
+    __syncthreads();
+    int c = threadIdx.x * 4; /* 128 threads x 4 = FDV columns */
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = 0; s < S; s++) {
+        float w = wsh[s];
+        float4 v = *(const float4 *)(a.part + (p0 + s) * FDV + c);
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
+    }
+    float inv = s_inv;
+    uint2 o;
+    o.x = pack_bf16(acc.x * inv, acc.y * inv);
+    o.y = pack_bf16(acc.z * inv, acc.w * inv);
+    *(uint2 *)(a.out + ((long)t * H + h) * FDV + c) = o;
+}
+
 /* ---------------------------------------------------------------- host ---- */
 
 static int heads_per_block(int H) {
@@ -362,30 +456,45 @@ size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_
     return best;
 }
 
-template <int R, int NW>
-static void launch_fast(cuda_state *st, const dec_args &a, int n_tokens) {
+/* keys one split of a sparse launch may hold: ceil(ceil(stride / FKT) / nsplit) tiles */
+static int sp_keys_per_split(int sel_stride, int nsplit) {
+    int ntiles = (sel_stride + FKT - 1) / FKT;
+    return (ntiles + nsplit - 1) / nsplit * FKT;
+}
+
+template <int R, int NW, bool SP>
+static void launch_fast(cuda_state *st, const dec_args &a, const dec_sel &sp, int n_tokens) {
     typedef dec_smem<R, NW> L;
     static bool attr = false;
     if (!attr) {
-        if (cuda_note(st, cudaFuncSetAttribute(k_mla_decode_fast<R, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               L::total),
+        if (cuda_note(st, cudaFuncSetAttribute(k_mla_decode_fast<R, NW, SP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               L::total + (SP ? SP_MAXKEYS * 4 : 0)),
                       "mla_decode smem attribute"))
             return;
         attr = true;
     }
+    size_t smem = (size_t)L::total + (SP ? (size_t)sp_keys_per_split(sp.sel_stride, a.nsplit) * 4 : 0);
     unsigned blocks = (unsigned)(a.n_heads / R) * (unsigned)a.nsplit * (unsigned)n_tokens;
-    cuda_launch_pdl(st, st->pdl >= 2, k_mla_decode_fast<R, NW>, dim3(blocks), dim3(NW * 32), (size_t)L::total, a);
-    CUDA_LAUNCHED(st, "mla_decode");
+    cuda_launch_pdl(st, st->pdl >= 2, k_mla_decode_fast<R, NW, SP>, dim3(blocks), dim3(NW * 32), smem, a, sp);
+    CUDA_LAUNCHED(st, SP ? "mla_decode_sparse" : "mla_decode");
+}
+
+template <bool SP>
+static void launch_decode(cuda_state *st, const dec_args &a, const dec_sel &sp, int R, int n_tokens) {
+    if (R == 64) launch_fast<64, 8, SP>(st, a, sp, n_tokens);
+    else if (R == 32) launch_fast<32, 8, SP>(st, a, sp, n_tokens);
+    else launch_fast<16, 4, SP>(st, a, sp, n_tokens);
+    if (a.nsplit > 1) {
+        if (SP) cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine_sp, dim3(n_tokens, a.n_heads), dim3(128), 0, a, sp);
+        else cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine, dim3(n_tokens, a.n_heads), dim3(128), 0, a);
+        CUDA_LAUNCHED(st, "mla_combine");
+    }
 }
 
 void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
                      const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end, const di_mla_dims *d) {
     cuda_state *st = cst(be);
     if (seq_end <= seq_begin || ab->n_tokens <= 0) return;
-    if (ab->sel_pos) { /* V3.2: each token's selected positions only (cuda_mla_sparse.cu) */
-        cuda_mla_sparse_decode(st, out, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d);
-        return;
-    }
     dec_args a;
     a.out = (bf16 *)out;
     a.qt = (const bf16 *)qt;
@@ -406,8 +515,29 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
     a.nsplit = 1;
     a.part = NULL;
     a.ml = NULL;
+    dec_sel sp = {ab->sel_pos, ab->sel_count, ab->sel_stride};
     int fast = d->kv_rank == FDV && d->rope_dim == FD - FDV && d->n_heads % 16 == 0 && ldqpe % 8 == 0 &&
                hsqpe % 8 == 0 && ((uintptr_t)qpe & 15) == 0 && ((uintptr_t)qt & 15) == 0;
+    int R = fast ? heads_per_block(d->n_heads) : 16, n_hg = d->n_heads / R;
+    int S = fast ? n_splits(st, ab->n_tokens, n_hg) : 1;
+    if (ab->sel_pos && ab->sel_stride > 0) { /* sparse: splits of at least sp_min_tiles tiles of the list */
+        int cap = ((ab->sel_stride + FKT - 1) / FKT + st->sp_min_tiles - 1) / st->sp_min_tiles;
+        if (S > cap) S = cap > 1 ? cap : 1;
+    }
+    size_t rows = (size_t)ab->n_tokens * d->n_heads * S;
+    if (S > 1 && st->dec_part && align256(rows * FDV * sizeof(float)) + rows * 2 * sizeof(float) <= st->dec_part_bytes) {
+        a.nsplit = S;
+        a.part = st->dec_part;
+        a.ml = (float *)((char *)st->dec_part + align256(rows * FDV * sizeof(float)));
+    }
+    if (ab->sel_pos) { /* V3.2: each token's selected positions only */
+        if (fast && ab->sel_count && ab->sel_stride > 0 && sp_keys_per_split(ab->sel_stride, a.nsplit) <= SP_MAXKEYS) {
+            launch_decode<true>(st, a, sp, R, ab->n_tokens);
+            return;
+        }
+        cuda_mla_sparse_decode(st, out, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d); /* generic */
+        return;
+    }
     if (!fast) {
         DI_ASSERT(d->kv_rank <= 32 * GEN_MAXR && d->rope_dim <= 32 * GEN_MAXDR);
         dim3 grid(ab->n_tokens, ceil_div_i(d->n_heads, 4));
@@ -415,19 +545,5 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
         CUDA_LAUNCHED(st, "mla_decode_generic");
         return;
     }
-    int R = heads_per_block(d->n_heads), n_hg = d->n_heads / R;
-    int S = n_splits(st, ab->n_tokens, n_hg);
-    size_t rows = (size_t)ab->n_tokens * d->n_heads * S;
-    if (S > 1 && st->dec_part && align256(rows * FDV * sizeof(float)) + rows * 2 * sizeof(float) <= st->dec_part_bytes) {
-        a.nsplit = S;
-        a.part = st->dec_part;
-        a.ml = (float *)((char *)st->dec_part + align256(rows * FDV * sizeof(float)));
-    }
-    if (R == 64) launch_fast<64, 8>(st, a, ab->n_tokens);
-    else if (R == 32) launch_fast<32, 8>(st, a, ab->n_tokens);
-    else launch_fast<16, 4>(st, a, ab->n_tokens);
-    if (a.nsplit > 1) {
-        cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine, dim3(ab->n_tokens, d->n_heads), dim3(128), 0, a);
-        CUDA_LAUNCHED(st, "mla_combine");
-    }
+    launch_decode<false>(st, a, dec_sel{NULL, NULL, 0}, R, ab->n_tokens);
 }
