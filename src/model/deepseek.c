@@ -10,7 +10,9 @@
  * kv_b_proj). Both read the context — including this step's tokens — back from the paged cache
  * after kv_write, so chunked prefill and prefix-cache hits need nothing special.
  *
- * DeepSeek-V3.2 adds the lightning indexer (top-k sparse attention) in front of MLA.
+ * DeepSeek-V3.2 adds the lightning indexer (top-k sparse attention) in front of MLA; when it
+ * selects (a context longer than index_topk), every token of the step takes the absorbed path
+ * over its selected positions.
  *
  * Precision: the residual stream h is f32 on every backend; o_proj and a dense MLP's down_proj
  * accumulate straight into it (DI_MM_OUT_F32 | DI_MM_ACCUMULATE), the MoE output is added in
@@ -117,6 +119,13 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     if (m->v32) {
         sparse = indexer(m, ly, l, dense);
         ab = &sparse;
+        /* with a selection (some context beyond index_topk) every token, prefill ones too, takes
+         * the absorbed path: it reads its <= index_topk selected latent rows in place, where the
+         * naive path would decompress the whole context to use a few of its rows */
+        if (ab->sel_pos) {
+            n_decode_seqs = ab->n_seqs;
+            n_decode_tokens = T;
+        }
     }
     /* decode: q̃ = W_UKᵀ q_nope; ō = attn over latents; o = W_UV ō */
     if (n_decode_tokens > 0) {
