@@ -11,6 +11,8 @@
 #          engine compare hf e2ebase pbreakdown pkernel
 #          benchv32 (bench_cuda_ops v32: V3.2 indexer / sparse MLA times)
 #          pfbench (bench_cuda_ops prefill: MLA prefill at 512 and 8192 tokens, every variant)
+#          mlabench (bench_cuda_ops mladec: MLA decode at V3 / 64-head / V2-Lite shapes, and the
+#          V3 shapes with DEEPINFER_CUDA_MLA_WGMMA=0 and =2: before / after in one call)
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -167,6 +169,9 @@ for s in $steps; do
         ;;
     pfbench)
         run_step bench.prefill bench.log "$G/bin/bench_cuda_ops" prefill
+        ;;
+    mlabench)
+        run_step bench.mladec bench.log "$G/bin/bench_cuda_ops" mladec
         ;;
     engine)
         # the real engine (`deepinfer generate`) at batch B: B random 128-token prompts, 128 new

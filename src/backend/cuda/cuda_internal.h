@@ -63,6 +63,9 @@ typedef struct cuda_state {
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
                                     * for, default 32), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */
+    int mla_wgmma;                 /* DEEPINFER_CUDA_MLA_WGMMA (default 1): MLA decode with heads a
+                                    * multiple of 64 on the wgmma kernel (cuda_mla_decode_wgmma.cu);
+                                    * 0 the mma.sync kernel, 2 wgmma for S and mma.sync for P.V */
     int pdl;                       /* DEEPINFER_CUDA_PDL (default 1): programmatic dependent launch;
                                     * 0 off, 1 the GEMV and small-expert kernels, 2 also RoPE,
                                     * kv_write and MLA decode + combine (cuda_pdl.cuh) */

@@ -2,7 +2,9 @@
  *   score_{t,h,s} = σ (q̃[t,h,:] · c_s + q_pe[t,h,:] · k_pe_s),  s <= pos(t)
  *   out[t,h,:]    = Σ_s softmax_s(score) c_s
  *
- * Owner: cuda. Two kernels:
+ * Owner: cuda. Three kernels:
+ *  - wgmma (heads a multiple of 64, r = 512, rope 64; the default there, DEEPINFER_CUDA_MLA_WGMMA=0
+ *    falls back to the fast kernel): cuda_mla_decode_wgmma.cu, 64-key tiles, one wave of blocks;
  *  - fast (r = 512, rope 64, heads a multiple of 16; DeepSeek V2/V3 shapes), FlashMLA-like:
  *    one block per (token, group of R <= 64 heads, KV split); the block streams 32-key tiles
  *    of its token's context through shared memory (cp.async, double buffered) once for all R
@@ -17,36 +19,9 @@
  * position are never read into the result (masked to -inf and zero-filled). */
 #include <math.h>
 
+#include "backend/cuda/cuda_mla_decode.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
-
-typedef struct dec_args {
-    bf16 *out;
-    const bf16 *qt, *qpe, *cache;
-    long ldqpe, hsqpe;
-    const int32_t *seq_start, *ctx_len, *block_table;
-    int max_blocks, seq_begin, seq_end, n_heads, r, dr;
-    float scale;
-    int nsplit;
-    float *part; /* [n_tokens * H * nsplit][r] */
-    float *ml;   /* [n_tokens * H * nsplit][2] */
-} dec_args;
-
-/* Sequence of token t among [lo, hi), or -1 if t is outside their tokens. */
-static __device__ int seq_of(const int32_t *seq_start, int lo, int hi, int t) {
-    if (t < seq_start[lo] || t >= seq_start[hi]) return -1;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) >> 1;
-        if (seq_start[mid] <= t) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
-
-static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {
-    int blk = a.block_table[(long)seq * a.max_blocks + p / DI_KV_BLOCK_SIZE];
-    return (long)blk * DI_KV_BLOCK_SIZE + p % DI_KV_BLOCK_SIZE;
-}
 
 /* ---------------------------------------------------------------- generic ---- */
 
@@ -315,7 +290,7 @@ __global__ void k_mla_combine(dec_args a) {
     /* only the splits that had tiles wrote partials (same arithmetic as the kernel) */
     int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
     int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
-    int ntiles = (pos + 1 + FKT - 1) / FKT, tps = (ntiles + S - 1) / S;
+    int ntiles = (pos + 1 + a.kt - 1) / a.kt, tps = (ntiles + S - 1) / S;
     S = (ntiles + tps - 1) / tps;
     long p0 = ((long)t * H + h) * a.nsplit;
     float M = -INFINITY;
@@ -341,19 +316,24 @@ static int heads_per_block(int H) {
     return 16;
 }
 
-static int n_splits(const cuda_state *st, int n_tokens, int n_hg) {
-    int target = 2 * st->n_sm, work = n_tokens * n_hg;
+/* mma.sync kernel: about two blocks per SM; wgmma kernel (one block per SM): the most splits
+ * that still fit one wave */
+static int n_splits(const cuda_state *st, int n_tokens, int n_hg, int wg) {
+    int target = wg ? st->n_sm : 2 * st->n_sm, work = n_tokens * n_hg;
     if (work >= target) return 1;
-    int s = (target + work - 1) / work;
+    int s = wg ? target / work : (target + work - 1) / work;
+    if (s < 1) s = 1;
     return s > 64 ? 64 : s; /* 256 measured slower at one token: k_mla_combine is serial per head */
 }
 
+static int use_wg(const cuda_state *st, const di_mla_dims *d) { return st->mla_wgmma && d->n_heads % 64 == 0; }
+
 size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_tokens) {
     if (d->kv_rank != FDV || d->rope_dim != FD - FDV || d->n_heads % 16 != 0 || d->n_heads <= 0) return 0;
-    int n_hg = d->n_heads / heads_per_block(d->n_heads);
+    int wg = use_wg(st, d), n_hg = d->n_heads / (wg ? 64 : heads_per_block(d->n_heads));
     size_t best = 0;
     for (int T = 1; T <= max_tokens; T++) {
-        int s = n_splits(st, T, n_hg);
+        int s = n_splits(st, T, n_hg, wg);
         if (s == 1) break;
         size_t rows = (size_t)T * d->n_heads * s;
         size_t b = align256(rows * FDV * sizeof(float)) + rows * 2 * sizeof(float);
@@ -404,6 +384,7 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
     a.dr = d->rope_dim;
     a.scale = d->softmax_scale;
     a.nsplit = 1;
+    a.kt = FKT;
     a.part = NULL;
     a.ml = NULL;
     int fast = d->kv_rank == FDV && d->rope_dim == FD - FDV && d->n_heads % 16 == 0 && ldqpe % 8 == 0 &&
@@ -415,15 +396,18 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
         CUDA_LAUNCHED(st, "mla_decode_generic");
         return;
     }
-    int R = heads_per_block(d->n_heads), n_hg = d->n_heads / R;
-    int S = n_splits(st, ab->n_tokens, n_hg);
+    int wg = use_wg(st, d), R = wg ? 64 : heads_per_block(d->n_heads), n_hg = d->n_heads / R;
+    int S = n_splits(st, ab->n_tokens, n_hg, wg);
     size_t rows = (size_t)ab->n_tokens * d->n_heads * S;
     if (S > 1 && st->dec_part && align256(rows * FDV * sizeof(float)) + rows * 2 * sizeof(float) <= st->dec_part_bytes) {
         a.nsplit = S;
         a.part = st->dec_part;
         a.ml = (float *)((char *)st->dec_part + align256(rows * FDV * sizeof(float)));
     }
-    if (R == 64) launch_fast<64, 8>(st, a, ab->n_tokens);
+    if (wg) {
+        a.kt = MLA_WG_KT;
+        mla_decode_wg_launch(st, a, ab->n_tokens, st->mla_wgmma == 2);
+    } else if (R == 64) launch_fast<64, 8>(st, a, ab->n_tokens);
     else if (R == 32) launch_fast<32, 8>(st, a, ab->n_tokens);
     else launch_fast<16, 4>(st, a, ab->n_tokens);
     if (a.nsplit > 1) {
