@@ -334,6 +334,11 @@ int main(int argc, char **argv) {
             if (alt && alt->reserve(alt, &r) == DI_OK) mladec_lines(alt, m ? "[wgmma=2]" : "[wgmma=0]");
             di_backend_free(alt);
         }
+        /* the default's V3 lines again: the first line of the call follows the GEMM ceiling
+         * (clocks / power state) */
+        const int Bs[2] = {64, 128}, Cs[2] = {4096, 16384};
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 2; c++) bench_decode(be, 128, Bs[b], Cs[c], "[again]");
         di_status s = be->sync(be);
         di_backend_free(be);
         return s == DI_OK ? 0 : 1;

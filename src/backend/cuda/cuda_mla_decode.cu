@@ -280,8 +280,13 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a) {
     }
 }
 
-/* Merges the splits of one (token, head): out = Σ_s e^{m_s - M} O_s / Σ_s e^{m_s - M} l_s. */
-__global__ void k_mla_combine(dec_args a) {
+/* Merges the splits of one (token, head): out = Σ_s e^{m_s - M} O_s / Σ_s e^{m_s - M} l_s.
+ * The first warp turns the (m, l) of all splits (at most 64) into weights in shared memory in
+ * parallel (fixed shuffle trees: deterministic), then every column sums its splits in split
+ * order with independent loads (was one dependent global load per split and column). */
+__global__ void __launch_bounds__(128) k_mla_combine(dec_args a) {
+    __shared__ float wsh[64];
+    __shared__ float inv_sh;
     pdl_launch_dependents(); /* the W_UV GEMV may start loading its weights */
     pdl_wait();
     int t = blockIdx.x, h = blockIdx.y, H = a.n_heads, S = a.nsplit;
@@ -293,17 +298,25 @@ __global__ void k_mla_combine(dec_args a) {
     int ntiles = (pos + 1 + a.kt - 1) / a.kt, tps = (ntiles + S - 1) / S;
     S = (ntiles + tps - 1) / tps;
     long p0 = ((long)t * H + h) * a.nsplit;
-    float M = -INFINITY;
-    for (int s = 0; s < S; s++) M = fmaxf(M, a.ml[(p0 + s) * 2]);
-    float L = 0.f;
-    for (int s = 0; s < S; s++) L += a.ml[(p0 + s) * 2 + 1] * expf(a.ml[(p0 + s) * 2] - M);
-    float inv = 1.0f / L;
+    if (threadIdx.x < 32) {
+        const int s0 = threadIdx.x, s1 = s0 + 32;
+        const float m0 = s0 < S ? a.ml[(p0 + s0) * 2] : -INFINITY, m1 = s1 < S ? a.ml[(p0 + s1) * 2] : -INFINITY;
+        float M = fmaxf(m0, m1);
+        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        const float w0 = s0 < S ? expf(m0 - M) : 0.f, w1 = s1 < S ? expf(m1 - M) : 0.f;
+        wsh[s0] = w0;
+        wsh[s1] = w1;
+        float L = (s0 < S ? a.ml[(p0 + s0) * 2 + 1] * w0 : 0.f) + (s1 < S ? a.ml[(p0 + s1) * 2 + 1] * w1 : 0.f);
+        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+        if (s0 == 0) inv_sh = 1.0f / L;
+    }
+    __syncthreads();
+    const float inv = inv_sh;
+    const float *pp = a.part + p0 * FDV;
     for (int c = threadIdx.x; c < FDV; c += blockDim.x) {
         float acc = 0.f;
-        for (int s = 0; s < S; s++) {
-            float w = expf(a.ml[(p0 + s) * 2] - M);
-            acc += w * a.part[(p0 + s) * FDV + c];
-        }
+#pragma unroll 8
+        for (int s = 0; s < S; s++) acc += wsh[s] * pp[(long)s * FDV + c];
         a.out[((long)t * H + h) * FDV + c] = __float2bfloat16_rn(acc * inv);
     }
 }
@@ -411,6 +424,7 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
     else if (R == 32) launch_fast<32, 8>(st, a, ab->n_tokens);
     else launch_fast<16, 4>(st, a, ab->n_tokens);
     if (a.nsplit > 1) {
+        DI_ASSERT(a.nsplit <= 64); /* k_mla_combine's weight table */
         cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine, dim3(ab->n_tokens, d->n_heads), dim3(128), 0, a);
         CUDA_LAUNCHED(st, "mla_combine");
     }
