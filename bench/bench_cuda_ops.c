@@ -10,7 +10,10 @@
  * 512 / 8192 tokens, V2-Lite shape) for every variant of the fast attention kernel; TFLOP/s
  * counts the attention.
  *
- *   bench_cuda_ops [quick | v32 | prefill]    (quick: fewer shapes) */
+ * With `mladec`: only MLA decode (V3 shapes, 64 heads, V2-Lite), then the V3 shapes again with
+ * DEEPINFER_CUDA_MLA_WGMMA=0 (mma.sync kernel) and =2 (wgmma S, mma.sync P.V): before / after.
+ *
+ *   bench_cuda_ops [quick | v32 | prefill | mladec]    (quick: fewer shapes) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +63,7 @@ static void dec_op(void *c) {
     x->be->mla_decode(x->be, x->out, x->qt, (uint16_t *)x->q + 128, H * 192, 192, x->cache, &x->ab, 0, x->ab.n_seqs, &x->d);
 }
 
-static void bench_decode(di_backend *be, int H, int B, int ctx) {
+static void bench_decode(di_backend *be, int H, int B, int ctx, const char *tag) {
     di_mla_dims d = {H, 128, 64, 128, 512, 0.1352f};
     int nb = ctx / 64;
     size_t slots = (size_t)B * nb * 64;
@@ -83,11 +86,25 @@ static void bench_decode(di_backend *be, int H, int B, int ctx) {
     double bytes = (double)B * ctx * 576 * 2 + (double)B * H * (512 + 64 + 512) * 2;
     double flops = 2.0 * B * H * (double)ctx * (576 + 512);
     char what[128];
-    snprintf(what, sizeof what, "mla_decode H=%d B=%d ctx=%d", H, B, ctx);
+    snprintf(what, sizeof what, "mla_decode%s H=%d B=%d ctx=%d", tag, H, B, ctx);
     line(what, t, bytes, flops);
     be->free(be, x.out); be->free(be, x.qt); be->free(be, x.q); be->free(be, x.cache);
     be->free(be, ds); be->free(be, dc); be->free(be, db);
     free(start); free(cl); free(bt);
+}
+
+/* `mladec`: the V3 shapes (and 64 heads, batch 1 / 8) on one backend; V2-Lite on the default only */
+static void mladec_lines(di_backend *be, const char *tag) {
+    const int Bs[2] = {64, 128}, Cs[2] = {4096, 16384};
+    for (int b = 0; b < 2; b++)
+        for (int c = 0; c < 2; c++) bench_decode(be, 128, Bs[b], Cs[c], tag);
+    bench_decode(be, 128, 1, 4096, tag);
+    bench_decode(be, 128, 8, 8192, tag);
+    bench_decode(be, 64, 64, 4096, tag);
+    if (tag[0]) return;
+    for (int b = 0; b < 2; b++)
+        for (int c = 0; c < 2; c++) bench_decode(be, 16, Bs[b], Cs[c], tag);
+    bench_decode(be, 16, 1, 4096, tag);
 }
 
 /* ---- MLA prefill (gather + decompress GEMM + attention) at V2-Lite shape, one sequence ---- */
@@ -308,6 +325,26 @@ int main(int argc, char **argv) {
     }
     g_bw = b_copy_bw();
     g_tf = b_gemm_rate(be, 8192, 8192, 8192, 0);
+    if (argc > 1 && !strcmp(argv[1], "mladec")) { /* MLA decode only: default, then the A/B modes */
+        mladec_lines(be, "");
+        const char *modes[2] = {"0", "2"};
+        for (int m = 0; m < 2; m++) {
+            setenv("DEEPINFER_CUDA_MLA_WGMMA", modes[m], 1);
+            di_backend *alt = NULL;
+            di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &alt);
+            unsetenv("DEEPINFER_CUDA_MLA_WGMMA");
+            if (alt && alt->reserve(alt, &r) == DI_OK) mladec_lines(alt, m ? "[wgmma=2]" : "[wgmma=0]");
+            di_backend_free(alt);
+        }
+        /* the default's V3 lines again: the first line of the call follows the GEMM ceiling
+         * (clocks / power state) */
+        const int Bs[2] = {64, 128}, Cs[2] = {4096, 16384};
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 2; c++) bench_decode(be, 128, Bs[b], Cs[c], "[again]");
+        di_status s = be->sync(be);
+        di_backend_free(be);
+        return s == DI_OK ? 0 : 1;
+    }
     if (argc > 1 && !strcmp(argv[1], "prefill")) { /* MLA prefill only: the 10 fast-kernel variants */
         bench_prefill(be, 512, 10);
         bench_prefill(be, 8192, 10);
@@ -336,11 +373,11 @@ int main(int argc, char **argv) {
     const int Bs[2] = {64, 128}, Cs[2] = {4096, 16384};
     for (int h = 0; h < 2; h++)
         for (int b = 0; b < 2; b++)
-            for (int c = 0; c < 2; c++) bench_decode(be, h ? 16 : 128, Bs[b], Cs[c]);
+            for (int c = 0; c < 2; c++) bench_decode(be, h ? 16 : 128, Bs[b], Cs[c], "");
     if (!quick) {
-        bench_decode(be, 128, 1, 4096);
-        bench_decode(be, 16, 1, 4096);
-        bench_decode(be, 16, 256, 256);
+        bench_decode(be, 128, 1, 4096, "");
+        bench_decode(be, 16, 1, 4096, "");
+        bench_decode(be, 16, 256, 256, "");
     }
     /* kernel variants for decode-sized GEMMs: default (FMA GEMV <= 4 rows, mma <= 32,
      * cuBLASLt above), mma only (DEEPINFER_CUDA_GEMV=0), cuBLASLt for every plain GEMM */

@@ -15,6 +15,8 @@
 #              .gpu-v32, for before/after numbers in one call); modelv32: test_cuda_model v32 only
 #          benchv32sp: benchv32 with DEEPINFER_CUDA_SPARSE_MIN_TILES = each of SPARSE_TILES (1 2 8)
 #          attnsp1: test_cuda_attn indexer with DEEPINFER_CUDA_SPARSE_MIN_TILES=1 (up to 64 splits)
+#          mlabench (bench_cuda_ops mladec: MLA decode at V3 / 64-head / V2-Lite shapes, and the
+#          V3 shapes with DEEPINFER_CUDA_MLA_WGMMA=0 and =2: before / after in one call)
 #          (default: info pycoder ops attn model bench e2e engine)
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
@@ -171,6 +173,9 @@ for s in $steps; do
         ;;
     pfbench)
         run_step bench.prefill bench.log "$G/bin/bench_cuda_ops" prefill
+        ;;
+    mlabench)
+        run_step bench.mladec bench.log "$G/bin/bench_cuda_ops" mladec
         ;;
     engine)
         # the real engine (`deepinfer generate`) at batch B: B random 128-token prompts, 128 new

@@ -1,5 +1,6 @@
 /* test_cuda_attn.c - CPU vs CUDA parity of MLA decode attention (fast split-KV kernel at V2-Lite
- * and V3 shapes, single-split batches, a sequence range, the generic kernel), MLA prefill
+ * and V3 shapes, single-split batches, a sequence range, the generic kernel; the wgmma kernel at
+ * 128 / 64 heads in each DEEPINFER_CUDA_MLA_WGMMA mode), MLA prefill
  * attention (fast and generic, chunked prefill over cached context, several context windows),
  * the MoE router (noaux_tc / greedy / group_limited_greedy) and grouped experts (small, tiled,
  * fp8 and generic paths), and the device sampler against src/sampling bit for bit.
@@ -114,6 +115,35 @@ static void decode_case(const char *name, int S, const int *q_len, const int *ct
     paged_free(&p);
 }
 
+/* 128 and 64 heads: contexts shorter than a tile and not multiples of 64, several tokens of a
+ * sequence, a sequence range, many cache blocks in shuffled order (paged_make), batch 1 (many
+ * KV splits) and batches of >= 64 sequences (one split) */
+static void decode_wg_cases(const char *tag) {
+    di_mla_dims v3 = {128, 128, 64, 128, 512, 0.1352f}, h64 = {64, 128, 64, 128, 512, 0.1352f};
+    int ql[6] = {1, 1, 1, 2, 1, 1}, cx[6] = {1, 63, 64, 130, 1000, 5000}, q1[1] = {1}, c1[1] = {4097};
+    char name[96];
+    snprintf(name, sizeof name, "%sv3 mixed contexts", tag);
+    decode_case(name, 6, ql, cx, v3, 0, 6);
+    snprintf(name, sizeof name, "%sv3 seqs 2..4", tag);
+    decode_case(name, 6, ql, cx, v3, 2, 5);
+    snprintf(name, sizeof name, "%s64 heads mixed contexts", tag);
+    decode_case(name, 6, ql, cx, h64, 0, 6);
+    snprintf(name, sizeof name, "%sv3 batch 1", tag);
+    decode_case(name, 1, q1, c1, v3, 0, 1);
+    snprintf(name, sizeof name, "%s64 heads batch 1", tag);
+    decode_case(name, 1, q1, c1, h64, 0, 1);
+    enum { NB = 140 };
+    int qb[NB], cb[NB];
+    for (int i = 0; i < NB; i++) {
+        qb[i] = 1;
+        cb[i] = 1 + t_int(600);
+    }
+    snprintf(name, sizeof name, "%sv3 72 seqs", tag);
+    decode_case(name, 72, qb, cb, v3, 0, 72);
+    snprintf(name, sizeof name, "%s64 heads 140 seqs", tag);
+    decode_case(name, NB, qb, cb, h64, 0, NB);
+}
+
 static void test_decode(void) {
     int ql[5] = {1, 1, 3, 1, 2}, cx[5] = {1, 64, 65, 700, 3000};
     di_mla_dims v2 = {16, 128, 64, 128, 512, 0.1352f}, v3 = {128, 128, 64, 128, 512, 0.1352f};
@@ -134,6 +164,24 @@ static void test_decode(void) {
     decode_case("v2-lite 300 seqs", NS, qn, cn, v2, 0, NS);
     di_mla_dims tiny = {3, 16, 8, 16, 36, 0.3f};
     decode_case("generic r36 rope8", 5, ql, cx, tiny, 0, 5);
+    /* heads a multiple of 64: the wgmma kernel (cuda_mla_decode_wgmma.cu) by default, then the
+     * same cases with wgmma S + mma.sync P.V (DEEPINFER_CUDA_MLA_WGMMA=2) and the mma.sync
+     * kernel (=0) */
+    decode_wg_cases("");
+    const char *modes[2] = {"2", "0"};
+    for (int m = 0; m < 2; m++) {
+        setenv("DEEPINFER_CUDA_MLA_WGMMA", modes[m], 1);
+        di_backend *alt = NULL, *save = g_gpu;
+        CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &alt));
+        unsetenv("DEEPINFER_CUDA_MLA_WGMMA");
+        if (!alt) continue;
+        di_backend_reserve r = {8192, 512, 129280, {128, 128, 64, 128, 512, 0.1f}};
+        CHECK_OK(alt->reserve(alt, &r));
+        g_gpu = alt;
+        decode_wg_cases(m == 0 ? "[wgmma=2] " : "[wgmma=0] ");
+        g_gpu = save;
+        di_backend_free(alt);
+    }
 }
 
 /* ---------------------------------------------------------------- prefill ---- */

@@ -395,6 +395,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->moe_lt = !(ml && ml[0] == '0');
     const char *wg = getenv("DEEPINFER_CUDA_WGMMA");
     st->wgmma = !(wg && wg[0] == '0');
+    const char *mw = getenv("DEEPINFER_CUDA_MLA_WGMMA");
+    st->mla_wgmma = mw && mw[0] >= '0' && mw[0] <= '2' && !mw[1] ? mw[0] - '0' : 1;
     const char *ms = getenv("DEEPINFER_CUDA_MOE_SMALL"), *pd = getenv("DEEPINFER_CUDA_PDL");
     st->moe_small = ms && ms[0] >= '0' && ms[0] <= '4' && !ms[1] ? ms[0] - '0' : 1;
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;

@@ -65,6 +65,9 @@ typedef struct cuda_state {
                                     * slice, default 512) */
     int sp_min_tiles;              /* DEEPINFER_CUDA_SPARSE_MIN_TILES (default 2): sparse MLA decode
                                     * uses at most ceil(ceil(sel_stride / 32) / N) KV splits */
+    int mla_wgmma;                 /* DEEPINFER_CUDA_MLA_WGMMA (default 1): MLA decode with heads a
+                                    * multiple of 64 on the wgmma kernel (cuda_mla_decode_wgmma.cu);
+                                    * 0 the mma.sync kernel, 2 wgmma for S and mma.sync for P.V */
     int pdl;                       /* DEEPINFER_CUDA_PDL (default 1): programmatic dependent launch;
                                     * 0 off, 1 the GEMV and small-expert kernels, 2 also RoPE,
                                     * kv_write and MLA decode + combine (cuda_pdl.cuh) */

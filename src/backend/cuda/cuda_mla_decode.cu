@@ -2,7 +2,9 @@
  *   score_{t,h,s} = σ (q̃[t,h,:] · c_s + q_pe[t,h,:] · k_pe_s),  s <= pos(t)
  *   out[t,h,:]    = Σ_s softmax_s(score) c_s
  *
- * Owner: cuda. Two kernels:
+ * Owner: cuda. Three kernels:
+ *  - wgmma (heads a multiple of 64, r = 512, rope 64; the default there, DEEPINFER_CUDA_MLA_WGMMA=0
+ *    falls back to the fast kernel): cuda_mla_decode_wgmma.cu, 64-key tiles, one wave of blocks;
  *  - fast (r = 512, rope 64, heads a multiple of 16; DeepSeek V2/V3 shapes), FlashMLA-like:
  *    one block per (token, group of R <= 64 heads, KV split); the block streams 32-key tiles
  *    of its token's context through shared memory (cp.async, double buffered) once for all R
@@ -26,42 +28,16 @@
  * position are never read into the result (masked to -inf and zero-filled). */
 #include <math.h>
 
+#include "backend/cuda/cuda_mla_decode.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 
-typedef struct dec_args {
-    bf16 *out;
-    const bf16 *qt, *qpe, *cache;
-    long ldqpe, hsqpe;
-    const int32_t *seq_start, *ctx_len, *block_table;
-    int max_blocks, seq_begin, seq_end, n_heads, r, dr;
-    float scale;
-    int nsplit;
-    float *part; /* [n_tokens * H * nsplit][r] */
-    float *ml;   /* [n_tokens * H * nsplit][2] */
-} dec_args;
 /* DSA selection, a separate kernel parameter of the SP kernels (dense: zeros; keeping it out of
  * dec_args leaves the dense kernels' code as it was) */
 typedef struct dec_sel {
     const int32_t *sel_pos, *sel_count;
     int sel_stride;
 } dec_sel;
-
-/* Sequence of token t among [lo, hi), or -1 if t is outside their tokens. */
-static __device__ int seq_of(const int32_t *seq_start, int lo, int hi, int t) {
-    if (t < seq_start[lo] || t >= seq_start[hi]) return -1;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) >> 1;
-        if (seq_start[mid] <= t) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
-
-static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {
-    int blk = a.block_table[(long)seq * a.max_blocks + p / DI_KV_BLOCK_SIZE];
-    return (long)blk * DI_KV_BLOCK_SIZE + p % DI_KV_BLOCK_SIZE;
-}
 
 /* ---------------------------------------------------------------- generic ---- */
 
@@ -350,8 +326,13 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
     }
 }
 
-/* Merges the splits of one (token, head): out = Σ_s e^{m_s - M} O_s / Σ_s e^{m_s - M} l_s. */
-__global__ void k_mla_combine(dec_args a) {
+/* Merges the splits of one (token, head): out = Σ_s e^{m_s - M} O_s / Σ_s e^{m_s - M} l_s.
+ * The first warp turns the (m, l) of all splits (at most 64) into weights in shared memory in
+ * parallel (fixed shuffle trees: deterministic), then every column sums its splits in split
+ * order with independent loads (was one dependent global load per split and column). */
+__global__ void __launch_bounds__(128) k_mla_combine(dec_args a) {
+    __shared__ float wsh[64];
+    __shared__ float inv_sh;
     pdl_launch_dependents(); /* the W_UV GEMV may start loading its weights */
     pdl_wait();
     int t = blockIdx.x, h = blockIdx.y, H = a.n_heads, S = a.nsplit;
@@ -360,20 +341,28 @@ __global__ void k_mla_combine(dec_args a) {
     /* only the splits that had tiles wrote partials (same arithmetic as the kernel) */
     int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
     int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
-    int ntiles = (pos + 1 + FKT - 1) / FKT, tps = (ntiles + S - 1) / S;
+    int ntiles = (pos + 1 + a.kt - 1) / a.kt, tps = (ntiles + S - 1) / S;
     S = (ntiles + tps - 1) / tps;
     long p0 = ((long)t * H + h) * a.nsplit;
-    float M = -INFINITY;
-    for (int s = 0; s < S; s++) M = fmaxf(M, a.ml[(p0 + s) * 2]);
-    float L = 0.f;
-    for (int s = 0; s < S; s++) L += a.ml[(p0 + s) * 2 + 1] * expf(a.ml[(p0 + s) * 2] - M);
-    float inv = 1.0f / L;
+    if (threadIdx.x < 32) {
+        const int s0 = threadIdx.x, s1 = s0 + 32;
+        const float m0 = s0 < S ? a.ml[(p0 + s0) * 2] : -INFINITY, m1 = s1 < S ? a.ml[(p0 + s1) * 2] : -INFINITY;
+        float M = fmaxf(m0, m1);
+        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        const float w0 = s0 < S ? expf(m0 - M) : 0.f, w1 = s1 < S ? expf(m1 - M) : 0.f;
+        wsh[s0] = w0;
+        wsh[s1] = w1;
+        float L = (s0 < S ? a.ml[(p0 + s0) * 2 + 1] * w0 : 0.f) + (s1 < S ? a.ml[(p0 + s1) * 2 + 1] * w1 : 0.f);
+        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+        if (s0 == 0) inv_sh = 1.0f / L;
+    }
+    __syncthreads();
+    const float inv = inv_sh;
+    const float *pp = a.part + p0 * FDV;
     for (int c = threadIdx.x; c < FDV; c += blockDim.x) {
         float acc = 0.f;
-        for (int s = 0; s < S; s++) {
-            float w = expf(a.ml[(p0 + s) * 2] - M);
-            acc += w * a.part[(p0 + s) * FDV + c];
-        }
+#pragma unroll 8
+        for (int s = 0; s < S; s++) acc += wsh[s] * pp[(long)s * FDV + c];
         a.out[((long)t * H + h) * FDV + c] = __float2bfloat16_rn(acc * inv);
     }
 }
@@ -435,19 +424,24 @@ static int heads_per_block(int H) {
     return 16;
 }
 
-static int n_splits(const cuda_state *st, int n_tokens, int n_hg) {
-    int target = 2 * st->n_sm, work = n_tokens * n_hg;
+/* mma.sync kernel: about two blocks per SM; wgmma kernel (one block per SM): the most splits
+ * that still fit one wave */
+static int n_splits(const cuda_state *st, int n_tokens, int n_hg, int wg) {
+    int target = wg ? st->n_sm : 2 * st->n_sm, work = n_tokens * n_hg;
     if (work >= target) return 1;
-    int s = (target + work - 1) / work;
+    int s = wg ? target / work : (target + work - 1) / work;
+    if (s < 1) s = 1;
     return s > 64 ? 64 : s; /* 256 measured slower at one token: k_mla_combine is serial per head */
 }
 
+static int use_wg(const cuda_state *st, const di_mla_dims *d) { return st->mla_wgmma && d->n_heads % 64 == 0; }
+
 size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_tokens) {
     if (d->kv_rank != FDV || d->rope_dim != FD - FDV || d->n_heads % 16 != 0 || d->n_heads <= 0) return 0;
-    int n_hg = d->n_heads / heads_per_block(d->n_heads);
+    int wg = use_wg(st, d), n_hg = d->n_heads / (wg ? 64 : heads_per_block(d->n_heads));
     size_t best = 0;
     for (int T = 1; T <= max_tokens; T++) {
-        int s = n_splits(st, T, n_hg);
+        int s = n_splits(st, T, n_hg, wg);
         if (s == 1) break;
         size_t rows = (size_t)T * d->n_heads * s;
         size_t b = align256(rows * FDV * sizeof(float)) + rows * 2 * sizeof(float);
@@ -513,13 +507,17 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
     a.dr = d->rope_dim;
     a.scale = d->softmax_scale;
     a.nsplit = 1;
+    a.kt = FKT;
     a.part = NULL;
     a.ml = NULL;
     dec_sel sp = {ab->sel_pos, ab->sel_count, ab->sel_stride};
     int fast = d->kv_rank == FDV && d->rope_dim == FD - FDV && d->n_heads % 16 == 0 && ldqpe % 8 == 0 &&
                hsqpe % 8 == 0 && ((uintptr_t)qpe & 15) == 0 && ((uintptr_t)qt & 15) == 0;
-    int R = fast ? heads_per_block(d->n_heads) : 16, n_hg = d->n_heads / R;
-    int S = fast ? n_splits(st, ab->n_tokens, n_hg) : 1;
+    /* the wgmma kernel (64-head groups) serves dense steps; a DSA selection takes the SP flavour
+     * of the mma.sync kernel */
+    int wg = fast && !ab->sel_pos && use_wg(st, d);
+    int R = wg ? 64 : fast ? heads_per_block(d->n_heads) : 16, n_hg = d->n_heads / R;
+    int S = fast ? n_splits(st, ab->n_tokens, n_hg, wg) : 1;
     if (ab->sel_pos && ab->sel_stride > 0) { /* sparse: splits of at least sp_min_tiles tiles of the list */
         int cap = ((ab->sel_stride + FKT - 1) / FKT + st->sp_min_tiles - 1) / st->sp_min_tiles;
         if (S > cap) S = cap > 1 ? cap : 1;
@@ -543,6 +541,16 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
         dim3 grid(ab->n_tokens, ceil_div_i(d->n_heads, 4));
         cuda_launch_pdl(st, st->pdl >= 2, k_mla_decode_generic, grid, dim3(128), 0, a);
         CUDA_LAUNCHED(st, "mla_decode_generic");
+        return;
+    }
+    if (wg) {
+        a.kt = MLA_WG_KT;
+        mla_decode_wg_launch(st, a, ab->n_tokens, st->mla_wgmma == 2);
+        if (a.nsplit > 1) {
+            DI_ASSERT(a.nsplit <= 64); /* k_mla_combine's weight table */
+            cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine, dim3(ab->n_tokens, d->n_heads), dim3(128), 0, a);
+            CUDA_LAUNCHED(st, "mla_combine");
+        }
         return;
     }
     launch_decode<false>(st, a, dec_sel{NULL, NULL, 0}, R, ab->n_tokens);

@@ -1,0 +1,43 @@
+/* cuda_mla_decode.cuh - what the MLA decode kernels share: their argument block (dec_args), the
+ * token -> sequence lookup, the paged-cache slot of a position, and the wgmma kernel's launcher.
+ *
+ * Owner: cuda. cuda_mla_decode.cu (mma.sync / generic kernels, split choice, k_mla_combine,
+ * dispatch) and cuda_mla_decode_wgmma.cu (the Hopper kernel for 64-head groups). */
+#ifndef DI_BACKEND_CUDA_MLA_DECODE_CUH
+#define DI_BACKEND_CUDA_MLA_DECODE_CUH
+#include "backend/cuda/cuda_internal.h"
+
+typedef struct dec_args {
+    bf16 *out;
+    const bf16 *qt, *qpe, *cache;
+    long ldqpe, hsqpe;
+    const int32_t *seq_start, *ctx_len, *block_table;
+    int max_blocks, seq_begin, seq_end, n_heads, r, dr;
+    float scale;
+    int nsplit;
+    int kt;      /* keys per tile of the kernel that wrote the partials (k_mla_combine's split math) */
+    float *part; /* [n_tokens * H * nsplit][r] */
+    float *ml;   /* [n_tokens * H * nsplit][2] */
+} dec_args;
+
+/* Sequence of token t among [lo, hi), or -1 if t is outside their tokens. */
+static __device__ __forceinline__ int seq_of(const int32_t *seq_start, int lo, int hi, int t) {
+    if (t < seq_start[lo] || t >= seq_start[hi]) return -1;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (seq_start[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {
+    int blk = a.block_table[(long)seq * a.max_blocks + p / DI_KV_BLOCK_SIZE];
+    return (long)blk * DI_KV_BLOCK_SIZE + p % DI_KV_BLOCK_SIZE;
+}
+
+/* k_mla_decode_wg (cuda_mla_decode_wgmma.cu): r = 512, rope 64, heads a multiple of 64;
+ * pv_mma = 1 runs O += P V on mma.sync instead of wgmma (DEEPINFER_CUDA_MLA_WGMMA=2, A/B). */
+enum { MLA_WG_KT = 64 };
+void mla_decode_wg_launch(cuda_state *st, const dec_args &a, int n_tokens, int pv_mma);
+#endif
