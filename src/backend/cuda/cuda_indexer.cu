@@ -97,16 +97,6 @@ typedef struct ix_args {
     int stage;     /* k_ix_select: copy the scratch row into shared memory first (ld floats fit) */
 } ix_args;
 
-/* Sequence of token t among [lo, hi), or -1 if t is outside their tokens. */
-static __device__ int ix_seq_of(const int32_t *seq_start, int lo, int hi, int t) {
-    if (t < seq_start[lo] || t >= seq_start[hi]) return -1;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) >> 1;
-        if (seq_start[mid] <= t) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
 
 /* Orderable key of a score: larger float -> larger unsigned (-0 counted as +0, as the CPU's
  * float comparisons do). */
@@ -144,7 +134,7 @@ __global__ void __launch_bounds__(IX_THREADS) k_indexer_topk(ix_args a) {
     __shared__ int s_digit, s_want;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int t = a.t0 + blockIdx.x;
-    const int seq = ix_seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
+    const int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
     const int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
     const int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
@@ -235,7 +225,7 @@ __global__ void __launch_bounds__(IXF_THREADS) k_ix_scores(ix_args a) {
     extern __shared__ __align__(16) unsigned char ixs[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
     const int t = a.t0 + blockIdx.y;
-    const int seq = ix_seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
+    const int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
     const int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
     const int n = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]) + 1, nh = a.nh;
@@ -309,7 +299,7 @@ __global__ void __launch_bounds__(IXS_THREADS, 1) k_ix_select(ix_args a) {
     __shared__ int s_digit, s_want;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int t = a.t0 + blockIdx.x;
-    const int seq = ix_seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
+    const int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
     const int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
     const int n = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]) + 1, K = a.topk;

@@ -94,6 +94,17 @@ void cuda_note_msg(cuda_state *st, const char *msg);
 #define CUDA_LAUNCHED(st, what) cuda_note((st), cudaGetLastError(), (what))
 
 static inline int ceil_div_i(int a, int b) { return (a + b - 1) / b; }
+
+/* Sequence of token t among [lo, hi), or -1 if t is outside their tokens. */
+static __device__ __forceinline__ int seq_of(const int32_t *seq_start, int lo, int hi, int t) {
+    if (t < seq_start[lo] || t >= seq_start[hi]) return -1;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (seq_start[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
 static inline size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* ---- weight view ---- */

@@ -1,5 +1,6 @@
 /* cuda_mla_decode.cuh - what the MLA decode kernels share: their argument block (dec_args), the
- * token -> sequence lookup, the paged-cache slot of a position, and the wgmma kernel's launcher.
+ * paged-cache slot of a position, and the wgmma kernel's launcher (the token -> sequence lookup
+ * seq_of is in cuda_internal.h, shared with the indexer and the sparse kernels).
  *
  * Owner: cuda. cuda_mla_decode.cu (mma.sync / generic kernels, split choice, k_mla_combine,
  * dispatch) and cuda_mla_decode_wgmma.cu (the Hopper kernel for 64-head groups). */
@@ -19,17 +20,6 @@ typedef struct dec_args {
     float *part; /* [n_tokens * H * nsplit][r] */
     float *ml;   /* [n_tokens * H * nsplit][2] */
 } dec_args;
-
-/* Sequence of token t among [lo, hi), or -1 if t is outside their tokens. */
-static __device__ __forceinline__ int seq_of(const int32_t *seq_start, int lo, int hi, int t) {
-    if (t < seq_start[lo] || t >= seq_start[hi]) return -1;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) >> 1;
-        if (seq_start[mid] <= t) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
 
 static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {
     int blk = a.block_table[(long)seq * a.max_blocks + p / DI_KV_BLOCK_SIZE];

@@ -21,15 +21,6 @@
 enum { SP_MAXR = 16, SP_MAXDR = 4 };  /* decode per-lane registers: r <= 512, rope <= 128 */
 enum { SP_MAXV = 16, SP_MAXQ = 24 };  /* prefill: dv <= 512, dn + dr <= 768 */
 
-static __device__ int sp_seq_of(const int32_t *seq_start, int lo, int hi, int t) {
-    if (t < seq_start[lo] || t >= seq_start[hi]) return -1;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) >> 1;
-        if (seq_start[mid] <= t) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
 
 /* ---------------------------------------------------------------- decode ---- */
 
@@ -44,7 +35,7 @@ typedef struct sd_args {
 
 __global__ void k_mla_sparse_decode(sd_args a) {
     int t = blockIdx.x, h = blockIdx.y * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    int seq = sp_seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
+    int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0 || h >= a.n_heads) return;
     int r = a.r, dr = a.dr, W = r + dr, H = a.n_heads;
     const int32_t *sel = a.sel_pos + (long)t * a.sel_stride;
