@@ -94,6 +94,7 @@ void cuda_note_msg(cuda_state *st, const char *msg);
 #define CUDA_LAUNCHED(st, what) cuda_note((st), cudaGetLastError(), (what))
 
 static inline int ceil_div_i(int a, int b) { return (a + b - 1) / b; }
+static inline size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* Sequence of token t among [lo, hi), or -1 if t is outside their tokens. */
 static __device__ __forceinline__ int seq_of(const int32_t *seq_start, int lo, int hi, int t) {
@@ -105,7 +106,6 @@ static __device__ __forceinline__ int seq_of(const int32_t *seq_start, int lo, i
     }
     return lo;
 }
-static inline size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* ---- weight view ---- */
 /* Matrix `mat` of a weight as the kernels read it. */
