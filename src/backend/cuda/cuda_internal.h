@@ -230,21 +230,14 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
                      const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
                      const di_mla_dims *d);
 size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_tokens);
-/* DeepSeek-V3.2 (cuda_indexer.cu, cuda_mla_sparse.cu): the indexer's LayerNorm and top-k, and
- * MLA over each token's selected positions (cuda_mla_decode / cuda_mla_prefill hand over to the
- * sparse versions when ab->sel_pos != NULL). */
+/* DeepSeek-V3.2 (cuda_indexer.cu): the indexer's LayerNorm and top-k (cuda_mla_decode /
+ * cuda_mla_prefill attend over each token's selected positions when ab->sel_pos != NULL). */
 void cuda_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
                     const di_weight *b, float eps, int T, int D);
 void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, const void *q, const float *w,
                        const void *index_cache, const di_attn_batch *ab, int seq_begin, int seq_end,
                        const di_indexer_dims *d, void *scratch, size_t scratch_bytes);
 size_t cuda_indexer_scratch_bytes(di_backend *be, int max_tokens, int max_ctx);
-void cuda_mla_sparse_decode(cuda_state *st, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
-                            const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
-                            const di_mla_dims *d);
-void cuda_mla_sparse_prefill(cuda_state *st, void *out, const void *q, int ldq, const void *cache,
-                             const di_weight *W_kvb, const di_attn_batch *ab, int seq_begin, int seq_end,
-                             const di_mla_dims *d, void *scratch, size_t scratch_bytes);
 void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const float *x,
                     const di_weight *W_g, const di_weight *bias, const di_route_params *rp, int T,
                     float *scratch);

@@ -21,8 +21,9 @@
  *    split count capped at ceil(ceil(sel_stride / 32) / DEEPINFER_CUDA_SPARSE_MIN_TILES)
  *    (host-known shapes only; default 2 tiles per split, measured best at 1 token), merged by
  *    k_mla_combine_sp (parallel over splits). Shapes the fast kernel does not take (or more
- *    than SP_MAXKEYS keys per split) go to cuda_mla_sparse.cu's generic kernel.
- *  - generic: one warp per (token, head), any shape (tiny test models).
+ *    than SP_MAXKEYS keys per split) go to the generic kernel walking the list.
+ *  - generic: one warp per (token, head), any shape (tiny test models); over the token's
+ *    selected positions when there is a DSA selection.
  * Invariants: the split count depends only on the number of tokens (never on context lengths),
  * so a captured decode step replays correctly for any context; cache rows past a token's
  * position are never read into the result (masked to -inf and zero-filled). */
@@ -43,7 +44,9 @@ typedef struct dec_sel {
 
 enum { GEN_MAXR = 16, GEN_MAXDR = 4 }; /* per-lane registers: r <= 512, rope <= 128 */
 
-__global__ void k_mla_decode_generic(dec_args a) {
+/* One warp per (token, head) over the token's keys: positions 0..pos, or with a DSA selection
+ * (sp.sel_pos) the token's listed positions. */
+__global__ void k_mla_decode_generic(dec_args a, dec_sel sp) {
     pdl_launch_dependents();
     pdl_wait(); /* PDL (cuda_pdl.cuh): everything below reads the step's data */
     int t = blockIdx.x, h = blockIdx.y * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -65,8 +68,10 @@ __global__ void k_mla_decode_generic(dec_args a) {
         qp[i] = j < dr ? __bfloat162float(a.qpe[(long)t * a.ldqpe + (long)h * a.hsqpe + j]) : 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    for (int s = 0; s <= pos; s++) {
-        const bf16 *c = a.cache + cache_slot(a, seq, s) * W;
+    const int32_t *sel = sp.sel_pos ? sp.sel_pos + (long)t * sp.sel_stride : NULL;
+    int nkeys = sel ? sp.sel_count[t] : pos + 1;
+    for (int k = 0; k < nkeys; k++) {
+        const bf16 *c = a.cache + cache_slot(a, seq, sel ? sel[k] : k) * W;
         float d = 0.f;
 #pragma unroll
         for (int i = 0; i < GEN_MAXR; i++) {
@@ -533,13 +538,13 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
             launch_decode<true>(st, a, sp, R, ab->n_tokens);
             return;
         }
-        cuda_mla_sparse_decode(st, out, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d); /* generic */
-        return;
+        DI_ASSERT(ab->sel_count);
+        fast = 0; /* the generic kernel over the list */
     }
     if (!fast) {
         DI_ASSERT(d->kv_rank <= 32 * GEN_MAXR && d->rope_dim <= 32 * GEN_MAXDR);
         dim3 grid(ab->n_tokens, ceil_div_i(d->n_heads, 4));
-        cuda_launch_pdl(st, st->pdl >= 2, k_mla_decode_generic, grid, dim3(128), 0, a);
+        cuda_launch_pdl(st, st->pdl >= 2, k_mla_decode_generic, grid, dim3(128), 0, a, sp);
         CUDA_LAUNCHED(st, "mla_decode_generic");
         return;
     }

@@ -11,7 +11,8 @@
  * registers. Kernels: fast (dn 128, rope 64, dv 128: DeepSeek V2/V3) = a block of 64, 128 or
  * 256 queries x 1 head (variant chosen by shape, see pf_choose), key tiles through a cp.async
  * ring in shared memory, mma.sync for Q·Kᵀ and P·V with P kept in registers, heaviest query
- * tiles first; generic = one warp per (query, head), any shape.
+ * tiles first; generic = one warp per (query, head), any shape, and every step with a DSA
+ * selection (V3.2: ab->sel_pos; each query walks its listed positions inside the window).
  *
  * Owner: cuda. Scratch (carved from the caller's buffer, sized by
  * cuda_mla_prefill_scratch_bytes for max_tokens): lat [cap, r+dr] bf16, kv [cap, H*(dn+dv)]
@@ -55,7 +56,16 @@ __global__ void k_prefill_gather(pf_args a, int W) {
 
 enum { PG_MAXV = 16, PG_MAXQ = 24 }; /* per-lane registers: dv <= 512, dn + dr <= 768 */
 
-__global__ void k_prefill_generic(pf_args a) {
+/* DSA selection (V3.2), a separate parameter of the generic kernel (the fast kernels take none) */
+typedef struct pf_sel {
+    const int32_t *sel_pos, *sel_count;
+    int sel_stride;
+} pf_sel;
+
+/* One warp per (query, head) over the window's keys up to its position, or with a selection
+ * (sp.sel_pos) over its listed positions inside the window (the list is ascending: the first
+ * one found by binary search). */
+__global__ void k_prefill_generic(pf_args a, pf_sel sp) {
     int qi = blockIdx.x, seq = a.g0 + blockIdx.z, lane = threadIdx.x & 31;
     int h = blockIdx.y * 4 + (threadIdx.x >> 5);
     if (seq >= a.g1 || h >= a.H) return;
@@ -82,7 +92,21 @@ __global__ void k_prefill_generic(pf_args a) {
         o[i] = (!a.first && j < dv) ? a.acc[si * dv + j] : 0.f;
     }
     int kend = min(min(a.c0 + a.CH, ctx), pos + 1);
-    for (int p = a.c0; p < kend; p++) {
+    const int32_t *sel = sp.sel_pos ? sp.sel_pos + (long)t * sp.sel_stride : NULL;
+    int k = a.c0, kstop = kend;
+    if (sel) {
+        int lo = 0, hi = sp.sel_count[t];
+        kstop = hi;
+        while (lo < hi) {
+            int mid = (lo + hi) >> 1;
+            if (sel[mid] < a.c0) lo = mid + 1;
+            else hi = mid;
+        }
+        k = lo;
+    }
+    for (; k < kstop; k++) {
+        int p = sel ? sel[k] : k;
+        if (p >= kend) break;
         long row = (long)(seq - a.g0) * a.CH + (p - a.c0);
         const bf16 *kn = a.kv + row * H * kvw + (long)h * kvw, *kp = a.lat + row * W + a.r;
         float d = 0.f;
@@ -459,14 +483,15 @@ void cuda_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const v
     DI_ASSERT(W_kvb->rows == kvw && W_kvb->cols == r && W_kvb->n == 1);
     if (seq_end <= seq_begin || ab->n_tokens <= 0) return;
     DI_ASSERT(scratch_bytes >= cuda_mla_prefill_scratch_bytes(be, d, ab->n_tokens));
-    if (ab->sel_pos) { /* V3.2: each token's selected positions only (cuda_mla_sparse.cu) */
-        cuda_mla_sparse_prefill(st, out, q, ldq, cache, W_kvb, ab, seq_begin, seq_end, d, scratch, scratch_bytes);
-        return;
-    }
     pf_scratch ps;
     carve(&ps, scratch, scratch_bytes, d, ab->n_tokens);
     DI_ASSERT(ps.cap >= 64);
-    int fast = dn == PDN && dr == PDR && dv == PDV && r == 512 && ldq % 8 == 0 && ((uintptr_t)q & 15) == 0;
+    /* V3.2 with a selection: the generic kernel over each token's listed positions (the model
+     * sends such tokens through mla_decode instead; this serves direct callers) */
+    pf_sel sp = {ab->sel_pos, ab->sel_count, ab->sel_stride};
+    DI_ASSERT(!ab->sel_pos || ab->sel_count);
+    int fast = !ab->sel_pos && dn == PDN && dr == PDR && dv == PDV && r == 512 && ldq % 8 == 0 &&
+               ((uintptr_t)q & 15) == 0;
     DI_ASSERT(fast || (dv <= 32 * PG_MAXV && dn + dr <= 32 * PG_MAXQ));
     int max_ctx = ab->max_ctx_len > 0 ? ab->max_ctx_len : 1;
     int CH = ((max_ctx + 63) & ~63);
@@ -523,7 +548,7 @@ void cuda_mla_prefill(di_backend *be, void *out, const void *q, int ldq, const v
                 pv->fn<<<grid, pv->threads, pv->smem, st->stream>>>(a);
             } else {
                 dim3 grid(max_q, ceil_div_i(H, 4), ng);
-                k_prefill_generic<<<grid, 128, 0, st->stream>>>(a);
+                k_prefill_generic<<<grid, 128, 0, st->stream>>>(a, sp);
             }
             CUDA_LAUNCHED(st, "mla_prefill");
         }
