@@ -393,6 +393,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->gemv = !(gv && gv[0] == '0');
     const char *ml = getenv("DEEPINFER_CUDA_MOE_LT");
     st->moe_lt = !(ml && ml[0] == '0');
+    const char *rs = getenv("DEEPINFER_CUDA_ROUTER_SMEM");
+    st->router_smem = !(rs && rs[0] == '0');
     const char *wg = getenv("DEEPINFER_CUDA_WGMMA");
     st->wgmma = !(wg && wg[0] == '0');
     const char *mw = getenv("DEEPINFER_CUDA_MLA_WGMMA");

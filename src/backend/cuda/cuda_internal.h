@@ -53,6 +53,8 @@ typedef struct cuda_state {
     int gemv;                      /* DEEPINFER_CUDA_GEMV (default 1): FMA GEMV for <= 4 rows */
     int moe_lt;                    /* DEEPINFER_CUDA_MOE_LT (default 1): bf16 experts of 16..128-token
                                     * steps as cuBLASLt strided-batched GEMMs (padded per expert) */
+    int router_smem;               /* DEEPINFER_CUDA_ROUTER_SMEM (default 1): router logits of large
+                                    * prefills on the kernel that stages x in shared memory */
     int wgmma;                     /* DEEPINFER_CUDA_WGMMA (default 1): grouped bf16 expert GEMMs with a
                                     * BM = 128 tile table on the wgmma kernel (cuda_gemm_wgmma.cu) */
     int lt_min_rows;               /* DEEPINFER_CUDA_LT_MIN_ROWS (default 2): plain / batched bf16

@@ -37,6 +37,56 @@
  * L2-resident: T x D x 4 bytes, read E / EE times). */
 enum { RT_TOK = 8, RT_Q = 4 };
 
+/* One column step of the vectorised router sum: thread (q, lane) adds columns d..d+3 of the EE
+ * experts' rows (from e0; the first ne exist) times the nt token rows r0.. of x (row stride D,
+ * global or shared memory) into acc, with one fixed fmaf nesting. Shared by both router kernels so
+ * their sums are the same operations. */
+template <int EE, int TT>
+static __device__ __forceinline__ void rt_step_vec(float (&acc)[EE][TT], const bf16 *W, int e0, int ne, int D, int d,
+                                                   const float *x, int r0, int nt) {
+    float w[EE][4];
+#pragma unroll
+    for (int j = 0; j < EE; j++) {
+        uint2 u = make_uint2(0u, 0u);
+        if (j < ne) u = *(const uint2 *)(W + (long)(e0 + j) * D + d);
+        const bf16 *b = (const bf16 *)&u;
+#pragma unroll
+        for (int c = 0; c < 4; c++) w[j][c] = __bfloat162float(b[c]);
+    }
+#pragma unroll
+    for (int tt = 0; tt < TT; tt++)
+        if (tt < nt) {
+            float4 v = *(const float4 *)(x + (long)(r0 + tt) * D + d);
+#pragma unroll
+            for (int j = 0; j < EE; j++)
+                acc[j][tt] = fmaf(w[j][3], v.w, fmaf(w[j][2], v.z, fmaf(w[j][1], v.y, fmaf(w[j][0], v.x, acc[j][tt]))));
+        }
+}
+
+/* The end of both router kernels: each warp's shuffle tree per (expert, token), then the four
+ * warps' partials added in q order into out[t0 + tt, e0 + j]. REUSE: end with a barrier, so
+ * `part` may be written again. */
+template <int EE, int TT, bool REUSE>
+static __device__ __forceinline__ void rt_reduce_store(float (&acc)[EE][TT], float (*part)[EE][TT], float *out, int E,
+                                                       int e0, int ne, int t0, int nt) {
+    const int lane = threadIdx.x & 31, q = threadIdx.x >> 5;
+#pragma unroll
+    for (int j = 0; j < EE; j++)
+#pragma unroll
+        for (int tt = 0; tt < TT; tt++) {
+            float v = acc[j][tt];
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) part[q][j][tt] = v;
+        }
+    __syncthreads();
+    for (int i = threadIdx.x; i < EE * TT; i += RT_Q * 32) {
+        int j = i / TT, tt = i % TT;
+        if (j < ne && tt < nt)
+            out[(long)(t0 + tt) * E + e0 + j] = ((part[0][j][tt] + part[1][j][tt]) + part[2][j][tt]) + part[3][j][tt];
+    }
+    if (REUSE) __syncthreads();
+}
+
 template <int EE, int UNROLL>
 __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T, int E,
                                                              int D, int vec) {
@@ -57,25 +107,8 @@ __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const f
         for (int tt = 0; tt < RT_TOK; tt++) acc[j][tt] = 0.f;
     if (vec) {
 #pragma unroll UNROLL
-        for (int d = (q * 32 + lane) * 4; d < D; d += RT_Q * 128) {
-            float w[EE][4];
-#pragma unroll
-            for (int j = 0; j < EE; j++) {
-                uint2 u = make_uint2(0u, 0u);
-                if (j < ne) u = *(const uint2 *)(W + (long)(e0 + j) * D + d);
-                const bf16 *b = (const bf16 *)&u;
-#pragma unroll
-                for (int c = 0; c < 4; c++) w[j][c] = __bfloat162float(b[c]);
-            }
-#pragma unroll
-            for (int tt = 0; tt < RT_TOK; tt++)
-                if (tt < nt) {
-                    float4 v = *(const float4 *)(x + (long)(t0 + tt) * D + d);
-#pragma unroll
-                    for (int j = 0; j < EE; j++)
-                        acc[j][tt] = fmaf(w[j][3], v.w, fmaf(w[j][2], v.z, fmaf(w[j][1], v.y, fmaf(w[j][0], v.x, acc[j][tt]))));
-                }
-        }
+        for (int d = (q * 32 + lane) * 4; d < D; d += RT_Q * 128)
+            rt_step_vec<EE, RT_TOK>(acc, W, e0, ne, D, d, x, t0, nt);
     } else {
 #pragma unroll UNROLL
         for (int d = q * 32 + lane; d < D; d += RT_Q * 32) {
@@ -91,20 +124,7 @@ __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const f
                 }
         }
     }
-#pragma unroll
-    for (int j = 0; j < EE; j++)
-#pragma unroll
-        for (int tt = 0; tt < RT_TOK; tt++) {
-            float v = acc[j][tt];
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) part[q][j][tt] = v;
-        }
-    __syncthreads();
-    for (int i = threadIdx.x; i < EE * RT_TOK; i += RT_Q * 32) {
-        int j = i / RT_TOK, tt = i % RT_TOK;
-        if (j < ne && tt < nt)
-            out[(long)(t0 + tt) * E + e0 + j] = ((part[0][j][tt] + part[1][j][tt]) + part[2][j][tt]) + part[3][j][tt];
-    }
+    rt_reduce_store<EE, RT_TOK, false>(acc, part, out, E, e0, ne, t0, nt);
 }
 
 /* Prefill variant (T > 32, vec): a block stages its TT tokens' x rows in shared memory once
@@ -132,51 +152,9 @@ __global__ void __launch_bounds__(RT_Q * 32) k_router_logits_smem(float *out, co
         for (int j = 0; j < EE; j++)
 #pragma unroll
             for (int tt = 0; tt < TT; tt++) acc[j][tt] = 0.f;
-        for (int d = (q * 32 + lane) * 4; d < D; d += RT_Q * 128) {
-            float w[EE][4];
-#pragma unroll
-            for (int j = 0; j < EE; j++) {
-                uint2 u = make_uint2(0u, 0u);
-                if (j < ne) u = *(const uint2 *)(W + (long)(e0 + j) * D + d);
-                const bf16 *b = (const bf16 *)&u;
-#pragma unroll
-                for (int c = 0; c < 4; c++) w[j][c] = __bfloat162float(b[c]);
-            }
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++)
-                if (tt < nt) {
-                    float4 v = *(const float4 *)(xs + tt * D + d);
-#pragma unroll
-                    for (int j = 0; j < EE; j++)
-                        acc[j][tt] = fmaf(w[j][3], v.w, fmaf(w[j][2], v.z, fmaf(w[j][1], v.y, fmaf(w[j][0], v.x, acc[j][tt]))));
-                }
-        }
-#pragma unroll
-        for (int j = 0; j < EE; j++)
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++) {
-                float v = acc[j][tt];
-                for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-                if (lane == 0) part[q][j][tt] = v;
-            }
-        __syncthreads();
-        for (int i = threadIdx.x; i < EE * TT; i += RT_Q * 32) {
-            int j = i / TT, tt = i % TT;
-            if (j < ne && tt < nt)
-                out[(long)(t0 + tt) * E + e0 + j] = ((part[0][j][tt] + part[1][j][tt]) + part[2][j][tt]) + part[3][j][tt];
-        }
-        __syncthreads();
+        for (int d = (q * 32 + lane) * 4; d < D; d += RT_Q * 128) rt_step_vec<EE, TT>(acc, W, e0, ne, D, d, xs, 0, nt);
+        rt_reduce_store<EE, TT, true>(acc, part, out, E, e0, ne, t0, nt);
     }
-}
-
-/* DEEPINFER_CUDA_ROUTER_SMEM=0: prefill router logits without the staged-x kernel (A/B) */
-static int router_smem(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("DEEPINFER_CUDA_ROUTER_SMEM");
-        v = !(e && e[0] == '0');
-    }
-    return v;
 }
 
 static void launch_router_logits(cuda_state *st, float *out, const float *x, const di_weight *W, int T) {
@@ -187,7 +165,7 @@ static void launch_router_logits(cuda_state *st, float *out, const float *x, con
     if (T <= 32) {
         dim3 grid(ceil_div_i(T, RT_TOK), E);
         k_router_logits<1, 4><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec);
-    } else if (vec && router_smem() && (long)RT_TOK * D * 4 <= 160 * 1024 && ceil_div_i(T, RT_TOK) >= 2 * st->n_sm) {
+    } else if (vec && st->router_smem && (long)RT_TOK * D * 4 <= 160 * 1024 && ceil_div_i(T, RT_TOK) >= 2 * st->n_sm) {
         /* large prefills only: a block walks every expert group, so it needs >= 2 blocks per SM
          * (2112 tokens on 132 SMs); below that the one-group blocks keep more SMs busy (measured:
          * batch 64 decode 19.3k -> 18.2k tok/s, prefill 512 93.5k -> 89.3k with this kernel) */
