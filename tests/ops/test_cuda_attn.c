@@ -89,12 +89,40 @@ static void paged_free(paged *p) {
     g_free(p->dcache); g_free(p->dpos); g_free(p->dslots); g_free(p->dstart); g_free(p->dctx); g_free(p->dbt);
 }
 
+/* A random sorted selection per token (min(K, pos + 1) of its positions; the last one always
+ * included half of the time) on both sides of a paged batch. */
+typedef struct selset { int32_t *pos, *cnt, *dpos, *dcnt; } selset;
+static selset sel_make(paged *p, int K) {
+    selset s;
+    s.pos = (int32_t *)malloc((size_t)p->T * K * 4);
+    s.cnt = (int32_t *)malloc((size_t)p->T * 4);
+    for (int t = 0; t < p->T; t++) {
+        int n = p->pos[t] + 1, want = n < K ? n : K, c = 0;
+        for (int x = 0; x < n && c < want; x++)
+            if (t_int(n - x) < want - c) s.pos[(size_t)t * K + c++] = x; /* selection sampling: sorted */
+        s.cnt[t] = c;
+    }
+    s.dpos = (int32_t *)g_raw(s.pos, (size_t)p->T * K * 4);
+    s.dcnt = (int32_t *)g_raw(s.cnt, (size_t)p->T * 4);
+    p->hab.sel_pos = s.pos;
+    p->hab.sel_count = s.cnt;
+    p->dab.sel_pos = s.dpos;
+    p->dab.sel_count = s.dcnt;
+    p->hab.sel_stride = p->dab.sel_stride = K;
+    return s;
+}
+static void sel_free(selset *s) { free(s->pos); free(s->cnt); g_free(s->dpos); g_free(s->dcnt); }
+
 /* ---------------------------------------------------------------- decode ---- */
 
-static void decode_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int sb, int se) {
+/* mla_decode vs the CPU; K > 0: over a random selection of at most K positions per token */
+static void decode_case_sel(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int K, int sb,
+                            int se) {
     int H = d.n_heads, r = d.kv_rank, dr = d.rope_dim, W = r + dr, hs = 128 + dr, ldq = H * hs;
     paged p;
     paged_make(&p, S, q_len, ctx, W);
+    selset sl = {NULL, NULL, NULL, NULL};
+    if (K > 0) sl = sel_make(&p, K);
     int T = p.T;
     float *qt = t_rand((size_t)T * H * r, 1.0f), *q = t_rand((size_t)T * ldq, 1.0f);
     float *ref = (float *)calloc((size_t)T * H * r, 4);
@@ -108,11 +136,17 @@ static void decode_case(const char *name, int S, const int *q_len, const int *ct
         if (t < t0 || t >= t1)
             for (int j = 0; j < H * r; j++) untouched &= isnan(got[(size_t)t * H * r + j]);
     char what[160];
-    snprintf(what, sizeof what, "mla_decode %s H%d T%d", name, H, t1 - t0);
+    if (K > 0) snprintf(what, sizeof what, "mla_decode sparse %s H%d T%d k%d", name, H, t1 - t0, K);
+    else snprintf(what, sizeof what, "mla_decode %s H%d T%d", name, H, t1 - t0);
     T_CHECK(what, got + (size_t)t0 * H * r, ref + (size_t)t0 * H * r, (size_t)(t1 - t0) * H * r, ATOL_L2, ATOL_MAX);
     CHECK_MSG(untouched, "%s: tokens outside the sequence range were written", what);
     free(qt); free(q); free(ref); free(got); g_free(dqt); g_free(dq); g_free(dout);
+    if (K > 0) sel_free(&sl);
     paged_free(&p);
+}
+
+static void decode_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int sb, int se) {
+    decode_case_sel(name, S, q_len, ctx, d, 0, sb, se);
 }
 
 /* 128 and 64 heads: contexts shorter than a tile and not multiples of 64, several tokens of a
@@ -186,12 +220,16 @@ static void test_decode(void) {
 
 /* ---------------------------------------------------------------- prefill ---- */
 
-static void prefill_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int sb, int se,
-                         int fp8) {
+/* mla_prefill vs the CPU; K > 0: over a random selection of at most K positions per token (the
+ * generic kernel: run once), else every variant of the fast kernel */
+static void prefill_case_sel(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int K, int sb,
+                             int se, int fp8) {
     int H = d.n_heads, dn = d.nope_dim, dr = d.rope_dim, dv = d.v_dim, r = d.kv_rank, W = r + dr;
     int qk = dn + dr, ldq = H * qk, kvw = H * (dn + dv);
     paged p;
     paged_make(&p, S, q_len, ctx, W);
+    selset sl = {NULL, NULL, NULL, NULL};
+    if (K > 0) sl = sel_make(&p, K);
     int T = p.T;
     float *q = t_rand((size_t)T * ldq, 1.0f);
     t_weight wk = t_weight_make(1, kvw, r, fp8, 0.08f);
@@ -203,7 +241,7 @@ static void prefill_case(const char *name, int S, const int *q_len, const int *c
     void *dq = g_act(q, (size_t)T * ldq), *dout = g_alloc((size_t)T * H * dv * 2);
     /* every variant of the fast kernel (DEEPINFER_CUDA_PREFILL_KERNEL 1..PF_NVARIANTS), then the
      * shape-chosen one; the generic shapes ignore the variable */
-    for (int v = 1; v <= PF_NVARIANTS + 1; v++) {
+    for (int v = K > 0 ? PF_NVARIANTS + 1 : 1; v <= PF_NVARIANTS + 1; v++) {
         char vs[16];
         snprintf(vs, sizeof vs, "%d", v <= PF_NVARIANTS ? v : 0);
         setenv("DEEPINFER_CUDA_PREFILL_KERNEL", vs, 1);
@@ -215,8 +253,12 @@ static void prefill_case(const char *name, int S, const int *q_len, const int *c
             if (t < t0 || t >= t1)
                 for (int j = 0; j < H * dv; j++) untouched &= isnan(got[(size_t)t * H * dv + j]);
         char what[160];
-        snprintf(what, sizeof what, "mla_prefill %s H%d T%d%s kernel %s", name, H, t1 - t0, fp8 ? " fp8 W_kvb" : "",
-                 vs);
+        if (K > 0)
+            snprintf(what, sizeof what, "mla_prefill sparse %s H%d T%d k%d%s", name, H, t1 - t0, K,
+                     fp8 ? " fp8 W_kvb" : "");
+        else
+            snprintf(what, sizeof what, "mla_prefill %s H%d T%d%s kernel %s", name, H, t1 - t0,
+                     fp8 ? " fp8 W_kvb" : "", vs);
         T_CHECK(what, got + (size_t)t0 * H * dv, ref + (size_t)t0 * H * dv, (size_t)(t1 - t0) * H * dv, ATOL_L2,
                 ATOL_MAX);
         CHECK_MSG(untouched, "%s: tokens outside the sequence range were written", what);
@@ -225,7 +267,13 @@ static void prefill_case(const char *name, int S, const int *q_len, const int *c
     unsetenv("DEEPINFER_CUDA_PREFILL_KERNEL");
     free(q); free(ref); free(hs); g_free(ds); g_free(dq); g_free(dout);
     g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg); t_weight_free(&wk);
+    if (K > 0) sel_free(&sl);
     paged_free(&p);
+}
+
+static void prefill_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int sb, int se,
+                         int fp8) {
+    prefill_case_sel(name, S, q_len, ctx, d, 0, sb, se, fp8);
 }
 
 static void test_prefill(void) {
@@ -725,89 +773,6 @@ static void indexer_case(const char *name, int S, const int *q_len, const int *c
     paged_free(&p);
 }
 
-/* A random sorted selection per token (min(K, pos + 1) of its positions; the last one always
- * included half of the time) on both sides of a paged batch. */
-typedef struct selset { int32_t *pos, *cnt, *dpos, *dcnt; } selset;
-static selset sel_make(paged *p, int K) {
-    selset s;
-    s.pos = (int32_t *)malloc((size_t)p->T * K * 4);
-    s.cnt = (int32_t *)malloc((size_t)p->T * 4);
-    for (int t = 0; t < p->T; t++) {
-        int n = p->pos[t] + 1, want = n < K ? n : K, c = 0;
-        for (int x = 0; x < n && c < want; x++)
-            if (t_int(n - x) < want - c) s.pos[(size_t)t * K + c++] = x; /* selection sampling: sorted */
-        s.cnt[t] = c;
-    }
-    s.dpos = (int32_t *)g_raw(s.pos, (size_t)p->T * K * 4);
-    s.dcnt = (int32_t *)g_raw(s.cnt, (size_t)p->T * 4);
-    p->hab.sel_pos = s.pos;
-    p->hab.sel_count = s.cnt;
-    p->dab.sel_pos = s.dpos;
-    p->dab.sel_count = s.dcnt;
-    p->hab.sel_stride = p->dab.sel_stride = K;
-    return s;
-}
-static void sel_free(selset *s) { free(s->pos); free(s->cnt); g_free(s->dpos); g_free(s->dcnt); }
-
-static void sparse_decode_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int K,
-                               int sb, int se) {
-    int H = d.n_heads, r = d.kv_rank, dr = d.rope_dim, W = r + dr, hs = 128 + dr, ldq = H * hs;
-    paged p;
-    paged_make(&p, S, q_len, ctx, W);
-    selset sl = sel_make(&p, K);
-    int T = p.T;
-    float *qt = t_rand((size_t)T * H * r, 1.0f), *q = t_rand((size_t)T * ldq, 1.0f);
-    float *ref = (float *)calloc((size_t)T * H * r, 4);
-    g_cpu->mla_decode(g_cpu, ref, qt, q + 128, ldq, hs, p.cache, &p.hab, sb, se, &d);
-    void *dqt = g_act(qt, (size_t)T * H * r), *dq = g_act(q, (size_t)T * ldq), *dout = g_alloc((size_t)T * H * r * 2);
-    g_poison(dout, (size_t)T * H * r * 2);
-    g_gpu->mla_decode(g_gpu, dout, dqt, (uint16_t *)dq + 128, ldq, hs, p.dcache, &p.dab, sb, se, &d);
-    float *got = g_get_act(dout, (size_t)T * H * r);
-    int t0 = p.start[sb], t1 = p.start[se], untouched = 1;
-    for (int t = 0; t < T; t++)
-        if (t < t0 || t >= t1)
-            for (int j = 0; j < H * r; j++) untouched &= isnan(got[(size_t)t * H * r + j]);
-    char what[160];
-    snprintf(what, sizeof what, "mla_decode sparse %s H%d T%d k%d", name, H, t1 - t0, K);
-    T_CHECK(what, got + (size_t)t0 * H * r, ref + (size_t)t0 * H * r, (size_t)(t1 - t0) * H * r, ATOL_L2, ATOL_MAX);
-    CHECK_MSG(untouched, "%s: tokens outside the sequence range were written", what);
-    free(qt); free(q); free(ref); free(got); g_free(dqt); g_free(dq); g_free(dout);
-    sel_free(&sl);
-    paged_free(&p);
-}
-
-static void sparse_prefill_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int K,
-                                int sb, int se, int fp8) {
-    int H = d.n_heads, dn = d.nope_dim, dr = d.rope_dim, dv = d.v_dim, r = d.kv_rank, W = r + dr;
-    int qk = dn + dr, ldq = H * qk, kvw = H * (dn + dv);
-    paged p;
-    paged_make(&p, S, q_len, ctx, W);
-    selset sl = sel_make(&p, K);
-    int T = p.T;
-    float *q = t_rand((size_t)T * ldq, 1.0f);
-    t_weight wk = t_weight_make(1, kvw, r, fp8, 0.08f);
-    di_weight wc = t_weight_upload(g_cpu, &wk, DI_WEIGHT_PLAIN), wg = t_weight_upload(g_gpu, &wk, DI_WEIGHT_PLAIN);
-    size_t sc = g_cpu->mla_prefill_scratch_bytes(g_cpu, &d, T), sg = g_gpu->mla_prefill_scratch_bytes(g_gpu, &d, T);
-    void *hs = malloc(sc), *ds = g_alloc(sg);
-    float *ref = (float *)calloc((size_t)T * H * dv, 4);
-    g_cpu->mla_prefill(g_cpu, ref, q, ldq, p.cache, &wc, &p.hab, sb, se, &d, hs, sc);
-    void *dq = g_act(q, (size_t)T * ldq), *dout = g_alloc((size_t)T * H * dv * 2);
-    g_poison(dout, (size_t)T * H * dv * 2);
-    g_gpu->mla_prefill(g_gpu, dout, dq, ldq, p.dcache, &wg, &p.dab, sb, se, &d, ds, sg);
-    float *got = g_get_act(dout, (size_t)T * H * dv);
-    int t0 = p.start[sb], t1 = p.start[se], untouched = 1;
-    for (int t = 0; t < T; t++)
-        if (t < t0 || t >= t1)
-            for (int j = 0; j < H * dv; j++) untouched &= isnan(got[(size_t)t * H * dv + j]);
-    char what[160];
-    snprintf(what, sizeof what, "mla_prefill sparse %s H%d T%d k%d%s", name, H, t1 - t0, K, fp8 ? " fp8 W_kvb" : "");
-    T_CHECK(what, got + (size_t)t0 * H * dv, ref + (size_t)t0 * H * dv, (size_t)(t1 - t0) * H * dv, ATOL_L2, ATOL_MAX);
-    CHECK_MSG(untouched, "%s: tokens outside the sequence range were written", what);
-    free(q); free(ref); free(got); free(hs); g_free(ds); g_free(dq); g_free(dout);
-    g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg); t_weight_free(&wk);
-    sel_free(&sl);
-    paged_free(&p);
-}
 
 static void test_indexer(void) {
     layernorm_case("v3.2 k_norm", 7, 128, 128);
@@ -838,32 +803,32 @@ static void test_indexer(void) {
     /* sparse MLA with a given selection */
     di_mla_dims v3 = {128, 128, 64, 128, 512, 0.1352f}, v2 = {16, 128, 64, 128, 512, 0.1352f};
     int dql[4] = {1, 1, 3, 2}, dcx[4] = {3000, 100, 2050, 5};
-    sparse_decode_case("v3.2 shape", 4, dql, dcx, v3, 2048, 0, 4);
+    decode_case_sel("v3.2 shape", 4, dql, dcx, v3, 2048, 0, 4);
     /* the split-KV tensor-core kernel over the selected list: 1 token at 3000 and 32K context
      * (64 splits), 64 decode tokens with contexts 1..6112 (3 splits; many with fewer selected
      * keys than sel_stride), 160 tokens (one split), sequences 10..50 of the 64 */
     int dql1[1] = {1}, dcx1[1] = {3000}, dcx2[1] = {32768};
-    sparse_decode_case("v3.2 1 token ctx 3000", 1, dql1, dcx1, v3, 2048, 0, 1);
-    sparse_decode_case("v3.2 1 token ctx 32K", 1, dql1, dcx2, v3, 2048, 0, 1);
+    decode_case_sel("v3.2 1 token ctx 3000", 1, dql1, dcx1, v3, 2048, 0, 1);
+    decode_case_sel("v3.2 1 token ctx 32K", 1, dql1, dcx2, v3, 2048, 0, 1);
     int dql64[160], dcx64[160];
     for (int i = 0; i < 160; i++) {
         dql64[i] = 1;
         dcx64[i] = i < 64 ? 1 + 97 * i : 1 + (i * 37) % 300;
     }
-    sparse_decode_case("v3.2 64 tokens ctx 1..6112", 64, dql64, dcx64, v3, 2048, 0, 64);
-    sparse_decode_case("v3.2 seqs 10..50 of 64", 64, dql64, dcx64, v3, 2048, 10, 50);
-    sparse_decode_case("v3.2 160 tokens (1 split)", 160, dql64, dcx64, v3, 2048, 0, 160);
+    decode_case_sel("v3.2 64 tokens ctx 1..6112", 64, dql64, dcx64, v3, 2048, 0, 64);
+    decode_case_sel("v3.2 seqs 10..50 of 64", 64, dql64, dcx64, v3, 2048, 10, 50);
+    decode_case_sel("v3.2 160 tokens (1 split)", 160, dql64, dcx64, v3, 2048, 0, 160);
     int dql3[3] = {1, 2, 1}, dcx3[3] = {9000, 4000, 77}; /* two tokens of one sequence, stride 1024 */
-    sparse_decode_case("v3.2 k1024", 3, dql3, dcx3, v3, 1024, 0, 3);
-    sparse_decode_case("v2-lite seqs 1..3", 4, dql, dcx, v2, 64, 1, 3);
+    decode_case_sel("v3.2 k1024", 3, dql3, dcx3, v3, 1024, 0, 3);
+    decode_case_sel("v2-lite seqs 1..3", 4, dql, dcx, v2, 64, 1, 3);
     di_mla_dims tinyd = {4, 24, 16, 20, 40, 0.25f};
-    sparse_decode_case("tiny-v32 dims", 4, dql, dcx, tinyd, 64, 0, 4);
+    decode_case_sel("tiny-v32 dims", 4, dql, dcx, tinyd, 64, 0, 4);
     int pql[4] = {70, 5, 1, 200}, pcx[4] = {130, 5, 129, 200};
-    sparse_prefill_case("v2-lite", 4, pql, pcx, v2, 64, 0, 4, 0);
-    sparse_prefill_case("v2-lite seqs 1..2", 4, pql, pcx, v2, 64, 1, 3, 1);
+    prefill_case_sel("v2-lite", 4, pql, pcx, v2, 64, 0, 4, 0);
+    prefill_case_sel("v2-lite seqs 1..2", 4, pql, pcx, v2, 64, 1, 3, 1);
     int pql2[2] = {8, 3}, pcx2[2] = {5000, 3}; /* several context windows */
-    sparse_prefill_case("v2-lite ctx 5000", 2, pql2, pcx2, v2, 2048, 0, 2, 0);
-    sparse_prefill_case("tiny-v32 dims", 4, pql, pcx, tinyd, 64, 0, 4, 0);
+    prefill_case_sel("v2-lite ctx 5000", 2, pql2, pcx2, v2, 2048, 0, 2, 0);
+    prefill_case_sel("tiny-v32 dims", 4, pql, pcx, tinyd, 64, 0, 4, 0);
 }
 
 static void reserve_gpu(void) {
