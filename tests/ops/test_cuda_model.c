@@ -199,14 +199,19 @@ static di_status generate(di_model *m, int32_t prompts[][GEN_MAXP], const int *p
     return DI_OK;
 }
 
-static di_status load(const char *dir, di_device dev, di_model **m) {
-    di_model_options o = {0};
-    o.device = dev;
-    o.max_batch_tokens = GEN_PROMPTS * GEN_MAXP;
-    o.max_seqs = 16;
-    o.max_context = 128;
-    o.kv_blocks = GEN_PROMPTS * 2;
-    return di_model_load(dir, &o, m);
+/* dir on the CPU (*mc) and the GPU (*mg) with options o; 0 (both freed, NULL) if a load failed
+ * (reported as a check failure). */
+static int load_both(const char *dir, di_model_options o, di_model **mc, di_model **mg) {
+    *mc = *mg = NULL;
+    o.device = DI_DEVICE_CPU;
+    CHECK_OK(di_model_load(dir, &o, mc));
+    o.device = DI_DEVICE_CUDA;
+    CHECK_OK(di_model_load(dir, &o, mg));
+    if (*mc && *mg) return 1;
+    di_model_free(*mc);
+    di_model_free(*mg);
+    *mc = *mg = NULL;
+    return 0;
 }
 
 /* The checkpoint of golden case c (into dir) on the CPU (*mc) and the GPU (*mg); 0 when it is
@@ -219,14 +224,12 @@ static int load_pair(json_t *c, char done[][4096], int *n_done, char *dir, di_mo
     for (int i = 0; i < *n_done; i++) seen |= !strcmp(done[i], dir);
     if (seen || *n_done >= 32) return 0;
     snprintf(done[(*n_done)++], 4096, "%s", dir);
-    CHECK_OK(load(dir, DI_DEVICE_CPU, mc));
-    CHECK_OK(load(dir, DI_DEVICE_CUDA, mg));
-    if (!*mc || !*mg) {
-        di_model_free(*mc);
-        di_model_free(*mg);
-        return 0;
-    }
-    return 1;
+    di_model_options o = {0};
+    o.max_batch_tokens = GEN_PROMPTS * GEN_MAXP;
+    o.max_seqs = 16;
+    o.max_context = 128;
+    o.kv_blocks = GEN_PROMPTS * 2;
+    return load_both(dir, o, mc, mg);
 }
 
 static void test_generate(void) {
@@ -488,14 +491,8 @@ static void test_routing(void) {
         o.max_seqs = 1;
         o.max_context = n;
         o.kv_blocks = (n + 63) / 64;
-        di_model *mc = NULL, *mg = NULL;
-        o.device = DI_DEVICE_CPU;
-        CHECK_OK(di_model_load(dir, &o, &mc));
-        o.device = DI_DEVICE_CUDA;
-        CHECK_OK(di_model_load(dir, &o, &mg));
-        if (!mc || !mg) {
-            di_model_free(mc);
-            di_model_free(mg);
+        di_model *mc, *mg;
+        if (!load_both(dir, o, &mc, &mg)) {
             free(ref);
             continue;
         }
@@ -657,14 +654,8 @@ static void test_v32(void) {
     o.max_seqs = 1;
     o.max_context = 128;
     o.kv_blocks = NB;
-    di_model *mc = NULL, *mg = NULL;
-    o.device = DI_DEVICE_CPU;
-    CHECK_OK(di_model_load(dir, &o, &mc));
-    o.device = DI_DEVICE_CUDA;
-    CHECK_OK(di_model_load(dir, &o, &mg));
-    if (!mc || !mg) {
-        di_model_free(mc);
-        di_model_free(mg);
+    di_model *mc, *mg;
+    if (!load_both(dir, o, &mc, &mg)) {
         json_decref(man);
         return;
     }
