@@ -372,9 +372,10 @@ __global__ void __launch_bounds__(128) k_mla_combine(dec_args a) {
     }
 }
 
-/* The same merge for the sparse kernel (at most SP_MAXSPLIT splits: n_splits caps at 64): warp 0 reduces the splits' (m, l) in parallel and puts
- * the split weights in shared memory; then each thread merges 4 columns with the splits' loads
- * unrolled (the dense combine above is serial per split). Fixed order: deterministic. */
+/* The same merge for the sparse kernel (at most SP_MAXSPLIT splits: n_splits caps at 64), the
+ * splits counted from the token's selection instead of its position, 4 columns per thread.
+ * Fixed order: deterministic. (Written beside k_mla_combine's rewrite; the two can become one
+ * kernel taking the key count, once a GPU run can check it.) */
 enum { SP_MAXSPLIT = 64 };
 __global__ void __launch_bounds__(128) k_mla_combine_sp(dec_args a, dec_sel sp) {
     __shared__ float wsh[SP_MAXSPLIT];
