@@ -434,6 +434,22 @@ struct di_backend {
                           int kv_rope, void *cache, const int32_t *slot_mapping, int W,
                           const int32_t *positions, int T, const di_rope_params *rp);
 
+    /* Two-lane concurrency (all three NULL: every op runs in issue order, which is always
+     * correct; a backend that has them may overlap independent ops, e.g. a latency-bound chain
+     * with a bandwidth-bound one).
+     *   side_begin(be, T): the ops issued next run on a side lane, after every op issued before
+     *     the call; returns 0 (and everything stays on the main lane) when the backend would not
+     *     gain from it for a step of T tokens. The choice depends on T and the backend's
+     *     settings only, so a captured graph replays the same lanes.
+     *   side_end(be): back to the main lane; the main lane's next ops may run concurrently with
+     *     the side lane's.
+     *   side_join(be): the main lane's next ops wait for every op issued on the side lane.
+     * Between side_begin and side_join the caller guarantees that neither lane writes a buffer
+     * the other reads or writes. sync / download / graph_end join an unjoined side lane. */
+    int (*side_begin)(di_backend *be, int T);
+    void (*side_end)(di_backend *be);
+    void (*side_join)(di_backend *be);
+
     /* CUDA-graph capture of a sequence of ops on the backend's stream: graph_begin, then the
      * ops (no upload/download/sync/alloc in between), then graph_end instantiates the graph
      * into *graph. graph_launch replays it (asynchronously); graph_free releases it

@@ -92,6 +92,12 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     const di_attn_batch *ab = dense;
     int T = ab->n_tokens, H = d->n_heads, dn = d->nope_dim, dr = d->rope_dim, r = d->kv_rank;
     int qk = dn + dr, W = r + dr;
+    /* latent: [c | k_pe] = W_kva x; c = rmsnorm_kva(c)               [T, r + dr]
+     * (on the backend's side lane where it has one: independent of the queries below) */
+    int side = be->side_begin && be->side_begin(be, T);
+    be->matmul(be, m->kva, W, m->x, c->hidden_size, &ly->kv_a, T, 0);
+    be->rmsnorm(be, m->kva, W, m->kva, W, &ly->kv_a_norm, (float)c->rms_norm_eps, T, r);
+    if (side) be->side_end(be);
     /* queries: q = W_qb · rmsnorm_qa(W_qa x)  or  q = W_q x        [T, H, dn + dr] */
     if (c->q_lora_rank > 0) {
         be->matmul(be, m->cq, c->q_lora_rank, m->x, c->hidden_size, &ly->q_a, T, 0);
@@ -101,9 +107,7 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     } else {
         be->matmul(be, m->q, H * qk, m->x, c->hidden_size, &ly->q, T, 0);
     }
-    /* latent: [c | k_pe] = W_kva x; c = rmsnorm_kva(c)               [T, r + dr] */
-    be->matmul(be, m->kva, W, m->x, c->hidden_size, &ly->kv_a, T, 0);
-    be->rmsnorm(be, m->kva, W, m->kva, W, &ly->kv_a_norm, (float)c->rms_norm_eps, T, r);
+    if (side) be->side_join(be);
     /* RoPE on every head's q_pe and on the shared k_pe, then [c | k_pe] into the cache (one
      * fused op where the backend has it) */
     if (be->rope_kv_write) {
@@ -154,9 +158,26 @@ static void ffn(di_model *m, const di_layer *ly, int T) {
         be->matmul(be, m->h, D, m->ffn_act, I, &ly->down, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
         return;
     }
+    int Is = c->moe_intermediate_size * c->n_shared_experts;
+    /* shared experts on the backend's side lane where it has one, overlapping the routing and
+     * the routed experts: h += down_s(silu(gate_s x) ⊙ up_s x), accumulated in fp32 */
+    int side = c->n_shared_experts > 0 && be->side_begin && be->side_begin(be, T);
+    if (side) {
+        be->matmul(be, m->ffn_gu, 2 * Is, m->x, D, &ly->sh_gate_up, T, 0);
+        be->silu_mul(be, m->ffn_act, m->ffn_gu, T, Is);
+        be->matmul(be, m->h, D, m->ffn_act, Is, &ly->sh_down, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
+        be->side_end(be);
+    }
     const float *router_in = m->xr ? m->xr : (const float *)m->x; /* f32 normed rows */
     be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router,
                   ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
+    if (side) {
+        be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,
+                        &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
+        be->side_join(be);
+        be->add(be, m->h, m->ffn_out, (size_t)T * D);
+        return;
+    }
     /* routed + shared experts in one fused op where the backend has one (small decode steps on
      * CUDA), else the routed experts, then the shared experts accumulated onto them */
     int fused = c->n_shared_experts > 0 && be->moe_experts_shared &&
@@ -167,7 +188,6 @@ static void ffn(di_model *m, const di_layer *ly, int T) {
         be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,
                         &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
         if (c->n_shared_experts > 0) {
-            int Is = c->moe_intermediate_size * c->n_shared_experts;
             be->matmul(be, m->ffn_gu, 2 * Is, m->x, D, &ly->sh_gate_up, T, 0);
             be->silu_mul(be, m->ffn_act, m->ffn_gu, T, Is);
             be->matmul(be, m->ffn_out, D, m->ffn_act, Is, &ly->sh_down, T, DI_MM_ACCUMULATE);

@@ -1,11 +1,12 @@
 /* test_cuda_ops.c - CPU vs CUDA parity of the row-wise ops (rope_kv_write also bit for bit
  * against the three ops it fuses), the GEMMs (bf16 / fp8, every
- * kernel path: small, tiled, cuBLASLt, generic), the per-head bmm, and CUDA-graph replay.
+ * kernel path: small, tiled, cuBLASLt, generic), the per-head bmm, CUDA-graph replay, and the
+ * two-lane concurrency (side_begin / side_end / side_join, eager and in a graph).
  * Inputs are fresh random bf16 values each run (full-precision fp32 for the residual stream,
  * which is f32 on both backends); GPU outputs are poisoned with NaN first; the CPU backend
  * (fp32) on the same operands is the reference.
  *
- *   test_cuda_ops [rows] [gemm] [bmm] [graph]      (default: all groups) */
+ *   test_cuda_ops [rows] [gemm] [bmm] [graph] [lanes]      (default: all groups) */
 #include "cuda_test_util.h"
 
 /* ---------------------------------------------------------------- row ops ---- */
@@ -387,9 +388,90 @@ static void test_graph(void) {
     free(w);
 }
 
+/* ---------------------------------------------------------------- lanes ---- */
+
+/* Two-lane concurrency: a chain of projections on the side lane (long: 4 dependent GEMMs) while
+ * the main lane routes and accumulates into h, then the main lane adds the side's result. Eager
+ * and graph-replayed, each against the same ops issued on one lane (the same kernels, so bit
+ * for bit); the side's output is NaN-poisoned before every run, so a missing join shows. */
+static void test_lanes(void) {
+    int T = 4, D = 2048, E = 64, k = 6;
+    CHECK_MSG(g_gpu->side_begin != NULL && g_gpu->side_end != NULL && g_gpu->side_join != NULL,
+              "cuda backend has no side lane ops");
+    if (!g_gpu->side_begin) return;
+    float *w = t_rand((size_t)D, 1.0f);
+    di_weight wn = t_vec_upload(g_gpu, w, D);
+    t_weight m = t_weight_make(1, D, D, 0, 0.03f), g = t_weight_make(1, E, D, 0, 0.05f);
+    di_weight wm = t_weight_upload(g_gpu, &m, DI_WEIGHT_PLAIN), wg = t_weight_upload(g_gpu, &g, DI_WEIGHT_PLAIN);
+    di_route_params rp = {DI_ROUTE_GREEDY, E, k, 1, 1, 0, 1.0f};
+    float *dh = (float *)g_alloc((size_t)T * D * 4), *dnf = (float *)g_alloc((size_t)T * D * 4);
+    void *dn = g_alloc((size_t)T * D * 2), *da = g_alloc((size_t)T * D * 2), *db = g_alloc((size_t)T * D * 2);
+    void *didx = g_alloc((size_t)T * k * 4);
+    float *dw = (float *)g_alloc((size_t)T * k * 4), *dscr = (float *)g_alloc((size_t)T * 2 * E * 4);
+    void *graph = NULL;
+    int forked = 0;
+    /* lanes = 0: everything on the main lane, in the same order */
+#define LSTEP(lanes)                                                                           \
+    do {                                                                                       \
+        g_gpu->add_rmsnorm(g_gpu, dh, NULL, dn, dnf, &wn, 1e-6f, T, D);                        \
+        int side_ = (lanes) && g_gpu->side_begin(g_gpu, T);                                    \
+        forked |= side_;                                                                       \
+        g_gpu->matmul(g_gpu, da, D, dn, D, &wm, T, 0);                                         \
+        g_gpu->matmul(g_gpu, db, D, da, D, &wm, T, 0);                                         \
+        g_gpu->matmul(g_gpu, da, D, db, D, &wm, T, 0);                                         \
+        g_gpu->matmul(g_gpu, db, D, da, D, &wm, 1, 0);                                         \
+        g_gpu->matmul(g_gpu, db, D, da, D, &wm, T, 0);                                         \
+        if (side_) g_gpu->side_end(g_gpu);                                                     \
+        g_gpu->moe_route(g_gpu, (int32_t *)didx, dw, dnf, &wg, NULL, &rp, T, dscr);            \
+        g_gpu->matmul(g_gpu, dh, D, dn, D, &wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);          \
+        if (side_) g_gpu->side_join(g_gpu);                                                    \
+        g_gpu->add(g_gpu, dh, db, (size_t)T * D);                                              \
+    } while (0)
+    CHECK_OK(g_gpu->graph_begin(g_gpu));
+    LSTEP(1);
+    CHECK_OK(g_gpu->graph_end(g_gpu, &graph));
+    CHECK(graph != NULL);
+    for (int rep = 0; rep < 4; rep++) {
+        float *x = t_rand_f32((size_t)T * D, 2.0f), *res[3], *rw[3];
+        for (int mode = 0; mode < 3; mode++) { /* 0: one lane, 1: two lanes eager, 2: two lanes replayed */
+            g_gpu->upload(g_gpu, dh, x, (size_t)T * D * 4);
+            g_poison(da, (size_t)T * D * 2);
+            g_poison(db, (size_t)T * D * 2);
+            g_poison(dw, (size_t)T * k * 4);
+            if (mode == 2) {
+                if (graph) CHECK_OK(g_gpu->graph_launch(g_gpu, graph));
+            } else {
+                LSTEP(mode);
+            }
+            res[mode] = g_get_f32(dh, (size_t)T * D);
+            rw[mode] = g_get_f32(dw, (size_t)T * k);
+        }
+        T_CHECK("two lanes eager == one lane (h)", res[1], res[0], (size_t)T * D, 0, 0);
+        T_CHECK("two lanes eager == one lane (router weights)", rw[1], rw[0], (size_t)T * k, 0, 0);
+        if (graph) {
+            T_CHECK("two lanes replayed == one lane (h)", res[2], res[0], (size_t)T * D, 0, 0);
+            T_CHECK("two lanes replayed == one lane (router weights)", rw[2], rw[0], (size_t)T * k, 0, 0);
+        }
+        for (int mode = 0; mode < 3; mode++) {
+            free(res[mode]);
+            free(rw[mode]);
+        }
+        free(x);
+    }
+#undef LSTEP
+    const char *ln = getenv("DEEPINFER_CUDA_LANES");
+    if (!(ln && ln[0] == '0')) CHECK_MSG(forked, "side_begin never forked at T = %d", T);
+    g_gpu->graph_free(g_gpu, graph);
+    g_free(dh); g_free(dnf); g_free(dn); g_free(da); g_free(db); g_free(didx); g_free(dw); g_free(dscr);
+    g_gpu->weight_free(g_gpu, &wg); t_weight_free(&g);
+    g_gpu->weight_free(g_gpu, &wn); g_gpu->weight_free(g_gpu, &wm);
+    t_weight_free(&m);
+    free(w);
+}
+
 int main(int argc, char **argv) {
     const t_group groups[] = {{"reserve", reserve_gpu}, {"rows", test_rows}, {"gemm", test_gemm}, {"bmm", test_bmm},
-                              {"graph", test_graph}};
+                              {"graph", test_graph}, {"lanes", test_lanes}};
     /* reserve always runs first (it is what a model does at load) */
     return t_main_first_always(argc, argv, groups, (int)(sizeof groups / sizeof groups[0]));
 }

@@ -3,9 +3,11 @@
  * checkpoint; parts checked and converted on the host by backend_host.c), the step workspace
  * (reserve) and CUDA-graph capture hooks.
  *
- * Owner: cuda. Invariants: one non-blocking stream per backend, every op enqueued on it; the
- * host never waits except in download() and sync(), which also report the first recorded
- * asynchronous error; upload() stages through pinned memory (reset at each host-visible sync
+ * Owner: cuda. Invariants: ops are enqueued on the main stream, or between side_begin and
+ * side_end on the side stream (two non-blocking streams, forked and joined with events, which
+ * graph capture records as edges; the side lane has its own cuBLASLt workspace); the host
+ * never waits except in download() and sync(), which join the side lane and report the first
+ * recorded asynchronous error; upload() stages through pinned memory (reset at each host-visible sync
  * point) so step metadata copies are asynchronous; no allocation outside load/reserve. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -82,9 +84,47 @@ static void c_upload(di_backend *be, void *dst, const void *src, size_t bytes) {
     }
 }
 
+/* ---------------------------------------------------------------- lanes ---- */
+
+/* The main lane waits for everything issued on the side lane so far. */
+static void side_join(cuda_state *st) {
+    if (!st->side_dirty) return;
+    cuda_note(st, cudaEventRecord(st->ev_join, st->side_stream), "side lane join (record)");
+    cuda_note(st, cudaStreamWaitEvent(st->main_stream, st->ev_join, 0), "side lane join (wait)");
+    st->side_dirty = 0;
+}
+
+/* Back to the main lane (no wait). */
+static void side_leave(cuda_state *st) {
+    st->on_side = 0;
+    st->stream = st->main_stream;
+}
+
+static int c_side_begin(di_backend *be, int T) {
+    cuda_state *st = cst(be);
+    if (!st->lanes || T > st->lanes_max_t || st->on_side || !st->side_stream || !st->lt_ws_side) return 0;
+    if (cuda_note(st, cudaEventRecord(st->ev_fork, st->main_stream), "side lane fork (record)") ||
+        cuda_note(st, cudaStreamWaitEvent(st->side_stream, st->ev_fork, 0), "side lane fork (wait)"))
+        return 0;
+    st->on_side = 1;
+    st->side_dirty = 1;
+    st->stream = st->side_stream;
+    return 1;
+}
+
+static void c_side_end(di_backend *be) { side_leave(cst(be)); }
+
+static void c_side_join(di_backend *be) {
+    cuda_state *st = cst(be);
+    side_leave(st);
+    side_join(st);
+}
+
 static di_status c_sync(di_backend *be) {
     cuda_state *st = cst(be);
     if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: sync() inside a graph capture");
+    side_leave(st);
+    side_join(st);
     cuda_note(st, cudaStreamSynchronize(st->stream), "stream synchronize");
     st->pin_used = 0;
     return take_error(st);
@@ -93,6 +133,8 @@ static di_status c_sync(di_backend *be) {
 static di_status c_download(di_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_state *st = cst(be);
     if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: download() inside a graph capture");
+    side_leave(st);
+    side_join(st);
     if (bytes) cuda_note(st, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream), "download");
     return c_sync(be);
 }
@@ -280,6 +322,7 @@ static di_status c_reserve(di_backend *be, const di_backend_reserve *r) {
         st->lt_ws_bytes = (size_t)64 << 20;
         DI_TRY(c_alloc(be, st->lt_ws_bytes, &st->lt_ws));
     }
+    if (st->lanes && !st->lt_ws_side) DI_TRY(c_alloc(be, st->lt_ws_bytes, &st->lt_ws_side));
     c_free(be, st->dec_part);
     st->dec_part = NULL;
     DI_TRY(alloc_act_quant(be));
@@ -302,6 +345,8 @@ static di_status c_reserve(di_backend *be, const di_backend_reserve *r) {
 static di_status c_graph_begin(di_backend *be) {
     cuda_state *st = cst(be);
     if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: nested graph capture");
+    side_leave(st);
+    side_join(st);
     DI_TRY(take_error(st));
     cudaError_t e = cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) return cuda_fail(e, "cudaStreamBeginCapture");
@@ -313,6 +358,8 @@ static di_status c_graph_end(di_backend *be, void **graph) {
     cuda_state *st = cst(be);
     *graph = NULL;
     if (!st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: graph_end without graph_begin");
+    side_leave(st); /* an unjoined side lane would fail the capture */
+    side_join(st);
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(st->stream, &g);
     st->capturing = 0;
@@ -331,6 +378,8 @@ static di_status c_graph_end(di_backend *be, void **graph) {
 
 static di_status c_graph_launch(di_backend *be, void *graph) {
     cuda_state *st = cst(be);
+    side_leave(st);
+    side_join(st);
     cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, st->stream);
     if (e != cudaSuccess) return cuda_fail(e, "cudaGraphLaunch");
     return DI_OK;
@@ -346,7 +395,12 @@ static void c_graph_free(di_backend *be, void *graph) {
 static void c_destroy(di_backend *be) {
     cuda_state *st = cst(be);
     if (st) {
-        if (st->stream) cudaStreamSynchronize(st->stream);
+        if (st->main_stream) cudaStreamSynchronize(st->main_stream);
+        if (st->side_stream) cudaStreamSynchronize(st->side_stream);
+        if (st->lt_ws_side) cudaFree(st->lt_ws_side);
+        if (st->ev_fork) cudaEventDestroy(st->ev_fork);
+        if (st->ev_join) cudaEventDestroy(st->ev_join);
+        if (st->side_stream) cudaStreamDestroy(st->side_stream);
         lt_free_plans(st);
         if (st->lt) cublasLtDestroy(st->lt);
         if (st->lt_ws) cudaFree(st->lt_ws);
@@ -354,7 +408,7 @@ static void c_destroy(di_backend *be) {
         if (st->aq_scale) cudaFree(st->aq_scale);
         if (st->dec_part) cudaFree(st->dec_part);
         if (st->pin) cudaFreeHost(st->pin);
-        if (st->stream) cudaStreamDestroy(st->stream);
+        if (st->main_stream) cudaStreamDestroy(st->main_stream);
         free(st);
     }
     free(be);
@@ -409,9 +463,21 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->sp_min_tiles = sm && atoi(sm) > 0 ? atoi(sm) : 2;
     st->lt_min_rows = lm ? atoi(lm) : 2;
     if (st->lt_min_rows < 1) st->lt_min_rows = 1;
-    if ((e = cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    if ((e = cudaStreamCreateWithFlags(&st->main_stream, cudaStreamNonBlocking)) != cudaSuccess) {
         c_destroy(be);
         return cuda_fail(e, "cudaStreamCreate");
+    }
+    st->stream = st->main_stream;
+    /* the side lane: DEEPINFER_CUDA_LANES=0 off, N > 1 used for steps of at most N tokens
+     * (default: DEFAULT_LANES_MAX_T) */
+    const char *ln = getenv("DEEPINFER_CUDA_LANES");
+    st->lanes = !(ln && ln[0] == '0');
+    st->lanes_max_t = ln && atoi(ln) > 1 ? atoi(ln) : DEFAULT_LANES_MAX_T;
+    if (st->lanes && ((e = cudaStreamCreateWithFlags(&st->side_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+                      (e = cudaEventCreateWithFlags(&st->ev_fork, cudaEventDisableTiming)) != cudaSuccess ||
+                      (e = cudaEventCreateWithFlags(&st->ev_join, cudaEventDisableTiming)) != cudaSuccess)) {
+        c_destroy(be);
+        return cuda_fail(e, "creating the side lane");
     }
     if (cublasLtCreate(&st->lt) != CUBLAS_STATUS_SUCCESS) {
         st->lt = NULL;
@@ -460,6 +526,9 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->moe_experts_shared = cuda_moe_experts_shared;
     be->reserve = c_reserve;
     be->sample = cuda_sample;
+    be->side_begin = c_side_begin;
+    be->side_end = c_side_end;
+    be->side_join = c_side_join;
     be->graph_begin = c_graph_begin;
     be->graph_end = c_graph_end;
     be->graph_launch = c_graph_launch;

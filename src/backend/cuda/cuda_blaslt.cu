@@ -174,7 +174,7 @@ static int lt_exec(cuda_state *st, const lt_shape *g, const void *W, const void 
     }
     float alpha = 1.0f, beta = g->accumulate ? 1.0f : 0.0f;
     cublasStatus_t s = cublasLtMatmul(st->lt, p->op, &alpha, W, p->a, x, p->b, &beta, y, p->c, y, p->c, &p->algo,
-                                      st->lt_ws, st->lt_ws_bytes, st->stream);
+                                      st->on_side ? st->lt_ws_side : st->lt_ws, st->lt_ws_bytes, st->stream);
     if (s != CUBLAS_STATUS_SUCCESS) {
         char msg[160];
         snprintf(msg, sizeof msg, "cublasLtMatmul failed (status %d) for N=%d K=%d T=%d batch=%d fp8=%d", (int)s, g->N,
@@ -193,7 +193,8 @@ int lt_gemm(cuda_state *st, const gemm_args *a) {
     const wview &w = a->w;
     int N = w.rows, K = w.cols, T = a->r.T, fp8 = w.fp8, batch = a->n_mat;
     if (fp8) {
-        if (batch != 1 || !st->fp8_act_quant || a->o.f32 || T % 4 != 0 || w.br != 128 || w.bc != 128 || K % 16 != 0 ||
+        /* st->aq is one buffer: activation quantization runs on the main lane only */
+        if (batch != 1 || !st->fp8_act_quant || st->on_side || a->o.f32 || T % 4 != 0 || w.br != 128 || w.bc != 128 || K % 16 != 0 ||
             !st->aq || T > st->max_tokens || K > st->max_fp8_cols)
             return 0;
     }

@@ -37,9 +37,20 @@ typedef struct lt_plan {
 
 enum { LT_CACHE = 512 };
 
+/* Steps of at most this many tokens use the side lane by default (DEEPINFER_CUDA_LANES). */
+enum { DEFAULT_LANES_MAX_T = 256 };
+
 typedef struct cuda_state {
     int device;
-    cudaStream_t stream;
+    cudaStream_t stream;           /* the stream ops launch on: main_stream, or side_stream
+                                    * between side_begin and side_end (cuda_backend.cu, lanes) */
+    cudaStream_t main_stream, side_stream;
+    cudaEvent_t ev_fork, ev_join;
+    int lanes;                     /* DEEPINFER_CUDA_LANES (default 1): 0 no side lane; else the
+                                    * side lane is used for steps of at most lanes_max_t tokens */
+    int lanes_max_t;
+    int on_side, side_dirty;       /* issuing on the side lane; side ops not yet joined */
+    void *lt_ws_side;              /* the side lane's cuBLASLt workspace (lt_ws_bytes) */
     cublasLtHandle_t lt;
     int n_sm;
     char err[512];                 /* first asynchronous/launch error, "" if none */
