@@ -20,7 +20,7 @@
  *    then loads each 32-key tile row by row from those slots. Splits over the list: the dense
  *    split count capped at ceil(ceil(sel_stride / 32) / DEEPINFER_CUDA_SPARSE_MIN_TILES)
  *    (host-known shapes only; default 2 tiles per split, measured best at 1 token), merged by
- *    k_mla_combine_sp (parallel over splits). Shapes the fast kernel does not take (or more
+ *    k_mla_combine (its SP flavour counts the splits from the selection). Shapes the fast kernel does not take (or more
  *    than SP_MAXKEYS keys per split) go to the generic kernel walking the list.
  *  - generic: one warp per (token, head), any shape (tiny test models); over the token's
  *    selected positions when there is a DSA selection.
@@ -331,62 +331,32 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
     }
 }
 
-/* Merges the splits of one (token, head): out = Σ_s e^{m_s - M} O_s / Σ_s e^{m_s - M} l_s.
- * The first warp turns the (m, l) of all splits (at most 64) into weights in shared memory in
- * parallel (fixed shuffle trees: deterministic), then every column sums its splits in split
- * order with independent loads (was one dependent global load per split and column). */
-__global__ void __launch_bounds__(128) k_mla_combine(dec_args a) {
-    __shared__ float wsh[64];
-    __shared__ float inv_sh;
+/* Merges the splits of one (token, head): out = Σ_s e^{m_s - M} O_s / Σ_s e^{m_s - M} l_s,
+ * over the splits that had keys, found with the decode kernels' own split arithmetic: the
+ * token's keys are its context positions 0..pos (dense) or its sel_count[t] selected positions
+ * (SP), in tiles of a.kt keys. The first warp turns the (m, l) of those splits (at most
+ * MLA_MAXSPLIT) into weights in shared memory (fixed shuffle trees), then each thread sums 4
+ * columns over the splits in split order with the split loads unrolled: deterministic. */
+enum { MLA_MAXSPLIT = 64 };
+template <bool SP>
+__global__ void __launch_bounds__(128) k_mla_combine(dec_args a, dec_sel sp) {
+    __shared__ float wsh[MLA_MAXSPLIT];
+    __shared__ float s_inv;
     pdl_launch_dependents(); /* the W_UV GEMV may start loading its weights */
     pdl_wait();
     int t = blockIdx.x, h = blockIdx.y, H = a.n_heads, S = a.nsplit;
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
-    /* only the splits that had tiles wrote partials (same arithmetic as the kernel) */
-    int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
-    int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
-    int ntiles = (pos + 1 + a.kt - 1) / a.kt, tps = (ntiles + S - 1) / S;
-    S = (ntiles + tps - 1) / tps;
-    long p0 = ((long)t * H + h) * a.nsplit;
-    if (threadIdx.x < 32) {
-        const int s0 = threadIdx.x, s1 = s0 + 32;
-        const float m0 = s0 < S ? a.ml[(p0 + s0) * 2] : -INFINITY, m1 = s1 < S ? a.ml[(p0 + s1) * 2] : -INFINITY;
-        float M = fmaxf(m0, m1);
-        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-        const float w0 = s0 < S ? expf(m0 - M) : 0.f, w1 = s1 < S ? expf(m1 - M) : 0.f;
-        wsh[s0] = w0;
-        wsh[s1] = w1;
-        float L = (s0 < S ? a.ml[(p0 + s0) * 2 + 1] * w0 : 0.f) + (s1 < S ? a.ml[(p0 + s1) * 2 + 1] * w1 : 0.f);
-        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
-        if (s0 == 0) inv_sh = 1.0f / L;
+    int keys;
+    if (SP) {
+        keys = sp.sel_count[t];
+    } else {
+        int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
+        keys = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]) + 1;
     }
-    __syncthreads();
-    const float inv = inv_sh;
-    const float *pp = a.part + p0 * FDV;
-    for (int c = threadIdx.x; c < FDV; c += blockDim.x) {
-        float acc = 0.f;
-#pragma unroll 8
-        for (int s = 0; s < S; s++) acc += wsh[s] * pp[(long)s * FDV + c];
-        a.out[((long)t * H + h) * FDV + c] = __float2bfloat16_rn(acc * inv);
-    }
-}
-
-/* The same merge for the sparse kernel (at most SP_MAXSPLIT splits: n_splits caps at 64), the
- * splits counted from the token's selection instead of its position, 4 columns per thread.
- * Fixed order: deterministic. (Written beside k_mla_combine's rewrite; the two can become one
- * kernel taking the key count, once a GPU run can check it.) */
-enum { SP_MAXSPLIT = 64 };
-__global__ void __launch_bounds__(128) k_mla_combine_sp(dec_args a, dec_sel sp) {
-    __shared__ float wsh[SP_MAXSPLIT];
-    __shared__ float s_inv;
-    pdl_launch_dependents();
-    pdl_wait();
-    int t = blockIdx.x, h = blockIdx.y, H = a.n_heads, S = a.nsplit;
-    int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
-    if (seq < 0) return;
-    int ntiles = (sp.sel_count[t] + FKT - 1) / FKT, tps = (ntiles + S - 1) / S;
-    if (ntiles == 0) return; /* an empty selection (backend.h: never; count >= 1) */
+    int ntiles = (keys + a.kt - 1) / a.kt;
+    if (ntiles <= 0) return; /* an empty selection (backend.h: never; count >= 1) */
+    int tps = (ntiles + S - 1) / S;
     S = (ntiles + tps - 1) / tps;
     long p0 = ((long)t * H + h) * a.nsplit;
     if (threadIdx.x < 32) {
@@ -422,6 +392,14 @@ __global__ void __launch_bounds__(128) k_mla_combine_sp(dec_args a, dec_sel sp) 
     *(uint2 *)(a.out + ((long)t * H + h) * FDV + c) = o;
 }
 
+/* The split merge after a decode launch with a.nsplit > 1 splits (dense or SP). */
+template <bool SP>
+static void launch_combine(cuda_state *st, const dec_args &a, const dec_sel &sp, int n_tokens) {
+    DI_ASSERT(a.nsplit <= MLA_MAXSPLIT);
+    cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine<SP>, dim3(n_tokens, a.n_heads), dim3(128), 0, a, sp);
+    CUDA_LAUNCHED(st, "mla_combine");
+}
+
 /* ---------------------------------------------------------------- host ---- */
 
 static int heads_per_block(int H) {
@@ -437,7 +415,7 @@ static int n_splits(const cuda_state *st, int n_tokens, int n_hg, int wg) {
     if (work >= target) return 1;
     int s = wg ? target / work : (target + work - 1) / work;
     if (s < 1) s = 1;
-    return s > 64 ? 64 : s; /* 256 measured slower at one token: k_mla_combine is serial per head */
+    return s > MLA_MAXSPLIT ? MLA_MAXSPLIT : s; /* 256 measured slower at one token */
 }
 
 static int use_wg(const cuda_state *st, const di_mla_dims *d) { return st->mla_wgmma && d->n_heads % 64 == 0; }
@@ -484,11 +462,7 @@ static void launch_decode(cuda_state *st, const dec_args &a, const dec_sel &sp, 
     if (R == 64) launch_fast<64, 8, SP>(st, a, sp, n_tokens);
     else if (R == 32) launch_fast<32, 8, SP>(st, a, sp, n_tokens);
     else launch_fast<16, 4, SP>(st, a, sp, n_tokens);
-    if (a.nsplit > 1) {
-        if (SP) cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine_sp, dim3(n_tokens, a.n_heads), dim3(128), 0, a, sp);
-        else cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine, dim3(n_tokens, a.n_heads), dim3(128), 0, a);
-        CUDA_LAUNCHED(st, "mla_combine");
-    }
+    if (a.nsplit > 1) launch_combine<SP>(st, a, sp, n_tokens);
 }
 
 void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
@@ -552,11 +526,7 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
     if (wg) {
         a.kt = MLA_WG_KT;
         mla_decode_wg_launch(st, a, ab->n_tokens, st->mla_wgmma == 2);
-        if (a.nsplit > 1) {
-            DI_ASSERT(a.nsplit <= 64); /* k_mla_combine's weight table */
-            cuda_launch_pdl(st, st->pdl >= 2, k_mla_combine, dim3(ab->n_tokens, d->n_heads), dim3(128), 0, a);
-            CUDA_LAUNCHED(st, "mla_combine");
-        }
+        if (a.nsplit > 1) launch_combine<false>(st, a, sp, ab->n_tokens);
         return;
     }
     launch_decode<false>(st, a, dec_sel{NULL, NULL, 0}, R, ab->n_tokens);
