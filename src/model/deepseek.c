@@ -145,9 +145,10 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     be->matmul(be, m->h, c->hidden_size, m->o, H * d->v_dim, &ly->o, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
 }
 
-/* h += FFN(x): dense SwiGLU MLP (down_proj accumulates into h), or routed experts + shared
- * experts summed in ffn_out, then added into h. */
-static void ffn(di_model *m, const di_layer *ly, int T) {
+/* h += FFN(x): dense SwiGLU MLP (down_proj accumulates into h; returns NULL), or routed
+ * experts (+ shared experts) in ffn_out, which the caller adds into h (returns ffn_out: the
+ * next layer's add_rmsnorm takes it as its delta, saving a pass over h). */
+static const void *ffn(di_model *m, const di_layer *ly, int T) {
     di_backend *be = m->be;
     const di_model_config *c = &m->cfg;
     int D = c->hidden_size;
@@ -156,7 +157,7 @@ static void ffn(di_model *m, const di_layer *ly, int T) {
         be->matmul(be, m->ffn_gu, 2 * I, m->x, D, &ly->gate_up, T, 0);
         be->silu_mul(be, m->ffn_act, m->ffn_gu, T, I);
         be->matmul(be, m->h, D, m->ffn_act, I, &ly->down, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
-        return;
+        return NULL;
     }
     int Is = c->moe_intermediate_size * c->n_shared_experts;
     /* shared experts on the backend's side lane where it has one, overlapping the routing and
@@ -175,8 +176,7 @@ static void ffn(di_model *m, const di_layer *ly, int T) {
         be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,
                         &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
         be->side_join(be);
-        be->add(be, m->h, m->ffn_out, (size_t)T * D);
-        return;
+        return m->ffn_out;
     }
     /* routed + shared experts in one fused op where the backend has one (small decode steps on
      * CUDA), else the routed experts, then the shared experts accumulated onto them */
@@ -193,21 +193,27 @@ static void ffn(di_model *m, const di_layer *ly, int T) {
             be->matmul(be, m->ffn_out, D, m->ffn_act, Is, &ly->sh_down, T, DI_MM_ACCUMULATE);
         }
     }
-    be->add(be, m->h, m->ffn_out, (size_t)T * D);
+    return m->ffn_out;
 }
 
-/* One decoder layer on the residual stream m->h. */
-static void decoder_layer(di_model *m, int l, const di_attn_batch *ab, int n_decode_seqs,
-                          int n_decode_tokens) {
+/* One decoder layer on the residual stream m->h, after h += delta (the previous layer's FFN
+ * output, or NULL); returns the FFN output still to be added into h (or NULL). */
+static const void *decoder_layer(di_model *m, int l, const di_attn_batch *ab, int n_decode_seqs,
+                                 int n_decode_tokens, const void *delta) {
     di_backend *be = m->be;
     const di_layer *ly = &m->layers[l];
     float eps = (float)m->cfg.rms_norm_eps;
     int T = ab->n_tokens, D = m->cfg.hidden_size;
     void *cache = act_at(m, m->kv, (size_t)l * m->kv_layer_stride);
-    be->add_rmsnorm(be, m->h, NULL, m->x, NULL, &ly->attn_norm, eps, T, D);
+    be->add_rmsnorm(be, m->h, delta, m->x, NULL, &ly->attn_norm, eps, T, D);
     attention(m, ly, l, cache, ab, n_decode_seqs, n_decode_tokens);
     be->add_rmsnorm(be, m->h, NULL, m->x, ly->is_moe ? m->xr : NULL, &ly->ffn_norm, eps, T, D);
-    ffn(m, ly, T);
+    return ffn(m, ly, T);
+}
+
+/* The last layer's pending FFN output into h. */
+static void flush_delta(di_model *m, const void *delta, int T) {
+    if (delta) m->be->add(m->be, m->h, delta, (size_t)T * m->cfg.hidden_size);
 }
 
 /* Logits of the requested rows: their residual rows gathered, normed with `norm` (final or
@@ -241,7 +247,9 @@ static int decode_tokens(const di_batch *b) { return b->seq_start[b->n_decode_se
 /* h = the main model's residual stream after every layer, for the uploaded batch. */
 void di_deepseek_layers(di_model *m, const di_attn_batch *ab, int n_decode_seqs, int n_decode_tokens) {
     m->be->embed(m->be, m->h, &m->embed, m->d_ids, ab->n_tokens);
-    for (int l = 0; l < m->n_layers; l++) decoder_layer(m, l, ab, n_decode_seqs, n_decode_tokens);
+    const void *delta = NULL;
+    for (int l = 0; l < m->n_layers; l++) delta = decoder_layer(m, l, ab, n_decode_seqs, n_decode_tokens, delta);
+    flush_delta(m, delta, ab->n_tokens);
 }
 
 di_status di_deepseek_forward(di_model *m, const di_batch *b, float *logits, float *hidden) {
@@ -274,7 +282,7 @@ di_status di_deepseek_mtp_forward(di_model *m, int k, const di_batch *b, const f
     be->upload(be, m->h, hidden_in, (size_t)T * D * sizeof(float));
     be->rmsnorm(be, act_at(m, m->cat2, D), 2 * D, m->h, D, &ly->hnorm, eps, T, D);
     be->matmul(be, m->h, D, m->cat2, 2 * D, &ly->eh_proj, T, DI_MM_OUT_F32);
-    decoder_layer(m, l, &ab, b->n_decode_seqs, decode_tokens(b));
+    flush_delta(m, decoder_layer(m, l, &ab, b->n_decode_seqs, decode_tokens(b), NULL), T);
     const di_weight *head = ly->mtp_head.n ? &ly->mtp_head : m->lm_head_tied ? &m->embed : &m->lm_head;
     if (hidden_out) DI_TRY(download_hidden(m, hidden_out, &ly->head_norm, T));
     if (logits) DI_TRY(emit_logits(m, b, &ly->head_norm, head, logits));
