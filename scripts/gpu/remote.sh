@@ -9,6 +9,8 @@
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
 #          engine compare hf e2ebase pbreakdown pkernel
+#          moelt (decode with each DEEPINFER_CUDA_MOE_LT value; MOELT_VALUES, MOELT_BATCHES,
+#              MOELT_NCU: values whose batch-16 step also runs under ncu)
 #          benchv32 (bench_cuda_ops v32: V3.2 indexer / sparse MLA times)
 #          pfbench (bench_cuda_ops prefill: MLA prefill at 512 and 8192 tokens, every variant)
 #          benchv32base (the same from another staged tree V32_BASE, e.g. main's carried as
@@ -282,6 +284,27 @@ for s in $steps; do
             -c "${PKERNEL_COUNT:-2}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
             --section WarpStateStats --section ComputeWorkloadAnalysis "$G/bin/bench_cuda_e2e" \
             --model "$TMP/v2lite-8l" --batches none --prefill "${PBREAKDOWN_LEN:-8192}" --ceilings 0
+        ;;
+    moelt)
+        # decode at MOELT_BATCHES (default 8,16,32,64,128) once per DEEPINFER_CUDA_MOE_LT value of
+        # MOELT_VALUES (default "1 2 3": strided cuBLASLt experts, pointer arrays, pointer arrays
+        # from 8 tokens; 0: our grouped kernels), before / after in one call; then, for each value
+        # of MOELT_NCU (default none), one batch-16 decode step's kernels under ncu (breakdown.txt)
+        v2lite || continue
+        for v in ${MOELT_VALUES:-1 2 3}; do
+            echo "(variant: DEEPINFER_CUDA_MOE_LT=$v)" >>"$OUT/bench.log"
+            run_step "e2e.moelt$v" bench.log env DEEPINFER_CUDA_MOE_LT="$v" "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" \
+                --batches "${MOELT_BATCHES:-8,16,32,64,128}" --prefill none --ceilings 0
+        done
+        ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        for v in ${MOELT_NCU:-}; do
+            [ -n "$ncu" ] || break
+            log="$TMP/ncu_b16_lt$v.csv"
+            run_step "breakdown.b16.lt$v" ncu.log env DEEPINFER_CUDA_GRAPHS=0 DEEPINFER_CUDA_MOE_LT="$v" "$ncu" \
+                --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --log-file "$log" \
+                "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" --batches 16 --prompt 16 --gen 4 --prefill none --ceilings 0
+            python3 "$G/src/scripts/gpu/breakdown.py" "$log" "b16 MOE_LT=$v" >>"$OUT/breakdown.txt" 2>&1
+        done
         ;;
     e2e | compare)
         v2lite || continue

@@ -385,9 +385,46 @@ static void random_topk(int32_t *idx, float *w, int T, int k, int E, int low_one
     }
 }
 
-/* A second GPU backend (another kernel choice, e.g. DEEPINFER_CUDA_WGMMA=0) that experts_case
- * also checks against the same CPU reference when set. */
-static di_backend *g_gpu_alt = NULL;
+/* Other GPU backends (another kernel choice, e.g. DEEPINFER_CUDA_WGMMA=0) that experts_case
+ * also checks against the same CPU reference (NULL-terminated; NULL: none). */
+static di_backend *g_gpu_alt[4] = {NULL};
+/* Set: experts_case also poisons its scratch with NaN (padded rows nobody fills must never reach
+ * an output) and runs every backend twice (the two outputs must be bit-identical). */
+static int g_experts_strict = 0;
+
+/* A CUDA backend created with `var` = `val` (NULL on failure, reported). */
+static di_backend *backend_with(const char *var, const char *val) {
+    setenv(var, val, 1);
+    di_backend *be = NULL;
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be));
+    unsetenv(var);
+    return be;
+}
+
+/* Runs moe_experts on g_gpu (output poisoned first; with g_experts_strict the scratch too, and
+ * a second run that must give the same bits) and returns the output as floats. */
+static float *experts_run(const char *what, void *dout, const void *dx, const int32_t *di, const float *dw, int k,
+                          const di_weight *gu, const di_weight *dn, int T, int D, void *ds, size_t sg) {
+    uint16_t *first = NULL;
+    for (int rep = 0; rep < (g_experts_strict ? 2 : 1); rep++) {
+        g_poison(dout, (size_t)T * D * 2);
+        if (g_experts_strict) g_poison(ds, sg);
+        g_gpu->moe_experts(g_gpu, dout, dx, di, dw, k, gu, dn, T, ds, sg);
+        if (g_experts_strict && rep == 0) {
+            first = (uint16_t *)malloc((size_t)T * D * 2);
+            CHECK_OK(g_gpu->download(g_gpu, first, dout, (size_t)T * D * 2));
+        }
+    }
+    float *got = g_get_act(dout, (size_t)T * D);
+    if (first) {
+        uint16_t *second = (uint16_t *)malloc((size_t)T * D * 2);
+        CHECK_OK(g_gpu->download(g_gpu, second, dout, (size_t)T * D * 2));
+        CHECK_MSG(memcmp(first, second, (size_t)T * D * 2) == 0, "%s: two runs differ", what);
+        free(second);
+        free(first);
+    }
+    return got;
+}
 
 /* Routed experts of T tokens; tokens pick among the first e_route experts only (e_route < E
  * leaves experts without tokens). */
@@ -405,22 +442,20 @@ static void experts_case_r(const char *name, int E, int e_route, int k, int D, i
     g_cpu->moe_experts(g_cpu, ref, x, idx, w, k, &guc, &dnc, T, hs, sc);
     void *dx = g_act(x, (size_t)T * D), *di = g_raw(idx, (size_t)T * k * 4), *dw = g_raw(w, (size_t)T * k * 4);
     void *dout = g_alloc((size_t)T * D * 2);
-    g_poison(dout, (size_t)T * D * 2);
-    g_gpu->moe_experts(g_gpu, dout, dx, di, dw, k, &gug, &dng, T, ds, sg);
-    float *got = g_get_act(dout, (size_t)T * D);
     char what[160];
     snprintf(what, sizeof what, "moe_experts %s E%d k%d D%d I%d T%d%s", name, E, k, D, I, T, fp8 ? " fp8" : "");
     if (e_route < E) snprintf(what + strlen(what), sizeof what - strlen(what), " (experts < %d)", e_route);
+    float *got = experts_run(what, dout, dx, (const int32_t *)di, (const float *)dw, k, &gug, &dng, T, D, ds, sg);
     T_CHECK(what, got, ref, (size_t)T * D, TOL_L2, TOL_MAX);
-    if (g_gpu_alt) { /* the same inputs through the other backend's kernels */
+    size_t base_len = strlen(what);
+    for (int a = 0; a < 3 && g_gpu_alt[a]; a++) { /* the same inputs through the other backends' kernels */
         di_backend *save = g_gpu;
-        g_gpu = g_gpu_alt;
+        g_gpu = g_gpu_alt[a];
         di_weight gua = t_weight_upload(g_gpu, &gu, DI_WEIGHT_PLAIN), dna = t_weight_upload(g_gpu, &dn, DI_WEIGHT_PLAIN);
-        g_poison(dout, (size_t)T * D * 2);
-        g_gpu->moe_experts(g_gpu, dout, dx, di, dw, k, &gua, &dna, T, ds, sg);
         free(got);
-        got = g_get_act(dout, (size_t)T * D);
-        snprintf(what + strlen(what), sizeof what - strlen(what), " alt");
+        if (a) snprintf(what + base_len, sizeof what - base_len, " alt%d", a + 1);
+        else snprintf(what + base_len, sizeof what - base_len, " alt");
+        got = experts_run(what, dout, dx, (const int32_t *)di, (const float *)dw, k, &gua, &dna, T, D, ds, sg);
         T_CHECK(what, got, ref, (size_t)T * D, TOL_L2, TOL_MAX);
         g_gpu->weight_free(g_gpu, &gua); g_gpu->weight_free(g_gpu, &dna);
         g_gpu = save;
@@ -520,13 +555,44 @@ static void test_small(void) {
 static void test_experts(void) {
 
     /* 1: GEMV; 16..128: cuBLASLt batched (padded per expert); 129+: tiled grouped */
-    const int Ts[] = {1, 16, 64, 128, 129, 300, 1200};
+    const int Ts[] = {1, 64, 129, 300, 1200};
     for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) experts_case("v2-lite", 64, 6, 2048, 1408, Ts[i], 0);
+    di_backend *save = g_gpu;
+    /* 16..128 tokens: cuBLASLt batches padded to T rows per expert, through pointer arrays over
+     * min(E, T*k) slots (DEEPINFER_CUDA_MOE_LT=2) and, on the same inputs, strided over all E
+     * experts (=1) and pointer arrays with the spare slots last (=4, "alt2"); scratch poisoned,
+     * each run twice. Odd T, T = 128, only 8 / 5 experts with tokens (most slots spare), T*k < E
+     * (48 slots for 64 experts, <= 40 with tokens), tiny dims. Then 8 tokens through pointer
+     * arrays (=3) and, on the same inputs, the default (grouped) path. */
+    di_backend *ptr = backend_with("DEEPINFER_CUDA_MOE_LT", "2"), *strided = backend_with("DEEPINFER_CUDA_MOE_LT", "1");
+    di_backend *ptr8 = backend_with("DEEPINFER_CUDA_MOE_LT", "3"), *ptrend = backend_with("DEEPINFER_CUDA_MOE_LT", "4");
+    if (ptr && strided && ptr8 && ptrend) {
+        g_experts_strict = 1;
+        g_gpu = ptr;
+        g_gpu_alt[0] = strided;
+        g_gpu_alt[1] = ptrend;
+        experts_case("v2-lite ptr", 64, 6, 2048, 1408, 16, 0);
+        experts_case("v2-lite ptr", 64, 6, 2048, 1408, 17, 0);
+        experts_case("v2-lite ptr", 64, 6, 2048, 1408, 128, 0);
+        experts_case_r("v2-lite ptr", 64, 8, 6, 2048, 1408, 16, 0);
+        experts_case_r("v2-lite ptr k3", 64, 40, 3, 2048, 1408, 16, 0);
+        experts_case("tiny ptr", 12, 3, 128, 40, 50, 0);
+        experts_case_r("odd ptr", 12, 5, 3, 136, 40, 23, 0);
+        g_gpu = ptr8;
+        g_gpu_alt[0] = save;
+        g_gpu_alt[1] = NULL;
+        experts_case("v2-lite ptr", 64, 6, 2048, 1408, 8, 0);
+        experts_case_r("v2-lite ptr", 64, 10, 6, 2048, 1408, 8, 0);
+        g_gpu_alt[0] = NULL;
+        g_gpu = save;
+        g_experts_strict = 0;
+    }
+    if (ptr) di_backend_free(ptr);
+    if (strided) di_backend_free(strided);
+    if (ptr8) di_backend_free(ptr8);
+    if (ptrend) di_backend_free(ptrend);
     /* the same sizes through our grouped kernels (DEEPINFER_CUDA_MOE_LT=0) */
-    setenv("DEEPINFER_CUDA_MOE_LT", "0", 1);
-    di_backend *nolt = NULL, *save = g_gpu;
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &nolt));
-    unsetenv("DEEPINFER_CUDA_MOE_LT");
+    di_backend *nolt = backend_with("DEEPINFER_CUDA_MOE_LT", "0");
     if (nolt) {
         g_gpu = nolt;
         experts_case("v2-lite no-lt", 64, 6, 2048, 1408, 16, 0);
@@ -554,13 +620,13 @@ static void test_experts(void) {
     di_backend *nowg = NULL;
     CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &nowg));
     unsetenv("DEEPINFER_CUDA_WGMMA");
-    g_gpu_alt = nowg;
+    g_gpu_alt[0] = nowg;
     experts_case("v2-lite", 64, 6, 2048, 1408, 1024, 0);
     experts_case_r("v2-lite", 64, 40, 6, 2048, 1408, 1100, 0);
     experts_case("odd", 8, 2, 328, 200, 600, 0);
     experts_case_r("odd", 8, 5, 3, 328, 200, 777, 0);
     experts_case("fp8", 8, 2, 512, 256, 700, 1);
-    g_gpu_alt = NULL;
+    g_gpu_alt[0] = NULL;
     if (nowg) di_backend_free(nowg);
     experts_case("fp8", 8, 2, 512, 256, 3, 1);
     experts_case("fp8", 8, 2, 512, 256, 500, 1);

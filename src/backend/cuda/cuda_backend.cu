@@ -446,7 +446,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     const char *gv = getenv("DEEPINFER_CUDA_GEMV"), *lm = getenv("DEEPINFER_CUDA_LT_MIN_ROWS");
     st->gemv = !(gv && gv[0] == '0');
     const char *ml = getenv("DEEPINFER_CUDA_MOE_LT");
-    st->moe_lt = !(ml && ml[0] == '0');
+    st->moe_lt = ml && ml[0] >= '0' && ml[0] <= '4' && !ml[1] ? ml[0] - '0' : 2;
     const char *rs = getenv("DEEPINFER_CUDA_ROUTER_SMEM");
     st->router_smem = !(rs && rs[0] == '0');
     const char *wg = getenv("DEEPINFER_CUDA_WGMMA");

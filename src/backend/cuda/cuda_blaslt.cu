@@ -1,7 +1,9 @@
 /* cuda_blaslt.cu - cuBLASLt GEMMs of the CUDA backend: bf16, and fp8 e4m3 with DeepSeek's
  * block scales (weights 128x128 blocks: CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
  * activations 1x128 groups: VEC128_32F, quantized by k_act_quant below), plus a small plan
- * cache (descriptors + heuristic algorithm per shape).
+ * cache (descriptors + heuristic algorithm per shape). Batches are strided, or (the routed
+ * experts of decode steps, cuda_moe.cu) pointer arrays: A / B / C are device arrays of one
+ * pointer per batch instance, written on the device.
  *
  * Owner: cuda. Row-major y[T, N] = x[T, K] · W[N, K]ᵀ is computed as the column-major
  * "TN" product yᵀ = W · xᵀ (A = W transposed, B = x), the layout fp8 requires on Hopper.
@@ -10,6 +12,7 @@
  * [ceil(K/128)][T] (token fastest). Invariants: plans are created on first use (host only,
  * also valid during graph capture) and keyed by every parameter that changes the descriptor
  * or the algorithm; a shape cuBLASLt has no algorithm for is remembered and returns 0. */
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
@@ -70,9 +73,16 @@ void lt_free_plans(cuda_state *st) {
 
 #define LT_OK(call) ((call) == CUBLAS_STATUS_SUCCESS)
 
-static int set_batch(cublasLtMatrixLayout_t l, int batch, long stride) {
-    if (batch <= 1) return 1;
+/* Strided batch (stride in elements), or with ptr_array a batch whose matrices' addresses come
+ * from a device array of pointers (CUBLASLT_BATCH_MODE_POINTER_ARRAY; set even for one matrix). */
+static int set_batch(cublasLtMatrixLayout_t l, int batch, long stride, int ptr_array) {
     int32_t b = batch;
+    if (ptr_array) {
+        uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+        return LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b)) &&
+               LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode, sizeof mode));
+    }
+    if (batch <= 1) return 1;
     int64_t st = stride;
     return LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b)) &&
            LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st, sizeof st));
@@ -93,10 +103,12 @@ static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_b
         ok = ok && LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dummy, sizeof dummy));
         ok = ok && LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dummy, sizeof dummy));
     }
-    ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->a, ab_t, g->K, g->N, g->K)) && set_batch(p->a, g->batch, g->sa);
+    ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->a, ab_t, g->K, g->N, g->K)) &&
+         set_batch(p->a, g->batch, g->sa, g->ptr_array);
     ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->b, ab_t, g->K, g->T, g->fp8 ? g->K : g->ldx)) &&
-         set_batch(p->b, g->batch, g->sb);
-    ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->c, c_t, g->N, g->T, g->ldy)) && set_batch(p->c, g->batch, g->sc);
+         set_batch(p->b, g->batch, g->sb, g->ptr_array);
+    ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->c, c_t, g->N, g->T, g->ldy)) &&
+         set_batch(p->c, g->batch, g->sc, g->ptr_array);
     if (!ok) return 0;
     cublasLtMatmulPreference_t pref = NULL;
     if (!LT_OK(cublasLtMatmulPreferenceCreate(&pref))) return 0;
@@ -106,11 +118,18 @@ static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_b
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
+    if (g->ptr_array) /* the weight pointers are the array's, aligned as lt_ptr's caller says */
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
     cublasLtMatmulHeuristicResult_t res;
     int n = 0;
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &n);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (hs != CUBLAS_STATUS_SUCCESS || n < 1) return 0;
+    if (hs != CUBLAS_STATUS_SUCCESS || n < 1) {
+        if (g->ptr_array) /* host-only note: the caller falls back to the strided batch */
+            fprintf(stderr, "deepinfer cuda: cuBLASLt has no pointer-array algorithm for N=%d K=%d T=%d batch=%d (status %d)\n",
+                    g->N, g->K, g->T, g->batch, (int)hs);
+        return 0;
+    }
     p->algo = res.algo;
     return 1;
 }
@@ -130,7 +149,7 @@ static lt_plan *plan_for(cuda_state *st, const lt_shape *g, int align) {
     key = mix(key, (uint64_t)g->T);
     key = mix(key, (uint64_t)g->ldx);
     key = mix(key, (uint64_t)g->ldy);
-    key = mix(key, (uint64_t)(g->f32 | g->fp8 << 1 | g->accumulate << 2));
+    key = mix(key, (uint64_t)(g->f32 | g->fp8 << 1 | g->accumulate << 2 | g->ptr_array << 3));
     key = mix(key, (uint64_t)g->batch);
     key = mix(key, (uint64_t)g->sa);
     key = mix(key, (uint64_t)g->sb);
@@ -149,10 +168,14 @@ static lt_plan *plan_for(cuda_state *st, const lt_shape *g, int align) {
 /* byte alignment the plan may assume for this call's pointers / strides */
 static int plan_align(const lt_shape *g, const void *x, const void *y) {
     int al = align_of(y, g->ldy, g->f32 ? 4 : 2), alx = g->fp8 ? 16 : align_of(x, g->ldx, 2);
-    if (g->batch > 1) {
+    if (g->batch > 1 || g->ptr_array) {
         int as = align_of(NULL, g->sb, 2), cs = align_of(NULL, g->sc, g->f32 ? 4 : 2);
         alx = alx < as ? alx : as;
         al = al < cs ? al : cs;
+    }
+    if (g->ptr_array) { /* weight matrices at multiples of sa from a 256-byte aligned base */
+        int aw = align_of(NULL, g->sa, g->fp8 ? 1 : 2);
+        al = al < aw ? al : aw;
     }
     return alx < al ? alx : al;
 }
@@ -162,11 +185,12 @@ int lt_ready(cuda_state *st, const lt_shape *g, const void *x, const void *y) {
     return plan_for(st, g, plan_align(g, x, y)) != NULL;
 }
 
-/* Runs the GEMM with the shape's plan; fp8 sets the block-scale pointers first. 0: no plan. */
-static int lt_exec(cuda_state *st, const lt_shape *g, const void *W, const void *x, void *y, const void *sa,
-                   const void *sb) {
+/* Runs the GEMM with the shape's plan (for byte alignment `align`); fp8 sets the block-scale
+ * pointers first. 0: no plan. */
+static int lt_exec(cuda_state *st, const lt_shape *g, int align, const void *W, const void *x, void *y,
+                   const void *sa, const void *sb) {
     if (!st->lt || !st->lt_ws) return 0;
-    lt_plan *p = plan_for(st, g, plan_align(g, x, y));
+    lt_plan *p = plan_for(st, g, align);
     if (!p) return 0;
     if (g->fp8) {
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
@@ -185,7 +209,12 @@ static int lt_exec(cuda_state *st, const lt_shape *g, const void *W, const void 
 }
 
 int lt_run(cuda_state *st, const lt_shape *g, const void *W, const void *x, void *y) {
-    return lt_exec(st, g, W, x, y, NULL, NULL);
+    return lt_exec(st, g, plan_align(g, x, y), W, x, y, NULL, NULL);
+}
+
+int lt_run_ptr(cuda_state *st, const lt_shape *g, const void *x_base, const void *y_base, const void *W_arr,
+               const void *x_arr, void *y_arr) {
+    return lt_exec(st, g, plan_align(g, x_base, y_base), W_arr, x_arr, y_arr, NULL, NULL);
 }
 
 int lt_gemm(cuda_state *st, const gemm_args *a) {
@@ -200,10 +229,10 @@ int lt_gemm(cuda_state *st, const gemm_args *a) {
     }
     if (batch > 1 && (a->x_mat_stride <= 0 || a->o.y_mat_stride <= 0)) return 0;
     lt_shape g = {N, K, T, a->ldx, a->o.ldy, a->o.f32, fp8, a->o.accumulate, batch, w.mat_stride, a->x_mat_stride,
-                  a->o.y_mat_stride};
-    if (!fp8) return lt_exec(st, &g, w.data, a->x, a->o.y, NULL, NULL);
+                  a->o.y_mat_stride, 0};
+    if (!fp8) return lt_exec(st, &g, plan_align(&g, a->x, a->o.y), w.data, a->x, a->o.y, NULL, NULL);
     if (!lt_ready(st, &g, st->aq, a->o.y)) return 0;
     launch_act_quant(a->x, a->ldx, T, K, st->aq, st->aq_scale, T, st->stream);
     if (CUDA_LAUNCHED(st, "act_quant")) return 1;
-    return lt_exec(st, &g, w.data, st->aq, a->o.y, w.scale, st->aq_scale);
+    return lt_exec(st, &g, plan_align(&g, st->aq, a->o.y), w.data, st->aq, a->o.y, w.scale, st->aq_scale);
 }

@@ -62,8 +62,12 @@ typedef struct cuda_state {
     int fp8_act_quant;             /* DEEPINFER_FP8_ACT_QUANT=1 (default 0): fp8 GEMMs with T % 4 == 0
                                     * and T > 32 quantize activations (1x128) and run cuBLASLt fp8 */
     int gemv;                      /* DEEPINFER_CUDA_GEMV (default 1): FMA GEMV for <= 4 rows */
-    int moe_lt;                    /* DEEPINFER_CUDA_MOE_LT (default 1): bf16 experts of 16..128-token
-                                    * steps as cuBLASLt strided-batched GEMMs (padded per expert) */
+    int moe_lt;                    /* DEEPINFER_CUDA_MOE_LT (default 2): bf16 experts of 16..128-token
+                                    * steps on cuBLASLt batched GEMMs padded to T rows per expert:
+                                    * 1 strided over all experts; 2 pointer arrays over
+                                    * min(E, T*k) slots, only experts with tokens read from HBM;
+                                    * 3 as 2 from 8 tokens on; 4 as 2 with the spare
+                                    * slots after the active ones; 0 our grouped kernels */
     int router_smem;               /* DEEPINFER_CUDA_ROUTER_SMEM (default 1): router logits of large
                                     * prefills on the kernel that stages x in shared memory */
     int wgmma;                     /* DEEPINFER_CUDA_WGMMA (default 1): grouped bf16 expert GEMMs with a
@@ -199,15 +203,23 @@ void launch_gemm_generic(cuda_state *st, const gemm_args *a, cudaStream_t s);
 /* cuBLASLt: returns 1 if it ran the GEMM (plain or strided-batched), 0 if it has no plan. */
 int lt_gemm(cuda_state *st, const gemm_args *a);
 /* A cuBLASLt GEMM shape: y[b][T, N] (+)= x[b][T, K] · W[b][N, K]ᵀ for b < batch, element strides
- * sa / sb / sc between the batch's W / x / y matrices. */
+ * sa / sb / sc between the batch's W / x / y matrices. ptr_array: the matrices' addresses come
+ * from device arrays of `batch` pointers instead (CUBLASLT_BATCH_MODE_POINTER_ARRAY); sa / sb /
+ * sc then only bound their alignment: every W pointer is a 256-byte aligned base plus a multiple
+ * of sa elements, every x / y pointer x_base / y_base plus a multiple of sb / sc. */
 typedef struct lt_shape {
     int N, K, T;
     long ldx, ldy;
     int f32, fp8, accumulate, batch;
     long sa, sb, sc;
+    int ptr_array;
 } lt_shape;
-int lt_ready(cuda_state *st, const lt_shape *g, const void *x, const void *y); /* plan exists */
+/* plan exists (pointer arrays: x / y are x_base / y_base) */
+int lt_ready(cuda_state *st, const lt_shape *g, const void *x, const void *y);
 int lt_run(cuda_state *st, const lt_shape *g, const void *W, const void *x, void *y); /* 0: no plan */
+/* ptr_array shapes: W_arr / x_arr / y_arr are the device pointer arrays (y_arr also C). 0: no plan */
+int lt_run_ptr(cuda_state *st, const lt_shape *g, const void *x_base, const void *y_base, const void *W_arr,
+               const void *x_arr, void *y_arr);
 void lt_free_plans(cuda_state *st);
 /* fp8 e4m3 activation quantization, DeepSeek act_quant (1x128 groups, amax clamp 1e-4). */
 void launch_act_quant(const bf16 *x, long ldx, int T, int K, uint8_t *q, float *scale, int scale_ld,

@@ -8,8 +8,11 @@
  * in one launch each; a combine kernel sums each token's experts in its top-k order with the
  * routing weights. Steps of 16..128 tokens with bf16 experts instead pad every expert to T rows
  * (a token picks an expert at most once, so none overflows) and run the two GEMMs as cuBLASLt
- * strided-batched calls over all experts (gather, GEMM, SiLU-mul, GEMM, combine). Steps of at
- * most DEEPINFER_CUDA_MOE_SMALL tokens (default 1) go to cuda_moe_small.cu instead.
+ * batched calls (gather, GEMM, SiLU-mul, GEMM, combine): by default over min(E, T*k) slots whose
+ * matrices come from pointer arrays the permutation kernel writes (only experts with tokens are
+ * read from HBM), or strided over all experts (DEEPINFER_CUDA_MOE_LT=1, or when cuBLASLt has no
+ * pointer-array algorithm). Steps of at most DEEPINFER_CUDA_MOE_SMALL tokens (default 1) go to
+ * cuda_moe_small.cu instead.
  *
  * Owner: cuda. Semantics follow backend.h / cpu_moe.c (HF transformers 5.17): ties pick the
  * lower expert index; outputs sorted by expert index; weights renormalised with a double sum
@@ -17,8 +20,9 @@
  * atomics (not deterministic), but every output row depends only on its own input row, so
  * results are. Scratch layout (256-byte aligned): offsets [E+1] i32, tile_off [E+1] i32,
  * active [E+1] i32 (count last), perm [T*k] i32 (position -> token), slot_of [T*k] i32 (pair ->
- * position), A [T*k, I] bf16, Y [T*k, D] bf16, then the padded path's pperm [E*cap] i32 and
- * Xp / Hp / Ap / Yp [E*cap] x D / 2I / I / D bf16 (cap = min(max_tokens, 128)). */
+ * position), A [T*k, I] bf16, Y [T*k, D] bf16, then the padded path's pointer arrays [6][E] and
+ * Xp / Hp / Ap / Yp [E*cap] x D / 2I / I / D bf16 (Hp and Yp with cap spare rows more; cap =
+ * min(max_tokens, 128)). */
 #include <float.h>
 
 #include "backend/cuda/cuda_mma.cuh"
@@ -337,12 +341,13 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
 typedef struct moe_scratch {
     int32_t *offsets, *tile_off, *active, *perm, *slot_of;
     bf16 *A, *Y;
-    /* batched path: every expert owns `cap` padded rows (cap <= MOE_LT_MAX_CAP) */
-    int32_t *pperm;       /* [E * cap] padded row -> token */
-    bf16 *Xp, *Hp, *Ap, *Yp; /* [E * cap] x [D], [2I], [I], [D] */
+    /* batched path: every expert owns `cap` padded rows (cap <= MOE_LT_MAX_CAP); Hp and Yp have
+     * cap more rows after the E experts' (the pointer-array path's unused slots write there) */
+    const void **ptrs;       /* [6][E]: pointer arrays of the two pointer-array GEMMs */
+    bf16 *Xp, *Hp, *Ap, *Yp; /* [E * cap (+ cap)] x [D], [2I], [I], [D] */
 } moe_scratch;
 
-enum { MOE_LT_MIN_T = 16, MOE_LT_MAX_CAP = 128 };
+enum { MOE_LT_MIN_T = 16, MOE_LT_PTR_MIN_T = 8, MOE_LT_MAX_CAP = 128 };
 
 static size_t carve(moe_scratch *ms, void *base, int Tk, int D, int I, int E, int cap) {
     char *p = (char *)base;
@@ -360,11 +365,11 @@ static size_t carve(moe_scratch *ms, void *base, int Tk, int D, int I, int E, in
     TAKE(A, bf16, (size_t)Tk * I);
     TAKE(Y, bf16, (size_t)Tk * D);
     size_t ec = (size_t)E * cap;
-    TAKE(pperm, int32_t, ec);
+    TAKE(ptrs, const void *, (size_t)6 * E);
     TAKE(Xp, bf16, ec * D);
-    TAKE(Hp, bf16, ec * 2 * I);
+    TAKE(Hp, bf16, (ec + cap) * 2 * I);
     TAKE(Ap, bf16, ec * I);
-    TAKE(Yp, bf16, ec * D);
+    TAKE(Yp, bf16, (ec + cap) * D);
 #undef TAKE
     return off;
 }
@@ -376,11 +381,28 @@ size_t cuda_moe_scratch_bytes(di_backend *be, int max_tokens, int k, int D, int 
     return carve(NULL, NULL, max_tokens * k, D, I, E, lt_cap(max_tokens));
 }
 
+/* The pointer arrays of the padded path's two cuBLASLt GEMMs (gate+up: W1, Xp -> Hp; down: W2,
+ * Ap -> Yp), arr[m * nb + i] for matrix m of slot i < nb. The n active experts (active[], in
+ * expert order) take n of the nb slots (their weights and their padded rows at e * cap); each
+ * spare slot points at the weights and inputs of the active expert just before it (read at
+ * about the same time: L2 hits) and writes the spare cap rows after the E experts' in Hp / Yp,
+ * which nobody reads. spread: active j sits in slot floor(j * nb / n), so the spare slots are
+ * spread among the active ones (their L2 reads overlap the HBM-bound ones); else active j in
+ * slot j and the spare slots after the last (all re-reading its weights at the end). */
+typedef struct moe_ptr_args {
+    const void **arr; /* NULL: no pointer arrays (strided or grouped path) */
+    const bf16 *w1, *w2;
+    bf16 *xp, *hp, *ap, *yp;
+    int nb, cap, D, I, spread;
+} moe_ptr_args;
+
 /* One block: counts per expert, offsets, tile table (tiles of bm rows), the list of experts
- * with tokens (active[0..n), n in active[E]), permutation. */
+ * with tokens (active[0..n), n in active[E]), permutation (perm: position -> token, unless NULL;
+ * slot_of: pair -> position); cap > 0: positions are padded rows (expert e owns e*cap..);
+ * pa.arr: also the pointer arrays (moe_ptr_args). */
 __global__ void __launch_bounds__(1024) k_moe_permute(const int32_t *idx, int Tk, int k, int E, int bm,
                                                       int32_t *offsets, int32_t *tile_off, int32_t *active,
-                                                      int32_t *perm, int32_t *slot_of, int cap) {
+                                                      int32_t *perm, int32_t *slot_of, int cap, moe_ptr_args pa) {
     __shared__ int cnt[DI_MAX_EXPERTS], cur[DI_MAX_EXPERTS];
     int tid = threadIdx.x;
     for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
@@ -420,24 +442,64 @@ __global__ void __launch_bounds__(1024) k_moe_permute(const int32_t *idx, int Tk
             active[E] = arun;
         }
     }
-    __syncthreads();
+    __syncthreads(); /* also makes warp 0's global writes (active) visible to the block */
+    if (pa.arr && tid < pa.nb) {
+        int n = active[E], i = tid, nb = pa.nb, j = -1;
+        bool spare = true;
+        if (n > 0 && pa.spread) { /* the last active j with floor(j * nb / n) <= i (n <= nb) */
+            j = (int)(((long)(i + 1) * n + nb - 1) / nb) - 1;
+            spare = (int)((long)j * nb / n) != i;
+        } else if (n > 0) {
+            j = i < n ? i : n - 1;
+            spare = i >= n;
+        }
+        int e = j >= 0 ? active[j] : 0;
+        long cap = pa.cap, D = pa.D, I = pa.I;
+        const void **a = pa.arr;
+        a[i] = pa.w1 + (long)e * 2 * I * D;
+        a[nb + i] = pa.xp + (long)e * cap * D;
+        a[2 * nb + i] = pa.hp + (spare ? (long)E : (long)e) * cap * 2 * I;
+        a[3 * nb + i] = pa.w2 + (long)e * D * I;
+        a[4 * nb + i] = pa.ap + (long)e * cap * I;
+        a[5 * nb + i] = pa.yp + (spare ? (long)E : (long)e) * cap * D;
+    }
     for (int i = tid; i < Tk; i += blockDim.x) {
         int e = idx[i];
         if (e < 0 || e >= E) continue;
         int pos = atomicAdd(&cur[e], 1);
         if (cap > 0) pos = e * cap + (pos - offsets[e]); /* padded: expert e owns rows e*cap.. */
-        perm[pos] = i / k;
+        if (perm) perm[pos] = i / k;
         slot_of[i] = pos;
     }
 }
 
-/* Xp[r] = x[pperm[r]] for the padded rows that hold a token (others are never read back). */
-__global__ void k_moe_gather(bf16 *Xp, const bf16 *x, const int32_t *pperm, const int32_t *offsets, int cap, int D) {
-    int r = blockIdx.x, e = r / cap, j = r % cap;
-    if (j >= offsets[e + 1] - offsets[e]) return;
-    const uint4 *s = (const uint4 *)(x + (long)pperm[r] * D);
-    uint4 *d = (uint4 *)(Xp + (long)r * D);
-    for (int i = threadIdx.x; i < D / 8; i += blockDim.x) d[i] = s[i];
+/* Padded path, one block per (token, expert) pair i: Xp[slot_of[i]] = x[i / k] (D % 8 == 0).
+ * Padded rows without a token are never written (nor read back). */
+__global__ void k_moe_gather(bf16 *Xp, const bf16 *x, const int32_t *slot_of, int k, int D) {
+    int i = blockIdx.x;
+    const uint4 *s = (const uint4 *)(x + (long)(i / k) * D);
+    uint4 *d = (uint4 *)(Xp + (long)slot_of[i] * D);
+    for (int c = threadIdx.x; c < D / 8; c += blockDim.x) d[c] = s[c];
+}
+
+/* Padded path, one block per pair i: Ap[r] = silu(Hp[r, :I]) * Hp[r, I:] for r = slot_of[i]
+ * (I % 8 == 0), the arithmetic of cuda_ops.cu's k_silu_mul (same bits); only rows with a token. */
+__global__ void k_moe_silu_rows(bf16 *Ap, const bf16 *Hp, const int32_t *slot_of, int I) {
+    long r = slot_of[blockIdx.x];
+    int I8 = I / 8;
+    const uint4 *row = (const uint4 *)(Hp + r * 2 * I);
+    uint4 *o = (uint4 *)(Ap + r * I);
+    for (int c = threadIdx.x; c < I8; c += blockDim.x) {
+        uint4 gr = row[c], ur = row[I8 + c], ov;
+        const bf16 *g = (const bf16 *)&gr, *u = (const bf16 *)&ur;
+        bf16 *y = (bf16 *)&ov;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float gv = __bfloat162float(g[j]), uv = __bfloat162float(u[j]);
+            y[j] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+        }
+        o[c] = ov;
+    }
 }
 
 /* out[t, :] = sum_j w[t, j] * Y[slot_of[t*k + j], :] in j order (fp32). */
@@ -491,6 +553,64 @@ static void launch_combine(cuda_state *st, bf16 *out, const bf16 *Y, const int32
     CUDA_LAUNCHED(st, "moe_combine");
 }
 
+/* Decode-sized steps (st->moe_lt >= 1, MOE_LT_MIN_T (moe_lt 3: MOE_LT_PTR_MIN_T) .. 128
+ * tokens, bf16, 8-aligned dims): both expert GEMMs on cuBLASLt with cap = T padded rows per
+ * expert (a token picks an expert at most once, so none overflows): permute (padded), gather,
+ * gate+up GEMM, SiLU-mul of the rows with a token, down GEMM, combine. moe_lt >= 2: batches of
+ * nb = min(E, T*k) slots through pointer arrays written by k_moe_permute, so only the experts
+ * with tokens stream their weights from HBM (the spare slots re-read an active expert's from
+ * L2; moe_ptr_args); if cuBLASLt has no pointer-array algorithm (or moe_lt 1), strided batches over all E
+ * experts. 0: not taken (the grouped kernels run). */
+static int moe_padded(cuda_state *st, void *out, const void *x, const int32_t *topk_idx,
+                      const float *topk_w, int k, const di_weight *gate_up, const di_weight *down, int T,
+                      moe_scratch *ms, int bm) {
+    int E = gate_up->n, D = gate_up->cols, I = down->cols, Tk = T * k, mode = st->moe_lt;
+    int min_t = mode == 3 ? MOE_LT_PTR_MIN_T : MOE_LT_MIN_T; /* 4: as 2, spare slots at the end */
+    if (mode < 1 || T < min_t || T > MOE_LT_MAX_CAP || gate_up->dtype != DI_DTYPE_BF16 ||
+        down->dtype != DI_DTYPE_BF16 || D % 8 != 0 || I % 8 != 0)
+        return 0;
+    int cap = T, nb = E < Tk ? E : Tk;
+    lt_shape g1 = {2 * I, D, cap, D, 2 * I, 0, 0, 0, E, (long)2 * I * D, (long)cap * D, (long)cap * 2 * I, 0};
+    lt_shape g2 = {D, I, cap, I, D, 0, 0, 0, E, (long)D * I, (long)cap * I, (long)cap * D, 0};
+    moe_ptr_args pa = {};
+    /* pointer arrays: plan_align (cuda_blaslt.cu) takes the weight bases as 256-byte aligned */
+    if (mode >= 2 && ((uintptr_t)gate_up->data & 255) == 0 && ((uintptr_t)down->data & 255) == 0) {
+        g1.batch = g2.batch = nb;
+        g1.ptr_array = g2.ptr_array = 1;
+        if (lt_ready(st, &g1, ms->Xp, ms->Hp) && lt_ready(st, &g2, ms->Ap, ms->Yp))
+            pa = moe_ptr_args{ms->ptrs, (const bf16 *)gate_up->data, (const bf16 *)down->data,
+                              ms->Xp, ms->Hp, ms->Ap, ms->Yp, nb, cap, D, I, mode != 4};
+    }
+    if (!pa.arr) { /* strided over all experts */
+        if (T < MOE_LT_MIN_T) return 0;
+        g1.batch = g2.batch = E;
+        g1.ptr_array = g2.ptr_array = 0;
+        if (!lt_ready(st, &g1, ms->Xp, ms->Hp) || !lt_ready(st, &g2, ms->Ap, ms->Yp)) return 0;
+    }
+    k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms->offsets, ms->tile_off, ms->active, NULL,
+                                              ms->slot_of, cap, pa);
+    CUDA_LAUNCHED(st, "moe_permute");
+    k_moe_gather<<<Tk, 128, 0, st->stream>>>(ms->Xp, (const bf16 *)x, ms->slot_of, k, D);
+    CUDA_LAUNCHED(st, "moe_gather");
+    if (pa.arr) {
+        const void **a = ms->ptrs;
+        lt_run_ptr(st, &g1, ms->Xp, ms->Hp, a, a + nb, (void *)(a + 2 * nb));
+    } else {
+        lt_run(st, &g1, gate_up->data, ms->Xp, ms->Hp);
+    }
+    k_moe_silu_rows<<<Tk, I / 8 < 128 ? (I / 8 + 31) / 32 * 32 : 128, 0, st->stream>>>(ms->Ap, ms->Hp, ms->slot_of,
+                                                                                       I);
+    CUDA_LAUNCHED(st, "moe_silu_rows");
+    if (pa.arr) {
+        const void **a = ms->ptrs;
+        lt_run_ptr(st, &g2, ms->Ap, ms->Yp, a + 3 * nb, a + 4 * nb, (void *)(a + 5 * nb));
+    } else {
+        lt_run(st, &g2, down->data, ms->Ap, ms->Yp);
+    }
+    launch_combine(st, (bf16 *)out, ms->Yp, ms->slot_of, topk_w, k, D, T);
+    return 1;
+}
+
 void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
                       const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes) {
     cuda_state *st = cst(be);
@@ -511,27 +631,10 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
     carve(&ms, scratch, Tk, D, I, E, lt_cap(T));
     int avg = ceil_div_i(Tk, E);
     int bm = avg >= 96 ? 128 : 64;
-    /* decode-sized batches: cuBLASLt strided-batched GEMMs over all experts with cap = T padded
-     * rows each (a token picks an expert at most once, so no expert overflows) */
-    int cap = T;
-    lt_shape g1 = {2 * I, D, cap, D, 2 * I, 0, 0, 0, E, (long)2 * I * D, (long)cap * D, (long)cap * 2 * I};
-    lt_shape g2 = {D, I, cap, I, D, 0, 0, 0, E, (long)D * I, (long)cap * I, (long)cap * D};
-    if (st->moe_lt && T >= MOE_LT_MIN_T && T <= MOE_LT_MAX_CAP && gate_up->dtype == DI_DTYPE_BF16 &&
-        down->dtype == DI_DTYPE_BF16 && D % 8 == 0 && I % 8 == 0 && lt_ready(st, &g1, ms.Xp, ms.Hp) &&
-        lt_ready(st, &g2, ms.Ap, ms.Yp)) {
-        k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active,
-                                                  ms.pperm, ms.slot_of, cap);
-        CUDA_LAUNCHED(st, "moe_permute");
-        k_moe_gather<<<E * cap, 128, 0, st->stream>>>(ms.Xp, (const bf16 *)x, ms.pperm, ms.offsets, cap, D);
-        CUDA_LAUNCHED(st, "moe_gather");
-        lt_run(st, &g1, gate_up->data, ms.Xp, ms.Hp);
-        cuda_silu_mul(be, ms.Ap, ms.Hp, E * cap, I);
-        lt_run(st, &g2, down->data, ms.Ap, ms.Yp);
-        launch_combine(st, (bf16 *)out, ms.Yp, ms.slot_of, topk_w, k, D, T);
-        return;
-    }
+    moe_ptr_args no_ptrs = {};
+    if (moe_padded(st, out, x, topk_idx, topk_w, k, gate_up, down, T, &ms, bm)) return;
     k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active, ms.perm,
-                                              ms.slot_of, 0);
+                                              ms.slot_of, 0, no_ptrs);
     CUDA_LAUNCHED(st, "moe_permute");
     gemm_rows r1 = {ms.offsets, ms.perm, ms.tile_off, bm, Tk, T, ms.active, ms.active + E};
     gemm_out o1 = {ms.A, I, 0, 0, 0, I};
