@@ -223,8 +223,8 @@ int lt_gemm(cuda_state *st, const gemm_args *a) {
     int N = w.rows, K = w.cols, T = a->r.T, fp8 = w.fp8, batch = a->n_mat;
     if (fp8) {
         /* st->aq is one buffer: activation quantization runs on the main lane only */
-        if (batch != 1 || !st->fp8_act_quant || st->on_side || a->o.f32 || T % 4 != 0 || w.br != 128 || w.bc != 128 || K % 16 != 0 ||
-            !st->aq || T > st->max_tokens || K > st->max_fp8_cols)
+        if (batch != 1 || !st->fp8_act_quant || st->on_side || a->o.f32 || T % 4 != 0 || w.br != 128 ||
+            w.bc != 128 || K % 16 != 0 || !st->aq || T > st->max_tokens || K > st->max_fp8_cols)
             return 0;
     }
     if (batch > 1 && (a->x_mat_stride <= 0 || a->o.y_mat_stride <= 0)) return 0;
