@@ -341,25 +341,54 @@ static void test_bmm(void) {
 
 /* ---------------------------------------------------------------- graphs ---- */
 
+/* The buffers and weights of one residual step (add_rmsnorm with its f32 copy, the router, a
+ * D x D projection accumulated into h), shared by the graph and lanes groups. */
+typedef struct resid_fix {
+    float *w;                   /* host norm weight */
+    t_weight m, g;              /* host projection [D, D] and router [E, D] */
+    di_weight wn, wm, wg;
+    di_route_params rp;
+    float *dh, *dnf, *dw, *dscr;
+    void *dn, *didx;
+} resid_fix;
+
+static void resid_fix_init(resid_fix *f, int T, int D, int E, int k, float proj_scale) {
+    f->w = t_rand((size_t)D, 1.0f);
+    f->wn = t_vec_upload(g_gpu, f->w, D);
+    f->m = t_weight_make(1, D, D, 0, proj_scale);
+    f->g = t_weight_make(1, E, D, 0, 0.05f);
+    f->wm = t_weight_upload(g_gpu, &f->m, DI_WEIGHT_PLAIN);
+    f->wg = t_weight_upload(g_gpu, &f->g, DI_WEIGHT_PLAIN);
+    f->rp = (di_route_params){DI_ROUTE_GREEDY, E, k, 1, 1, 0, 1.0f};
+    f->dh = (float *)g_alloc((size_t)T * D * 4);
+    f->dnf = (float *)g_alloc((size_t)T * D * 4);
+    f->dn = g_alloc((size_t)T * D * 2);
+    f->didx = g_alloc((size_t)T * k * 4);
+    f->dw = (float *)g_alloc((size_t)T * k * 4);
+    f->dscr = (float *)g_alloc((size_t)T * 2 * E * 4);
+}
+
+static void resid_fix_free(resid_fix *f) {
+    g_free(f->dh); g_free(f->dnf); g_free(f->dn); g_free(f->didx); g_free(f->dw); g_free(f->dscr);
+    g_gpu->weight_free(g_gpu, &f->wg); t_weight_free(&f->g);
+    g_gpu->weight_free(g_gpu, &f->wn); g_gpu->weight_free(g_gpu, &f->wm);
+    t_weight_free(&f->m);
+    free(f->w);
+}
+
 static void test_graph(void) {
     /* capture one residual step (add_rmsnorm with its f32 copy, the router, a projection
      * accumulated into h, add), replay on new inputs, compare with the eager result */
-    int T = 4, D = 2048, N = 2048, E = 64, k = 6;
-    float *w = t_rand((size_t)D, 1.0f);
-    di_weight wn = t_vec_upload(g_gpu, w, D);
-    t_weight m = t_weight_make(1, N, D, 0, 0.05f), g = t_weight_make(1, E, D, 0, 0.05f);
-    di_weight wm = t_weight_upload(g_gpu, &m, DI_WEIGHT_PLAIN), wg = t_weight_upload(g_gpu, &g, DI_WEIGHT_PLAIN);
-    di_route_params rp = {DI_ROUTE_GREEDY, E, k, 1, 1, 0, 1.0f};
-    float *dh = (float *)g_alloc((size_t)T * D * 4), *dnf = (float *)g_alloc((size_t)T * D * 4);
-    void *dn = g_alloc((size_t)T * D * 2), *didx = g_alloc((size_t)T * k * 4);
-    float *dw = (float *)g_alloc((size_t)T * k * 4), *dscr = (float *)g_alloc((size_t)T * 2 * E * 4);
+    int T = 4, D = 2048, N = D, k = 6;
+    resid_fix f;
+    resid_fix_init(&f, T, D, 64, k, 0.05f);
     void *graph = NULL;
 #define STEP()                                                                                 \
     do {                                                                                       \
-        g_gpu->add_rmsnorm(g_gpu, dh, NULL, dn, dnf, &wn, 1e-6f, T, D);                        \
-        g_gpu->moe_route(g_gpu, (int32_t *)didx, dw, dnf, &wg, NULL, &rp, T, dscr);            \
-        g_gpu->matmul(g_gpu, dh, D, dn, D, &wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);          \
-        g_gpu->add(g_gpu, dh, dn, (size_t)T * N);                                              \
+        g_gpu->add_rmsnorm(g_gpu, f.dh, NULL, f.dn, f.dnf, &f.wn, 1e-6f, T, D);                \
+        g_gpu->moe_route(g_gpu, (int32_t *)f.didx, f.dw, f.dnf, &f.wg, NULL, &f.rp, T, f.dscr); \
+        g_gpu->matmul(g_gpu, f.dh, D, f.dn, D, &f.wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);    \
+        g_gpu->add(g_gpu, f.dh, f.dn, (size_t)T * N);                                          \
     } while (0)
     CHECK_OK(g_gpu->graph_begin(g_gpu));
     STEP();
@@ -367,25 +396,21 @@ static void test_graph(void) {
     CHECK(graph != NULL);
     for (int rep = 0; rep < 3 && graph; rep++) {
         float *x = t_rand_f32((size_t)T * D, 2.0f);
-        g_gpu->upload(g_gpu, dh, x, (size_t)T * D * 4);
-        g_poison(dw, (size_t)T * k * 4);
+        g_gpu->upload(g_gpu, f.dh, x, (size_t)T * D * 4);
+        g_poison(f.dw, (size_t)T * k * 4);
         CHECK_OK(g_gpu->graph_launch(g_gpu, graph));
-        float *got = g_get_f32(dh, (size_t)T * D), *gw = g_get_f32(dw, (size_t)T * k);
-        g_gpu->upload(g_gpu, dh, x, (size_t)T * D * 4);
-        g_poison(dw, (size_t)T * k * 4);
+        float *got = g_get_f32(f.dh, (size_t)T * D), *gw = g_get_f32(f.dw, (size_t)T * k);
+        g_gpu->upload(g_gpu, f.dh, x, (size_t)T * D * 4);
+        g_poison(f.dw, (size_t)T * k * 4);
         STEP();
-        float *eager = g_get_f32(dh, (size_t)T * D), *ew = g_get_f32(dw, (size_t)T * k);
+        float *eager = g_get_f32(f.dh, (size_t)T * D), *ew = g_get_f32(f.dw, (size_t)T * k);
         T_CHECK("graph replay == eager (residual step: h)", got, eager, (size_t)T * D, 0, 0);
         T_CHECK("graph replay == eager (router weights)", gw, ew, (size_t)T * k, 0, 0);
         free(got); free(eager); free(gw); free(ew); free(x);
     }
 #undef STEP
     g_gpu->graph_free(g_gpu, graph);
-    g_free(dh); g_free(dnf); g_free(dn); g_free(didx); g_free(dw); g_free(dscr);
-    g_gpu->weight_free(g_gpu, &wg); t_weight_free(&g);
-    g_gpu->weight_free(g_gpu, &wn); g_gpu->weight_free(g_gpu, &wm);
-    t_weight_free(&m);
-    free(w);
+    resid_fix_free(&f);
 }
 
 /* ---------------------------------------------------------------- lanes ---- */
@@ -399,33 +424,27 @@ static void test_lanes(void) {
     CHECK_MSG(g_gpu->side_begin != NULL && g_gpu->side_end != NULL && g_gpu->side_join != NULL,
               "cuda backend has no side lane ops");
     if (!g_gpu->side_begin) return;
-    float *w = t_rand((size_t)D, 1.0f);
-    di_weight wn = t_vec_upload(g_gpu, w, D);
-    t_weight m = t_weight_make(1, D, D, 0, 0.03f), g = t_weight_make(1, E, D, 0, 0.05f);
-    di_weight wm = t_weight_upload(g_gpu, &m, DI_WEIGHT_PLAIN), wg = t_weight_upload(g_gpu, &g, DI_WEIGHT_PLAIN);
-    di_route_params rp = {DI_ROUTE_GREEDY, E, k, 1, 1, 0, 1.0f};
-    float *dh = (float *)g_alloc((size_t)T * D * 4), *dnf = (float *)g_alloc((size_t)T * D * 4);
-    void *dn = g_alloc((size_t)T * D * 2), *da = g_alloc((size_t)T * D * 2), *db = g_alloc((size_t)T * D * 2);
-    void *didx = g_alloc((size_t)T * k * 4);
-    float *dw = (float *)g_alloc((size_t)T * k * 4), *dscr = (float *)g_alloc((size_t)T * 2 * E * 4);
+    resid_fix f;
+    resid_fix_init(&f, T, D, E, k, 0.03f);
+    void *da = g_alloc((size_t)T * D * 2), *db = g_alloc((size_t)T * D * 2);
     void *graph = NULL;
     int forked = 0;
     /* lanes = 0: everything on the main lane, in the same order */
 #define LSTEP(lanes)                                                                           \
     do {                                                                                       \
-        g_gpu->add_rmsnorm(g_gpu, dh, NULL, dn, dnf, &wn, 1e-6f, T, D);                        \
+        g_gpu->add_rmsnorm(g_gpu, f.dh, NULL, f.dn, f.dnf, &f.wn, 1e-6f, T, D);                \
         int side_ = (lanes) && g_gpu->side_begin(g_gpu, T);                                    \
         forked |= side_;                                                                       \
-        g_gpu->matmul(g_gpu, da, D, dn, D, &wm, T, 0);                                         \
-        g_gpu->matmul(g_gpu, db, D, da, D, &wm, T, 0);                                         \
-        g_gpu->matmul(g_gpu, da, D, db, D, &wm, T, 0);                                         \
-        g_gpu->matmul(g_gpu, db, D, da, D, &wm, 1, 0);                                         \
-        g_gpu->matmul(g_gpu, db, D, da, D, &wm, T, 0);                                         \
+        g_gpu->matmul(g_gpu, da, D, f.dn, D, &f.wm, T, 0);                                     \
+        g_gpu->matmul(g_gpu, db, D, da, D, &f.wm, T, 0);                                       \
+        g_gpu->matmul(g_gpu, da, D, db, D, &f.wm, T, 0);                                       \
+        g_gpu->matmul(g_gpu, db, D, da, D, &f.wm, 1, 0);                                       \
+        g_gpu->matmul(g_gpu, db, D, da, D, &f.wm, T, 0);                                       \
         if (side_) g_gpu->side_end(g_gpu);                                                     \
-        g_gpu->moe_route(g_gpu, (int32_t *)didx, dw, dnf, &wg, NULL, &rp, T, dscr);            \
-        g_gpu->matmul(g_gpu, dh, D, dn, D, &wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);          \
+        g_gpu->moe_route(g_gpu, (int32_t *)f.didx, f.dw, f.dnf, &f.wg, NULL, &f.rp, T, f.dscr); \
+        g_gpu->matmul(g_gpu, f.dh, D, f.dn, D, &f.wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);    \
         if (side_) g_gpu->side_join(g_gpu);                                                    \
-        g_gpu->add(g_gpu, dh, db, (size_t)T * D);                                              \
+        g_gpu->add(g_gpu, f.dh, db, (size_t)T * D);                                            \
     } while (0)
     CHECK_OK(g_gpu->graph_begin(g_gpu));
     LSTEP(1);
@@ -434,17 +453,17 @@ static void test_lanes(void) {
     for (int rep = 0; rep < 4; rep++) {
         float *x = t_rand_f32((size_t)T * D, 2.0f), *res[3], *rw[3];
         for (int mode = 0; mode < 3; mode++) { /* 0: one lane, 1: two lanes eager, 2: two lanes replayed */
-            g_gpu->upload(g_gpu, dh, x, (size_t)T * D * 4);
+            g_gpu->upload(g_gpu, f.dh, x, (size_t)T * D * 4);
             g_poison(da, (size_t)T * D * 2);
             g_poison(db, (size_t)T * D * 2);
-            g_poison(dw, (size_t)T * k * 4);
+            g_poison(f.dw, (size_t)T * k * 4);
             if (mode == 2) {
                 if (graph) CHECK_OK(g_gpu->graph_launch(g_gpu, graph));
             } else {
                 LSTEP(mode);
             }
-            res[mode] = g_get_f32(dh, (size_t)T * D);
-            rw[mode] = g_get_f32(dw, (size_t)T * k);
+            res[mode] = g_get_f32(f.dh, (size_t)T * D);
+            rw[mode] = g_get_f32(f.dw, (size_t)T * k);
         }
         T_CHECK("two lanes eager == one lane (h)", res[1], res[0], (size_t)T * D, 0, 0);
         T_CHECK("two lanes eager == one lane (router weights)", rw[1], rw[0], (size_t)T * k, 0, 0);
@@ -462,11 +481,8 @@ static void test_lanes(void) {
     const char *ln = getenv("DEEPINFER_CUDA_LANES");
     if (!(ln && ln[0] == '0')) CHECK_MSG(forked, "side_begin never forked at T = %d", T);
     g_gpu->graph_free(g_gpu, graph);
-    g_free(dh); g_free(dnf); g_free(dn); g_free(da); g_free(db); g_free(didx); g_free(dw); g_free(dscr);
-    g_gpu->weight_free(g_gpu, &wg); t_weight_free(&g);
-    g_gpu->weight_free(g_gpu, &wn); g_gpu->weight_free(g_gpu, &wm);
-    t_weight_free(&m);
-    free(w);
+    g_free(da); g_free(db);
+    resid_fix_free(&f);
 }
 
 int main(int argc, char **argv) {

@@ -77,4 +77,14 @@ static __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 v, float s) {
 }
 
 static __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
+
+/* 8 bf16 outputs silu(g[j]) * u[j] in fp32, rounded once (k_silu_mul's arithmetic). */
+static __device__ __forceinline__ uint4 silu_mul_bf16x8(uint4 gr, uint4 ur) {
+    uint4 o;
+    const bf16 *g = (const bf16 *)&gr, *u = (const bf16 *)&ur;
+    bf16 *y = (bf16 *)&o;
+#pragma unroll
+    for (int j = 0; j < 8; j++) y[j] = __float2bfloat16_rn(silu_f(__bfloat162float(g[j])) * __bfloat162float(u[j]));
+    return o;
+}
 #endif

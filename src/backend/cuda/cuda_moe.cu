@@ -489,17 +489,7 @@ __global__ void k_moe_silu_rows(bf16 *Ap, const bf16 *Hp, const int32_t *slot_of
     int I8 = I / 8;
     const uint4 *row = (const uint4 *)(Hp + r * 2 * I);
     uint4 *o = (uint4 *)(Ap + r * I);
-    for (int c = threadIdx.x; c < I8; c += blockDim.x) {
-        uint4 gr = row[c], ur = row[I8 + c], ov;
-        const bf16 *g = (const bf16 *)&gr, *u = (const bf16 *)&ur;
-        bf16 *y = (bf16 *)&ov;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float gv = __bfloat162float(g[j]), uv = __bfloat162float(u[j]);
-            y[j] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
-        }
-        o[c] = ov;
-    }
+    for (int c = threadIdx.x; c < I8; c += blockDim.x) o[c] = silu_mul_bf16x8(row[c], row[I8 + c]);
 }
 
 /* out[t, :] = sum_j w[t, j] * Y[slot_of[t*k + j], :] in j order (fp32). */

@@ -9,6 +9,7 @@
  * in fp32, y = w * (x * inv) rounded once to bf16 (add_rmsnorm can also write y unrounded in
  * fp32, the router's input); RoPE angles are fp32 pos * inv_freq with cos/sin in double. */
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 
 static __device__ __forceinline__ float warp_sum(float v) {
@@ -264,7 +265,7 @@ __global__ void k_silu_mul(bf16 *out, const bf16 *gu, int T, int I) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         long t = i / I, c = i % I;
         float g = __bfloat162float(gu[t * 2 * I + c]), u = __bfloat162float(gu[t * 2 * I + I + c]);
-        out[i] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+        out[i] = __float2bfloat16_rn(silu_f(g) * u);
     }
 }
 
@@ -276,15 +277,7 @@ __global__ void k_silu_mul_v8(bf16 *out, const bf16 *gu, int T, int I8) {
         long t = v / I8;
         int c = (int)(v - t * I8);
         const uint4 *row = (const uint4 *)(gu + t * 16 * I8);
-        uint4 gr = row[c], ur = row[I8 + c], o;
-        const bf16 *g = (const bf16 *)&gr, *u = (const bf16 *)&ur;
-        bf16 *y = (bf16 *)&o;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float gv = __bfloat162float(g[j]), uv = __bfloat162float(u[j]);
-            y[j] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
-        }
-        ((uint4 *)out)[v] = o;
+        ((uint4 *)out)[v] = silu_mul_bf16x8(row[c], row[I8 + c]);
     }
 }
 
