@@ -20,6 +20,8 @@
 #          mlabench (bench_cuda_ops mladec: MLA decode at V3 / 64-head / V2-Lite shapes, and the
 #          V3 shapes with DEEPINFER_CUDA_MLA_WGMMA=0 and =2: before / after in one call)
 #          (default: info pycoder ops attn model bench e2e engine)
+#          abvar: A/B of environment settings (AB_VARIANTS separated by '|', AB_ROUNDS, AB_ARGS,
+#          AB_DECODE=1 adds bench_cuda_decode moe), each variant's bench_cuda_e2e in alternation;
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
 #          model: test_cuda_model v32 (DeepSeek-V3.2 sparse attention), golden, generate and routing;
@@ -215,6 +217,26 @@ for s in $steps; do
         for v in "DEEPINFER_CUDA_PDL=0" ${DECODE_VARIANTS:-"DEEPINFER_CUDA_GEMV_WANT=64" "DEEPINFER_CUDA_GEMV_WANT=128 DEEPINFER_CUDA_GEMV_MIN_K=256"}; do
             echo "(variant: $v)" >>"$OUT/bench.log"
             run_step "bench.decode.variant" bench.log env $v "$G/bin/bench_cuda_decode" gemv
+        done
+        ;;
+    abvar)
+        # A/B of environment settings in one call: AB_VARIANTS = settings separated by '|' (e.g.
+        # "DEEPINFER_CUDA_SMALL_U=4,4|DEEPINFER_CUDA_SMALL_U=8,6"), each run AB_ROUNDS (2) times
+        # in alternation: bench_cuda_e2e with AB_ARGS (default: batch-1 decode only), and
+        # bench_cuda_decode moe when AB_DECODE=1
+        v2lite || continue
+        IFS='|' read -r -a abv <<<"${AB_VARIANTS:-DEEPINFER_CUDA_PDL=1}"
+        for r in $(seq 1 "${AB_ROUNDS:-2}"); do
+            for v in "${abv[@]}"; do
+                echo "(variant: $v, round $r)" >>"$OUT/bench.log"
+                # shellcheck disable=SC2086
+                run_step "e2e.ab" bench.log env $v "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" \
+                    ${AB_ARGS:---batches 1 --prefill none --ceilings 0}
+                if [ "${AB_DECODE:-0}" = 1 ] && [ "$r" = 1 ]; then
+                    # shellcheck disable=SC2086
+                    run_step "decode.ab" bench.log env $v "$G/bin/bench_cuda_decode" moe
+                fi
+            done
         done
         ;;
     ropekv)

@@ -3,11 +3,15 @@
  * engine samples inside the model (on CUDA: on the device, decode steps from CUDA graphs; see
  * executor.h), di_model_copy_blocks for copy-on-write. EOS ids come from config.json
  * (eos_token_id, an int or a list). device_sampling: on for CUDA; DEEPINFER_DEVICE_SAMPLING=0/1
- * overrides (read once here). */
+ * overrides (read once here). With device sampling, the decode graphs of every batch size up to
+ * max_seqs are captured at create (di_model_warmup_decode), so no request's first steps pay
+ * for them; DEEPINFER_GRAPH_WARMUP=0 leaves them to the first step of each size. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/status.h"
+#include "core/timer.h"
 #include "engine/executor.h"
 
 typedef struct model_exec {
@@ -66,5 +70,18 @@ di_status di_executor_model_create(const char *dir, const di_model_options *opts
     out->device_sampling = env && *env ? env[0] != '0' : opts->device == DI_DEVICE_CUDA;
     out->copy_blocks = m_copy;
     out->destroy = m_destroy;
+    /* decode graphs of every batch-size bucket the engine can run, captured now rather than in
+     * the first steps of each batch size (DEEPINFER_GRAPH_WARMUP=0: lazily, as before) */
+    const char *wu = getenv("DEEPINFER_GRAPH_WARMUP");
+    if (out->device_sampling && !(wu && wu[0] == '0')) {
+        double t0 = di_now_s();
+        int n = 0;
+        s = di_model_warmup_decode(x->m, max_seqs, &n);
+        if (s != DI_OK) {
+            di_executor_destroy(out);
+            return s;
+        }
+        if (n > 0) DI_LOG_I("decode graphs of %d batch sizes captured in %.2f s", n, di_now_s() - t0);
+    }
     return DI_OK;
 }

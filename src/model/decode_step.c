@@ -277,6 +277,29 @@ static di_status step_eager(di_model *m, const di_batch *b, const di_sample_row 
     return fetch_tokens(m, tokens, status, b->n_logits);
 }
 
+di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
+    if (n_captured) *n_captured = 0;
+    if (!m) return di_error(DI_ERR_INVALID_ARG, "di_model_warmup_decode: NULL model");
+    di_step_state *s = m->step;
+    if (!s || !s->graphs_on || !m->be->sample || max_batch < 1) return DI_OK;
+    int32_t none = 0;
+    di_sample_row no_row = {0.0f, 1.0f, 0.0f, 0, 0, 0, 0};
+    /* zero real sequences: step_graph pads the whole bucket (slot -1, context 1, greedy) */
+    di_batch b = {0, &none, &none, &none, 0, 0, &none, &none, &none, 1, 0, &none};
+    int n = 0;
+    for (int bi = 0; bi < N_BUCKETS && k_buckets[bi] <= s->max_bucket; bi++) {
+        for (int rep = 0; rep < 2 && !s->graph[bi] && s->graphs_on; rep++) {
+            di_status st = step_graph(m, &b, &no_row, &none, &none, bi);
+            if (st != DI_OK) return di_error_context(st, "warming up the decode graph of %d sequences", k_buckets[bi]);
+        }
+        n += s->graph[bi] != NULL;
+        if (k_buckets[bi] >= max_batch) break;
+    }
+    if (m->be->sync) DI_TRY(m->be->sync(m->be));
+    if (n_captured) *n_captured = n;
+    return DI_OK;
+}
+
 static di_status forward_sample(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
                                 int32_t *status) {
     if (!m || !batch || (batch->n_logits && (!rows || !tokens)))

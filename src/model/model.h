@@ -112,6 +112,15 @@ di_status di_model_forward_sample(di_model *m, const di_batch *batch, const di_s
 di_status di_model_forward_sample_rows(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
                                        int32_t *status);
 
+/* Runs and captures the decode-step CUDA graphs of every batch-size bucket up to the one
+ * that holds max_batch sequences (each bucket: one eager step, then the capture), on padding
+ * rows only (no cache slot is written, no sampled token is kept), so that the first real
+ * decode steps of a server replay a graph instead of paying the eager step, the lazily built
+ * GEMM plans and the capture (tens of ms at 16+ sequences). *n_captured (may be NULL) gets the
+ * number of buckets now holding a graph. A no-op (DI_OK, 0) where graphs are off (CPU,
+ * DEEPINFER_CUDA_GRAPHS=0) or the backend samples on the host. */
+di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured);
+
 /* The backend the model runs on (ops tests, benchmarks). */
 di_backend *di_model_backend(di_model *m);
 #endif
