@@ -329,9 +329,13 @@ __global__ void __launch_bounds__(256) k_gemv(gemm_args a, int R, int S, int ksl
     }
 }
 
+/* U = 16-byte weight loads in flight per lane and row in one K step: bf16 1; fp8 (8-byte loads)
+ * 2 at 1-2 tokens, else 1. Measured on v2lite-8l (bf16, 2026-12-01, same calls): U = 1 instead
+ * of 2 took batch-1 decode from 1088-1094 to 1145-1147 tok/s and batches 2 / 4 / 8 up 3%: more
+ * resident warps beat more loads per warp. RW = 4 rows per warp (2: 1068 tok/s, 8: 1094-1122). */
 template <int NT, bool FP8, bool SILU>
 static void launch_gemv_t(cuda_state *st, const gemm_args *a, cudaStream_t s) {
-    constexpr int RW = 4, U = NT <= 2 ? 2 : 1;
+    constexpr int RW = 4, U = FP8 && NT <= 2 ? 2 : 1;
     int K = a->w.cols;
     int groups = a->o.silu_I > 0 ? ceil_div_i(a->o.silu_I, RW / 2) : ceil_div_i(a->w.rows, RW);
     int mats = a->n_mat;
