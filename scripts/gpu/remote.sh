@@ -20,6 +20,7 @@
 #          mlabench (bench_cuda_ops mladec: MLA decode at V3 / 64-head / V2-Lite shapes, and the
 #          V3 shapes with DEEPINFER_CUDA_MLA_WGMMA=0 and =2: before / after in one call)
 #          (default: info pycoder ops attn model bench e2e engine)
+#          dkernel: ncu sections of the decode kernels matching DKERNEL (dkernel.txt);
 #          abvar: A/B of environment settings (AB_VARIANTS separated by '|', AB_ROUNDS, AB_ARGS,
 #          AB_DECODE=1 adds bench_cuda_decode moe), each variant's bench_cuda_e2e in alternation;
 #          ropekv: batch-1 decode with and without the fused rope + cache write
@@ -281,6 +282,20 @@ for s in $steps; do
                 python3 "$G/src/scripts/gpu/breakdown.py" "$log" "b$b $cfg" >>"$OUT/breakdown.txt" 2>&1
             done
         done
+        ;;
+    dkernel)
+        # ncu sections (speed of light, occupancy, warp states, memory) of the decode kernels
+        # whose names match DKERNEL (regex, default k_small|k_gemv|k_route) in one eager
+        # decode step at DKERNEL_BATCH (1) tokens -> dkernel.txt
+        v2lite || continue
+        ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        [ -n "$ncu" ] || { summary "dkernel: ncu not found"; continue; }
+        run_step "dkernel" dkernel.txt env DEEPINFER_CUDA_GRAPHS=0 "$ncu" --clock-control none \
+            --kernel-name "regex:${DKERNEL:-k_small|k_gemv|k_route}" --launch-skip "${DKERNEL_SKIP:-40}" \
+            --launch-count "${DKERNEL_COUNT:-12}" --section SpeedOfLight --section Occupancy \
+            --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats \
+            "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" --batches "${DKERNEL_BATCH:-1}" --prompt 16 --gen 4 \
+            --prefill none --ceilings 0
         ;;
     pbreakdown)
         # the same for one prefill of PBREAKDOWN_LEN tokens (default 8192; bench_cuda_e2e runs it

@@ -457,7 +457,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->moe_small = ms && ms[0] >= '0' && ms[0] <= '4' && !ms[1] ? ms[0] - '0' : 1;
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
-    st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 32;
+    st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 16;
     st->gemv_min_k = gk && atoi(gk) >= 256 ? atoi(gk) : 512;
     const char *sm = getenv("DEEPINFER_CUDA_SPARSE_MIN_TILES");
     st->sp_min_tiles = sm && atoi(sm) > 0 ? atoi(sm) : 2;

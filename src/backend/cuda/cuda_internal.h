@@ -78,7 +78,7 @@ typedef struct cuda_state {
                                     * at most N tokens without permutation (cuda_moe_small.cu);
                                     * measured faster than the permuted path only at one token */
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
-                                    * for, default 32), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
+                                    * for, default 16), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */
     int sp_min_tiles;              /* DEEPINFER_CUDA_SPARSE_MIN_TILES (default 2): sparse MLA decode
                                     * uses at most ceil(ceil(sel_stride / 32) / N) KV splits */
