@@ -367,7 +367,8 @@ static di_status c_graph_end(di_backend *be, void **graph) {
     if (s == DI_OK && e != cudaSuccess) s = cuda_fail(e, "cudaStreamEndCapture");
     cudaGraphExec_t x = NULL;
     if (s == DI_OK) {
-        e = cudaGraphInstantiate(&x, g, 0);
+        /* with lane priorities, the graph keeps each kernel's stream priority (node priority) */
+        e = cudaGraphInstantiate(&x, g, st->lane_priority ? cudaGraphInstantiateFlagUseNodePriority : 0);
         if (e != cudaSuccess) s = cuda_fail(e, "cudaGraphInstantiate");
     }
     if (g) cudaGraphDestroy(g);
@@ -463,7 +464,14 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->sp_min_tiles = sm && atoi(sm) > 0 ? atoi(sm) : 2;
     st->lt_min_rows = lm ? atoi(lm) : 2;
     if (st->lt_min_rows < 1) st->lt_min_rows = 1;
-    if ((e = cudaStreamCreateWithFlags(&st->main_stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    /* the main lane at the highest stream priority and the side lane at the lowest, so that
+     * the critical path's blocks are scheduled first when both lanes have blocks waiting
+     * (DEEPINFER_CUDA_LANE_PRIORITY=0: both at the default priority) */
+    const char *lp = getenv("DEEPINFER_CUDA_LANE_PRIORITY");
+    int p_least = 0, p_greatest = 0;
+    st->lane_priority = !(lp && lp[0] == '0') && cudaDeviceGetStreamPriorityRange(&p_least, &p_greatest) == cudaSuccess;
+    if (!st->lane_priority) p_least = p_greatest = 0;
+    if ((e = cudaStreamCreateWithPriority(&st->main_stream, cudaStreamNonBlocking, p_greatest)) != cudaSuccess) {
         c_destroy(be);
         return cuda_fail(e, "cudaStreamCreate");
     }
@@ -473,7 +481,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     const char *ln = getenv("DEEPINFER_CUDA_LANES");
     st->lanes = !(ln && ln[0] == '0');
     st->lanes_max_t = ln && atoi(ln) > 1 ? atoi(ln) : DEFAULT_LANES_MAX_T;
-    if (st->lanes && ((e = cudaStreamCreateWithFlags(&st->side_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+    if (st->lanes && ((e = cudaStreamCreateWithPriority(&st->side_stream, cudaStreamNonBlocking, p_least)) != cudaSuccess ||
                       (e = cudaEventCreateWithFlags(&st->ev_fork, cudaEventDisableTiming)) != cudaSuccess ||
                       (e = cudaEventCreateWithFlags(&st->ev_join, cudaEventDisableTiming)) != cudaSuccess)) {
         c_destroy(be);

@@ -77,6 +77,9 @@ typedef struct cuda_state {
     int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
                                     * at most N tokens without permutation (cuda_moe_small.cu);
                                     * measured faster than the permuted path only at one token */
+    int lane_priority;             /* DEEPINFER_CUDA_LANE_PRIORITY (default 1): main stream at the
+                                    * highest priority, side lane at the lowest, graphs instantiated
+                                    * with node priorities */
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
                                     * for, default 16), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */
