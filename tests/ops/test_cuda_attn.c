@@ -328,6 +328,16 @@ static void route_case(const char *name, di_route_params rp, int T, int D, float
         int same = memcmp(l1, lg + (size_t)(T - 1) * E, (size_t)E * 4) == 0;
         CHECK_MSG(same, "moe_route %s: token %d's router logits alone differ from those in its batch of %d", name,
                   T - 1, T);
+        /* and its routing: same ids, same weight bits */
+        int32_t *i1 = (int32_t *)malloc((size_t)k * 4), *ib = (int32_t *)malloc((size_t)k * 4);
+        uint32_t *w1 = (uint32_t *)malloc((size_t)k * 4), *wb = (uint32_t *)malloc((size_t)k * 4);
+        g_gpu->download(g_gpu, i1, di1, (size_t)k * 4);
+        g_gpu->download(g_gpu, w1, dw1, (size_t)k * 4);
+        g_gpu->download(g_gpu, ib, (const int32_t *)di + (size_t)(T - 1) * k, (size_t)k * 4);
+        g_gpu->download(g_gpu, wb, (const float *)dw + (size_t)(T - 1) * k, (size_t)k * 4);
+        CHECK_MSG(!memcmp(i1, ib, (size_t)k * 4) && !memcmp(w1, wb, (size_t)k * 4),
+                  "moe_route %s: token %d routed alone differs from its routing in a batch of %d", name, T - 1, T);
+        free(i1); free(ib); free(w1); free(wb);
         free(l1);
         g_free(di1); g_free(dw1); g_free(ds1);
     }
@@ -362,6 +372,15 @@ static void test_route(void) {
     route_case("noaux_tc pycoder prefill", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 300, 257, 0.3f);
     route_case("greedy V2-Lite batch 5", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 5, 2048, 0.0f);
     route_case("noaux_tc odd D batch 8", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 8, 161, 0.3f);
+    /* one-token steps (decode at batch 1) with the routers of V2-Lite, the tiny models and odd
+     * expert counts / groups */
+    route_case("greedy V2-Lite decode", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 1, 2048, 0.0f);
+    route_case("noaux_tc tiny decode", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 1, 160, 0.3f);
+    route_case("group_limited decode", (di_route_params){DI_ROUTE_GROUP_LIMITED_GREEDY, 16, 3, 4, 2, 0, 2.0f}, 1, 96,
+               0.0f);
+    route_case("noaux_tc E72 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 72, 6, 8, 3, 1, 2.5f}, 1, 1024, 0.05f);
+    route_case("noaux_tc E256 D2048 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 1, 2048,
+               0.05f);
 }
 
 /* A router's output for tests: per token k distinct experts in ascending order, one pick in
