@@ -222,7 +222,7 @@ for s in $steps; do
         ;;
     abvar)
         # A/B of environment settings in one call: AB_VARIANTS = settings separated by '|' (e.g.
-        # "DEEPINFER_CUDA_SMALL_U=4,4|DEEPINFER_CUDA_SMALL_U=8,6"), each run AB_ROUNDS (2) times
+        # "DEEPINFER_CUDA_GEMV_WANT=16|DEEPINFER_CUDA_GEMV_WANT=32"), each run AB_ROUNDS (2) times
         # in alternation: bench_cuda_e2e with AB_ARGS (default: batch-1 decode only), and
         # bench_cuda_decode moe when AB_DECODE=1
         v2lite || continue
