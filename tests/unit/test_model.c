@@ -307,6 +307,15 @@ static void test_bad_batches(void) {
     b = ok;
     b.max_blocks = 0;
     expect_bad(m, &b, "max_blocks");
+    /* the decode-graph warm-up is a no-op without graphs (CPU): nothing captured, and the
+     * model computes the same logits afterwards */
+    int n_cap = -1;
+    float again[512];
+    CHECK_OK(di_model_warmup_decode(m, 8, &n_cap));
+    CHECK_EQ_INT(n_cap, 0);
+    CHECK(di_model_warmup_decode(NULL, 8, &n_cap) == DI_ERR_INVALID_ARG);
+    CHECK_OK(di_model_forward(m, &ok, again));
+    CHECK(memcmp(out, again, sizeof(float) * (size_t)di_model_config_of(m)->vocab_size) == 0);
     di_model_free(m);
     /* option checks and the default KV pool size (256 MiB, capped by max_seqs * max_context) */
     di_model_options o = {0};
