@@ -145,28 +145,34 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     be->matmul(be, m->h, c->hidden_size, m->o, H * d->v_dim, &ly->o, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
 }
 
+/* A SwiGLU MLP of intermediate size I on x (the dense FFN, or the shared experts) accumulated
+ * into out: out += down(silu(gate x) ⊙ up x) (flags: DI_MM_ACCUMULATE, plus DI_MM_OUT_F32 when
+ * out is the fp32 residual stream). */
+static void swiglu(di_model *m, const di_weight *gate_up, const di_weight *down, int I, int T, void *out,
+                   unsigned flags) {
+    di_backend *be = m->be;
+    int D = m->cfg.hidden_size;
+    be->matmul(be, m->ffn_gu, 2 * I, m->x, D, gate_up, T, 0);
+    be->silu_mul(be, m->ffn_act, m->ffn_gu, T, I);
+    be->matmul(be, out, D, m->ffn_act, I, down, T, flags);
+}
+
 /* h += FFN(x): dense SwiGLU MLP (down_proj accumulates into h; returns NULL), or routed
  * experts (+ shared experts) in ffn_out, which the caller adds into h (returns ffn_out: the
  * next layer's add_rmsnorm takes it as its delta, saving a pass over h). */
 static const void *ffn(di_model *m, const di_layer *ly, int T) {
     di_backend *be = m->be;
     const di_model_config *c = &m->cfg;
-    int D = c->hidden_size;
     if (!ly->is_moe) {
-        int I = c->intermediate_size;
-        be->matmul(be, m->ffn_gu, 2 * I, m->x, D, &ly->gate_up, T, 0);
-        be->silu_mul(be, m->ffn_act, m->ffn_gu, T, I);
-        be->matmul(be, m->h, D, m->ffn_act, I, &ly->down, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
+        swiglu(m, &ly->gate_up, &ly->down, c->intermediate_size, T, m->h, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
         return NULL;
     }
     int Is = c->moe_intermediate_size * c->n_shared_experts;
     /* shared experts on the backend's side lane where it has one, overlapping the routing and
-     * the routed experts: h += down_s(silu(gate_s x) ⊙ up_s x), accumulated in fp32 */
+     * the routed experts, accumulated straight into h in fp32 */
     int side = c->n_shared_experts > 0 && be->side_begin && be->side_begin(be, T);
     if (side) {
-        be->matmul(be, m->ffn_gu, 2 * Is, m->x, D, &ly->sh_gate_up, T, 0);
-        be->silu_mul(be, m->ffn_act, m->ffn_gu, T, Is);
-        be->matmul(be, m->h, D, m->ffn_act, Is, &ly->sh_down, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
+        swiglu(m, &ly->sh_gate_up, &ly->sh_down, Is, T, m->h, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
         be->side_end(be);
     }
     const float *router_in = m->xr ? m->xr : (const float *)m->x; /* f32 normed rows */
@@ -187,11 +193,7 @@ static const void *ffn(di_model *m, const di_layer *ly, int T) {
     if (!fused) {
         be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,
                         &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
-        if (c->n_shared_experts > 0) {
-            be->matmul(be, m->ffn_gu, 2 * Is, m->x, D, &ly->sh_gate_up, T, 0);
-            be->silu_mul(be, m->ffn_act, m->ffn_gu, T, Is);
-            be->matmul(be, m->ffn_out, D, m->ffn_act, Is, &ly->sh_down, T, DI_MM_ACCUMULATE);
-        }
+        if (c->n_shared_experts > 0) swiglu(m, &ly->sh_gate_up, &ly->sh_down, Is, T, m->ffn_out, DI_MM_ACCUMULATE);
     }
     return m->ffn_out;
 }

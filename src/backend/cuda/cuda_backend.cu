@@ -100,6 +100,13 @@ static void side_leave(cuda_state *st) {
     st->stream = st->main_stream;
 }
 
+/* Back to the main lane, which then waits for the side lane (side_join; before any host-visible
+ * sync, copy or graph boundary). */
+static void lanes_rejoin(cuda_state *st) {
+    side_leave(st);
+    side_join(st);
+}
+
 static int c_side_begin(di_backend *be, int T) {
     cuda_state *st = cst(be);
     if (!st->lanes || T > st->lanes_max_t || st->on_side || !st->side_stream || !st->lt_ws_side) return 0;
@@ -114,17 +121,12 @@ static int c_side_begin(di_backend *be, int T) {
 
 static void c_side_end(di_backend *be) { side_leave(cst(be)); }
 
-static void c_side_join(di_backend *be) {
-    cuda_state *st = cst(be);
-    side_leave(st);
-    side_join(st);
-}
+static void c_side_join(di_backend *be) { lanes_rejoin(cst(be)); }
 
 static di_status c_sync(di_backend *be) {
     cuda_state *st = cst(be);
     if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: sync() inside a graph capture");
-    side_leave(st);
-    side_join(st);
+    lanes_rejoin(st);
     cuda_note(st, cudaStreamSynchronize(st->stream), "stream synchronize");
     st->pin_used = 0;
     return take_error(st);
@@ -133,8 +135,7 @@ static di_status c_sync(di_backend *be) {
 static di_status c_download(di_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_state *st = cst(be);
     if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: download() inside a graph capture");
-    side_leave(st);
-    side_join(st);
+    lanes_rejoin(st);
     if (bytes) cuda_note(st, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream), "download");
     return c_sync(be);
 }
@@ -345,8 +346,7 @@ static di_status c_reserve(di_backend *be, const di_backend_reserve *r) {
 static di_status c_graph_begin(di_backend *be) {
     cuda_state *st = cst(be);
     if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: nested graph capture");
-    side_leave(st);
-    side_join(st);
+    lanes_rejoin(st);
     DI_TRY(take_error(st));
     cudaError_t e = cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) return cuda_fail(e, "cudaStreamBeginCapture");
@@ -358,8 +358,7 @@ static di_status c_graph_end(di_backend *be, void **graph) {
     cuda_state *st = cst(be);
     *graph = NULL;
     if (!st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: graph_end without graph_begin");
-    side_leave(st); /* an unjoined side lane would fail the capture */
-    side_join(st);
+    lanes_rejoin(st); /* an unjoined side lane would fail the capture */
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(st->stream, &g);
     st->capturing = 0;
@@ -379,8 +378,7 @@ static di_status c_graph_end(di_backend *be, void **graph) {
 
 static di_status c_graph_launch(di_backend *be, void *graph) {
     cuda_state *st = cst(be);
-    side_leave(st);
-    side_join(st);
+    lanes_rejoin(st);
     cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, st->stream);
     if (e != cudaSuccess) return cuda_fail(e, "cudaGraphLaunch");
     return DI_OK;
@@ -469,7 +467,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
      * (DEEPINFER_CUDA_LANE_PRIORITY=0: both at the default priority) */
     const char *lp = getenv("DEEPINFER_CUDA_LANE_PRIORITY");
     int p_least = 0, p_greatest = 0;
-    st->lane_priority = !(lp && lp[0] == '0') && cudaDeviceGetStreamPriorityRange(&p_least, &p_greatest) == cudaSuccess;
+    st->lane_priority =
+        !(lp && lp[0] == '0') && cudaDeviceGetStreamPriorityRange(&p_least, &p_greatest) == cudaSuccess;
     if (!st->lane_priority) p_least = p_greatest = 0;
     if ((e = cudaStreamCreateWithPriority(&st->main_stream, cudaStreamNonBlocking, p_greatest)) != cudaSuccess) {
         c_destroy(be);
@@ -481,9 +480,10 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     const char *ln = getenv("DEEPINFER_CUDA_LANES");
     st->lanes = !(ln && ln[0] == '0');
     st->lanes_max_t = ln && atoi(ln) > 1 ? atoi(ln) : DEFAULT_LANES_MAX_T;
-    if (st->lanes && ((e = cudaStreamCreateWithPriority(&st->side_stream, cudaStreamNonBlocking, p_least)) != cudaSuccess ||
-                      (e = cudaEventCreateWithFlags(&st->ev_fork, cudaEventDisableTiming)) != cudaSuccess ||
-                      (e = cudaEventCreateWithFlags(&st->ev_join, cudaEventDisableTiming)) != cudaSuccess)) {
+    if (st->lanes &&
+        ((e = cudaStreamCreateWithPriority(&st->side_stream, cudaStreamNonBlocking, p_least)) != cudaSuccess ||
+         (e = cudaEventCreateWithFlags(&st->ev_fork, cudaEventDisableTiming)) != cudaSuccess ||
+         (e = cudaEventCreateWithFlags(&st->ev_join, cudaEventDisableTiming)) != cudaSuccess)) {
         c_destroy(be);
         return cuda_fail(e, "creating the side lane");
     }

@@ -20,8 +20,9 @@
  *    then loads each 32-key tile row by row from those slots. Splits over the list: the dense
  *    split count capped at ceil(ceil(sel_stride / 32) / DEEPINFER_CUDA_SPARSE_MIN_TILES)
  *    (host-known shapes only; default 2 tiles per split, measured best at 1 token), merged by
- *    k_mla_combine (its SP flavour counts the splits from the selection). Shapes the fast kernel does not take (or more
- *    than SP_MAXKEYS keys per split) go to the generic kernel walking the list.
+ *    k_mla_combine (its SP flavour counts the splits from the selection). Shapes the fast
+ *    kernel does not take (or more than SP_MAXKEYS keys per split) go to the generic kernel
+ *    walking the list.
  *  - generic: one warp per (token, head), any shape (tiny test models); over the token's
  *    selected positions when there is a DSA selection.
  * Invariants: the split count depends only on the number of tokens (never on context lengths),
