@@ -109,7 +109,10 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     }
     if (side) be->side_join(be);
     /* RoPE on every head's q_pe and on the shared k_pe, then [c | k_pe] into the cache (one
-     * fused op where the backend has it) */
+     * fused op where the backend has it). In a decode-only step (not V3.2, whose indexer comes
+     * between) it runs on the side lane beside the W_UK absorption, which reads only q_nope. */
+    int side_rope =
+        n_decode_tokens > 0 && n_decode_tokens == T && !m->v32 && be->side_begin && be->side_begin(be, T);
     if (be->rope_kv_write) {
         be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, m->kva, W, r, cache, ab->slot_mapping, W,
                           ab->positions, T, &m->rope);
@@ -118,6 +121,7 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
         be->rope(be, act_at(m, m->kva, r), W, 1, W, ab->positions, T, &m->rope);
         be->kv_write(be, cache, m->kva, W, ab->slot_mapping, T, W);
     }
+    if (side_rope) be->side_end(be);
     /* V3.2: the lightning indexer picks the positions each token attends to */
     di_attn_batch sparse;
     if (m->v32) {
@@ -134,6 +138,7 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     /* decode: q̃ = W_UKᵀ q_nope; ō = attn over latents; o = W_UV ō */
     if (n_decode_tokens > 0) {
         be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
+        if (side_rope) be->side_join(be);
         be->mla_decode(be, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk, cache, ab, 0,
                        n_decode_seqs, d);
         be->bmm(be, m->o, H * d->v_dim, d->v_dim, m->olat, H * r, r, &ly->w_uv, n_decode_tokens);
