@@ -139,9 +139,13 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     if (n_decode_tokens > 0) {
         be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
         if (side_rope) be->side_join(be);
-        be->mla_decode(be, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk, cache, ab, 0,
-                       n_decode_seqs, d);
-        be->bmm(be, m->o, H * d->v_dim, d->v_dim, m->olat, H * r, r, &ly->w_uv, n_decode_tokens);
+        if (be->mla_decode_uv) {
+            be->mla_decode_uv(be, m->o, H * d->v_dim, d->v_dim, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk,
+                              cache, ab, 0, n_decode_seqs, d, &ly->w_uv, n_decode_tokens);
+        } else {
+            be->mla_decode(be, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk, cache, ab, 0, n_decode_seqs, d);
+            be->bmm(be, m->o, H * d->v_dim, d->v_dim, m->olat, H * r, r, &ly->w_uv, n_decode_tokens);
+        }
     }
     /* prefill chunks: naive attention over the decompressed context */
     if (n_decode_seqs < ab->n_seqs)

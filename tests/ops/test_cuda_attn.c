@@ -149,6 +149,63 @@ static void decode_case(const char *name, int S, const int *q_len, const int *ct
     decode_case_sel(name, S, q_len, ctx, d, 0, sb, se);
 }
 
+/* mla_decode_uv (decode + W_UV in one op; at one token with split KV the merge runs inside the
+ * W_UV GEMV) against mla_decode + bmm on the GPU, bit for bit, and against the CPU's two ops */
+static void decode_uv_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d) {
+    int H = d.n_heads, r = d.kv_rank, dr = d.rope_dim, W = r + dr, hs = 128 + dr, ldq = H * hs, V = d.v_dim;
+    paged p;
+    paged_make(&p, S, q_len, ctx, W);
+    int T = p.T;
+    t_weight wu = t_weight_make(H, V, r, 0, 0.05f);
+    di_weight wc = t_weight_upload(g_cpu, &wu, DI_WEIGHT_PLAIN), wg = t_weight_upload(g_gpu, &wu, DI_WEIGHT_PLAIN);
+    float *qt = t_rand((size_t)T * H * r, 1.0f), *q = t_rand((size_t)T * ldq, 1.0f);
+    float *lat = (float *)calloc((size_t)T * H * r, 4), *ref = (float *)calloc((size_t)T * H * V, 4);
+    g_cpu->mla_decode(g_cpu, lat, qt, q + 128, ldq, hs, p.cache, &p.hab, 0, S, &d);
+    g_cpu->bmm(g_cpu, ref, H * V, V, lat, H * r, r, &wc, T);
+    void *dqt = g_act(qt, (size_t)T * H * r), *dq = g_act(q, (size_t)T * ldq);
+    void *dlat = g_alloc((size_t)T * H * r * 2), *da = g_alloc((size_t)T * H * V * 2), *db = g_alloc((size_t)T * H * V * 2);
+    g_poison(da, (size_t)T * H * V * 2);
+    g_poison(db, (size_t)T * H * V * 2);
+    g_gpu->mla_decode(g_gpu, dlat, dqt, (uint16_t *)dq + 128, ldq, hs, p.dcache, &p.dab, 0, S, &d);
+    g_gpu->bmm(g_gpu, da, H * V, V, dlat, H * r, r, &wg, T);
+    g_poison(dlat, (size_t)T * H * r * 2);
+    CHECK_MSG(g_gpu->mla_decode_uv != NULL, "%s: no mla_decode_uv", name);
+    if (g_gpu->mla_decode_uv)
+        g_gpu->mla_decode_uv(g_gpu, db, H * V, V, dlat, dqt, (uint16_t *)dq + 128, ldq, hs, p.dcache, &p.dab, 0, S, &d,
+                             &wg, T);
+    uint16_t *ha = (uint16_t *)malloc((size_t)T * H * V * 2), *hb = (uint16_t *)malloc((size_t)T * H * V * 2);
+    CHECK_OK(g_gpu->download(g_gpu, ha, da, (size_t)T * H * V * 2));
+    CHECK_OK(g_gpu->download(g_gpu, hb, db, (size_t)T * H * V * 2));
+    size_t diff = 0;
+    for (size_t i = 0; i < (size_t)T * H * V; i++) diff += ha[i] != hb[i];
+    char what[160];
+    snprintf(what, sizeof what, "mla_decode_uv %s H%d T%d", name, H, T);
+    CHECK_MSG(diff == 0, "%s: %zu of %d outputs differ from mla_decode + bmm", what, diff, T * H * V);
+    float *got = g_get_act(db, (size_t)T * H * V);
+    T_CHECK(what, got, ref, (size_t)T * H * V, TOL_L2, TOL_MAX);
+    free(qt); free(q); free(lat); free(ref); free(ha); free(hb); free(got);
+    g_free(dqt); g_free(dq); g_free(dlat); g_free(da); g_free(db);
+    g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg);
+    t_weight_free(&wu);
+    paged_free(&p);
+}
+
+static void test_decode_uv(void) {
+    di_mla_dims v2 = {16, 128, 64, 128, 512, 0.1352f}, v3 = {128, 128, 64, 128, 512, 0.1352f},
+                h64 = {64, 128, 64, 128, 512, 0.1352f};
+    int q1[1] = {1}, c1[6] = {1, 40, 129, 700, 3000, 20000};
+    for (int i = 0; i < 6; i++) { /* one token: 1 to many KV splits */
+        char name[64];
+        snprintf(name, sizeof name, "v2-lite ctx %d", c1[i]);
+        decode_uv_case(name, 1, q1, c1 + i, v2);
+    }
+    int c2[1] = {4097};
+    decode_uv_case("v3 ctx 4097", 1, q1, c2, v3);
+    decode_uv_case("64 heads ctx 4097", 1, q1, c2, h64);
+    int ql[3] = {1, 2, 1}, cx[3] = {50, 900, 3}; /* several tokens: decode, then bmm */
+    decode_uv_case("v2-lite 3 seqs", 3, ql, cx, v2);
+}
+
 /* 128 and 64 heads: contexts shorter than a tile and not multiples of 64, several tokens of a
  * sequence, a sequence range, many cache blocks in shuffled order (paged_make), batch 1 (many
  * KV splits) and batches of >= 64 sequences (one split) */
@@ -216,6 +273,7 @@ static void test_decode(void) {
         g_gpu = save;
         di_backend_free(alt);
     }
+    test_decode_uv();
 }
 
 /* ---------------------------------------------------------------- prefill ---- */

@@ -455,6 +455,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     const char *ms = getenv("DEEPINFER_CUDA_MOE_SMALL"), *pd = getenv("DEEPINFER_CUDA_PDL");
     st->moe_small = ms && ms[0] >= '0' && ms[0] <= '4' && !ms[1] ? ms[0] - '0' : 1;
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
+    const char *mu = getenv("DEEPINFER_CUDA_MLA_UV");
+    st->mla_uv = !(mu && mu[0] == '0');
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
     st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 16;
     st->gemv_min_k = gk && atoi(gk) >= 256 ? atoi(gk) : 512;
@@ -525,6 +527,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->mla_prefill = cuda_mla_prefill;
     be->mla_prefill_scratch_bytes = cuda_mla_prefill_scratch_bytes;
     be->mla_decode = cuda_mla_decode;
+    be->mla_decode_uv = cuda_mla_decode_uv;
     be->layernorm = cuda_layernorm;
     be->indexer_topk = cuda_indexer_topk;
     be->indexer_scratch_bytes = cuda_indexer_scratch_bytes;

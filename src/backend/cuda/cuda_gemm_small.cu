@@ -329,6 +329,15 @@ __global__ void __launch_bounds__(256) k_gemv(gemm_args a, int R, int S, int ksl
     }
 }
 
+/* K slices of a GEMV of `groups` row groups over `mats` matrices: split K over the warps of a
+ * block while the grid is short of st->gemv_want warps per SM and each slice keeps at least
+ * st->gemv_min_k columns */
+int gemv_splits(const cuda_state *st, int groups, int mats, int K) {
+    int want = st->n_sm * st->gemv_want, S = 1;
+    while (S < 8 && (long)groups * mats * S < want && ceil_div_i(K, 2 * S) >= st->gemv_min_k) S *= 2;
+    return S;
+}
+
 /* U = 16-byte weight loads in flight per lane and row in one K step: bf16 1; fp8 (8-byte loads)
  * 2 at 1-2 tokens, else 1. Measured on v2lite-8l (bf16, 2026-12-01, same calls): U = 1 instead
  * of 2 took batch-1 decode from 1088-1094 to 1145-1147 tok/s and batches 2 / 4 / 8 up 3%: more
@@ -340,10 +349,7 @@ static void launch_gemv_t(cuda_state *st, const gemm_args *a, cudaStream_t s) {
     int groups = a->o.silu_I > 0 ? ceil_div_i(a->o.silu_I, RW / 2) : ceil_div_i(a->w.rows, RW);
     int mats = a->n_mat;
     if (a->r.offsets && a->r.T < mats) mats = a->r.T;
-    /* split K over the warps of a block while the grid is short of st->gemv_want warps per SM
-     * and each K slice keeps at least st->gemv_min_k columns */
-    int want = st->n_sm * st->gemv_want, S = 1;
-    while (S < 8 && (long)groups * mats * S < want && ceil_div_i(K, 2 * S) >= st->gemv_min_k) S *= 2;
+    int S = gemv_splits(st, groups, mats, K);
     int R = 8 / S;
     int kslice = (ceil_div_i(K, S) + 255) & ~255;
     dim3 grid(ceil_div_i(groups, R), a->r.active ? mats : a->n_mat);

@@ -88,6 +88,8 @@ typedef struct cuda_state {
     int mla_wgmma;                 /* DEEPINFER_CUDA_MLA_WGMMA (default 1): MLA decode with heads a
                                     * multiple of 64 on the wgmma kernel (cuda_mla_decode_wgmma.cu);
                                     * 0 the mma.sync kernel, 2 wgmma for S and mma.sync for P.V */
+    int mla_uv;                    /* DEEPINFER_CUDA_MLA_UV (default 1): backend.h mla_decode_uv
+                                    * merges one-token split KV inside the W_UV GEMV */
     int pdl;                       /* DEEPINFER_CUDA_PDL (default 1): programmatic dependent launch;
                                     * 0 off, 1 the GEMV and small-expert kernels, 2 also RoPE,
                                     * kv_write and MLA decode + combine (cuda_pdl.cuh) */
@@ -198,6 +200,8 @@ typedef struct gemm_args {
 void launch_gemm_small(cuda_state *st, const gemm_args *a, cudaStream_t s);
 /* FMA GEMV for at most `max_rows` (<= 4 typical) rows per matrix: coalesced weight rows */
 void launch_gemv(cuda_state *st, const gemm_args *a, cudaStream_t s);
+/* its K slices per block for `groups` groups of 4 rows over `mats` matrices of K columns */
+int gemv_splits(const cuda_state *st, int groups, int mats, int K);
 void launch_gemm_tiled(cuda_state *st, const gemm_args *a, cudaStream_t s);
 /* Hopper wgmma grouped GEMM (cuda_gemm_wgmma.cu): 1 if it takes these shapes. */
 int gemm_wgmma_ok(const gemm_args *a);
@@ -257,6 +261,9 @@ size_t cuda_mla_prefill_scratch_bytes(di_backend *be, const di_mla_dims *d, int 
 void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
                      const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
                      const di_mla_dims *d);
+void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, const void *qt, const void *qpe,
+                        int ldqpe, int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
+                        const di_mla_dims *d, const di_weight *w_uv, int n_tokens);
 size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_tokens);
 /* DeepSeek-V3.2 (cuda_indexer.cu): the indexer's LayerNorm and top-k (cuda_mla_decode /
  * cuda_mla_prefill attend over each token's selected positions when ab->sel_pos != NULL). */

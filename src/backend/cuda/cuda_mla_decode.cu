@@ -33,6 +33,7 @@
 #include "backend/cuda/cuda_mla_decode.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_wload.cuh"
 
 /* DSA selection, a separate kernel parameter of the SP kernels (dense: zeros; keeping it out of
  * dec_args leaves the dense kernels' code as it was) */
@@ -339,15 +340,15 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
  * MLA_MAXSPLIT) into weights in shared memory (fixed shuffle trees), then each thread sums 4
  * columns over the splits in split order with the split loads unrolled: deterministic. */
 enum { MLA_MAXSPLIT = 64 };
+/* The merge of token t's head h by a block of >= 128 threads (threads 128.. only take part in
+ * the barrier) into dst[0, FDV) (bf16); false, with nothing written, when the token has no
+ * keys. */
 template <bool SP>
-__global__ void __launch_bounds__(128) k_mla_combine(dec_args a, dec_sel sp) {
-    __shared__ float wsh[MLA_MAXSPLIT];
-    __shared__ float s_inv;
-    pdl_launch_dependents(); /* the W_UV GEMV may start loading its weights */
-    pdl_wait();
-    int t = blockIdx.x, h = blockIdx.y, H = a.n_heads, S = a.nsplit;
+static __device__ __forceinline__ bool merge_head(const dec_args &a, const dec_sel &sp, int t, int h, bf16 *dst,
+                                                  float *wsh, float *s_inv) {
+    int H = a.n_heads, S = a.nsplit;
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
-    if (seq < 0) return;
+    if (seq < 0) return false;
     int keys;
     if (SP) {
         keys = sp.sel_count[t];
@@ -356,7 +357,7 @@ __global__ void __launch_bounds__(128) k_mla_combine(dec_args a, dec_sel sp) {
         keys = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]) + 1;
     }
     int ntiles = (keys + a.kt - 1) / a.kt;
-    if (ntiles <= 0) return; /* an empty selection (backend.h: never; count >= 1) */
+    if (ntiles <= 0) return false; /* an empty selection (backend.h: never; count >= 1) */
     int tps = (ntiles + S - 1) / S;
     S = (ntiles + tps - 1) / tps;
     long p0 = ((long)t * H + h) * a.nsplit;
@@ -372,25 +373,93 @@ __global__ void __launch_bounds__(128) k_mla_combine(dec_args a, dec_sel sp) {
             L += a.ml[(p0 + s) * 2 + 1] * w;
         }
         for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
-        if (lane == 0) s_inv = 1.0f / L;
+        if (lane == 0) *s_inv = 1.0f / L;
     }
     __syncthreads();
-    int c = threadIdx.x * 4; /* 128 threads x 4 = FDV columns */
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (threadIdx.x < 128) {
+        int c = threadIdx.x * 4; /* 128 threads x 4 = FDV columns */
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
-    for (int s = 0; s < S; s++) {
-        float w = wsh[s];
-        float4 v = *(const float4 *)(a.part + (p0 + s) * FDV + c);
-        acc.x += w * v.x;
-        acc.y += w * v.y;
-        acc.z += w * v.z;
-        acc.w += w * v.w;
+        for (int s = 0; s < S; s++) {
+            float w = wsh[s];
+            float4 v = *(const float4 *)(a.part + (p0 + s) * FDV + c);
+            acc.x += w * v.x;
+            acc.y += w * v.y;
+            acc.z += w * v.z;
+            acc.w += w * v.w;
+        }
+        float inv = *s_inv;
+        uint2 o;
+        o.x = pack_bf16(acc.x * inv, acc.y * inv);
+        o.y = pack_bf16(acc.z * inv, acc.w * inv);
+        *(uint2 *)(dst + c) = o;
     }
-    float inv = s_inv;
-    uint2 o;
-    o.x = pack_bf16(acc.x * inv, acc.y * inv);
-    o.y = pack_bf16(acc.z * inv, acc.w * inv);
-    *(uint2 *)(a.out + ((long)t * H + h) * FDV + c) = o;
+    return true;
+}
+
+/* Merges the splits of one (token, head): out = Σ_s e^{m_s - M} O_s / Σ_s e^{m_s - M} l_s,
+ * over the splits that had keys, found with the decode kernels' own split arithmetic: the
+ * token's keys are its context positions 0..pos (dense) or its sel_count[t] selected positions
+ * (SP), in tiles of a.kt keys. The first warp turns the (m, l) of those splits (at most
+ * MLA_MAXSPLIT) into weights in shared memory (fixed shuffle trees), then each thread sums 4
+ * columns over the splits in split order with the split loads unrolled: deterministic. */
+template <bool SP>
+__global__ void __launch_bounds__(128) k_mla_combine(dec_args a, dec_sel sp) {
+    __shared__ float wsh[MLA_MAXSPLIT];
+    __shared__ float s_inv;
+    pdl_launch_dependents(); /* the W_UV GEMV may start loading its weights */
+    pdl_wait();
+    int t = blockIdx.x, h = blockIdx.y;
+    merge_head<SP>(a, sp, t, h, a.out + ((long)t * a.n_heads + h) * FDV, wsh, &s_inv);
+}
+
+/* o_h = W_UV_h ō_h for a one-token step whose decode left split partials: block (row block,
+ * head h) merges h's splits into shared memory with merge_head (k_mla_combine's arithmetic),
+ * then its 8 warps x 4 rows dot them exactly as k_gemv<NT 1, RW 4, U 1> does for the W_UV bmm
+ * at one token (lane l: columns 8l + 256i in order, fmaf per element, xor tree, one rounding).
+ * Same bits as k_mla_combine followed by that GEMV, one launch fewer. The weight rows are
+ * loaded before pdl_wait (they are constant). */
+__global__ void __launch_bounds__(256) k_mla_uv(dec_args a, wview w, bf16 *y, long hsy) {
+    __shared__ float wsh[MLA_MAXSPLIT];
+    __shared__ float s_inv;
+    __shared__ __align__(16) bf16 ol[FDV];
+    pdl_launch_dependents();
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, V = w.rows;
+    int rows[4];
+    bool rok[4];
+    wraw<false> wr[FDV / 256][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        rows[r] = (blockIdx.x * 8 + warp) * 4 + r;
+        rok[r] = rows[r] < V;
+    }
+#pragma unroll
+    for (int u = 0; u < FDV / 256; u++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) wr[u][r] = wload<false>(w, h, rows[r], lane * 8 + u * 256, rok[r]);
+    pdl_wait(); /* the partials come from the decode kernel */
+    if (!merge_head<false>(a, dec_sel{NULL, NULL, 0}, 0, h, ol, wsh, &s_inv)) return;
+    __syncthreads();
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int u = 0; u < FDV / 256; u++) {
+        float x[8];
+        bf16x8_float(*(const uint4 *)(ol + lane * 8 + u * 256), x);
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float wf[8];
+            wfloat<false>(wr[u][r], wf);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[r] = fmaf(wf[e], x[e], acc[r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            if (rok[r]) y[(long)h * hsy + rows[r]] = __float2bfloat16_rn(acc[r]);
 }
 
 /* The split merge after a decode launch with a.nsplit > 1 splits (dense or SP). */
@@ -459,18 +528,19 @@ static void launch_fast(cuda_state *st, const dec_args &a, const dec_sel &sp, in
 }
 
 template <bool SP>
-static void launch_decode(cuda_state *st, const dec_args &a, const dec_sel &sp, int R, int n_tokens) {
+static void launch_decode(cuda_state *st, const dec_args &a, const dec_sel &sp, int R, int n_tokens, bool combine) {
     if (R == 64) launch_fast<64, 8, SP>(st, a, sp, n_tokens);
     else if (R == 32) launch_fast<32, 8, SP>(st, a, sp, n_tokens);
     else launch_fast<16, 4, SP>(st, a, sp, n_tokens);
-    if (a.nsplit > 1) launch_combine<SP>(st, a, sp, n_tokens);
+    if (a.nsplit > 1 && combine) launch_combine<SP>(st, a, sp, n_tokens);
 }
 
-void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
-                     const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end, const di_mla_dims *d) {
-    cuda_state *st = cst(be);
-    if (seq_end <= seq_begin || ab->n_tokens <= 0) return;
-    dec_args a;
+/* The decode launches; with leave_split, a dense launch with several splits skips the combine
+ * and returns 1 (the partials in *ap are then merged by the caller). */
+static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *qt, const void *qpe, int ldqpe,
+                          int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
+                          const di_mla_dims *d, bool leave_split) {
+    dec_args &a = *ap;
     a.out = (bf16 *)out;
     a.qt = (const bf16 *)qt;
     a.qpe = (const bf16 *)qpe;
@@ -511,8 +581,8 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
     }
     if (ab->sel_pos) { /* V3.2: each token's selected positions only */
         if (fast && ab->sel_count && ab->sel_stride > 0 && sp_keys_per_split(ab->sel_stride, a.nsplit) <= SP_MAXKEYS) {
-            launch_decode<true>(st, a, sp, R, ab->n_tokens);
-            return;
+            launch_decode<true>(st, a, sp, R, ab->n_tokens, true);
+            return 0;
         }
         DI_ASSERT(ab->sel_count);
         fast = 0; /* the generic kernel over the list */
@@ -522,13 +592,47 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
         dim3 grid(ab->n_tokens, ceil_div_i(d->n_heads, 4));
         cuda_launch_pdl(st, st->pdl >= 2, k_mla_decode_generic, grid, dim3(128), 0, a, sp);
         CUDA_LAUNCHED(st, "mla_decode_generic");
-        return;
+        return 0;
     }
     if (wg) {
         a.kt = MLA_WG_KT;
         mla_decode_wg_launch(st, a, ab->n_tokens, st->mla_wgmma == 2);
-        if (a.nsplit > 1) launch_combine<false>(st, a, sp, ab->n_tokens);
+    } else {
+        launch_decode<false>(st, a, dec_sel{NULL, NULL, 0}, R, ab->n_tokens, !leave_split);
+    }
+    if (a.nsplit > 1 && leave_split) return 1;
+    if (wg && a.nsplit > 1) launch_combine<false>(st, a, sp, ab->n_tokens);
+    return 0;
+}
+
+void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
+                     const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end, const di_mla_dims *d) {
+    cuda_state *st = cst(be);
+    if (seq_end <= seq_begin || ab->n_tokens <= 0) return;
+    dec_args a;
+    mla_decode_run(st, &a, out, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false);
+}
+
+/* backend.h mla_decode_uv: at one token with split KV (dense), the merge moves into the W_UV
+ * GEMV (k_mla_uv); otherwise mla_decode, then bmm. Taken only where the bmm itself would run
+ * the one-split GEMV that k_mla_uv reproduces (bf16 W_UV of r = 512 columns, st->gemv). */
+void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, const void *qt, const void *qpe,
+                        int ldqpe, int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
+                        const di_mla_dims *d, const di_weight *w_uv, int n_tokens) {
+    cuda_state *st = cst(be);
+    if (seq_end <= seq_begin || ab->n_tokens <= 0 || n_tokens <= 0) return;
+    const int H = d->n_heads, r = d->kv_rank;
+    bool fuse = st->mla_uv && ab->n_tokens == 1 && n_tokens == 1 && !ab->sel_pos && r == FDV && st->gemv &&
+                w_uv->dtype == DI_DTYPE_BF16 && w_uv->n == H && w_uv->cols == r && w_uv->rows > 0 &&
+                ((uintptr_t)w_uv->data & 15) == 0 && gemv_splits(st, ceil_div_i(w_uv->rows, 4), H, r) == 1;
+    dec_args a;
+    if (fuse && mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, true)) {
+        (void)ldo;
+        cuda_launch_pdl(st, st->pdl >= 1, k_mla_uv, dim3(ceil_div_i(w_uv->rows, 32), H), dim3(256), 0, a,
+                        wview_of(w_uv), (bf16 *)o, (long)hso);
+        CUDA_LAUNCHED(st, "mla_uv");
         return;
     }
-    launch_decode<false>(st, a, dec_sel{NULL, NULL, 0}, R, ab->n_tokens);
+    if (!fuse) mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false);
+    cuda_bmm(be, o, ldo, hso, olat, H * r, r, w_uv, n_tokens);
 }
