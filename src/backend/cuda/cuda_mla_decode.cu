@@ -25,6 +25,9 @@
  *    walking the list.
  *  - generic: one warp per (token, head), any shape (tiny test models); over the token's
  *    selected positions when there is a DSA selection.
+ * Also mla_decode_uv (backend.h: decode + the W_UV bmm): at one token with split KV, k_mla_uv
+ * merges the splits inside the W_UV GEMV (k_mla_combine's merge, k_gemv's arithmetic: the
+ * same bits as combine + bmm) instead of launching k_mla_combine.
  * Invariants: the split count depends only on the number of tokens (never on context lengths),
  * so a captured decode step replays correctly for any context; cache rows past a token's
  * position are never read into the result (masked to -inf and zero-filled). */
