@@ -627,7 +627,8 @@ void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, c
     const int H = d->n_heads, r = d->kv_rank;
     bool fuse = st->mla_uv && ab->n_tokens == 1 && n_tokens == 1 && !ab->sel_pos && r == FDV && st->gemv &&
                 w_uv->dtype == DI_DTYPE_BF16 && w_uv->n == H && w_uv->cols == r && w_uv->rows > 0 &&
-                ((uintptr_t)w_uv->data & 15) == 0 && gemv_splits(st, ceil_div_i(w_uv->rows, 4), H, r) == 1;
+                ((uintptr_t)w_uv->data & 15) == 0 && ((uintptr_t)olat & 15) == 0 &&
+                gemv_splits(st, ceil_div_i(w_uv->rows, 4), H, r) == 1;
     dec_args a;
     if (fuse && mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, true)) {
         (void)ldo;
