@@ -531,11 +531,10 @@ static void launch_fast(cuda_state *st, const dec_args &a, const dec_sel &sp, in
 }
 
 template <bool SP>
-static void launch_decode(cuda_state *st, const dec_args &a, const dec_sel &sp, int R, int n_tokens, bool combine) {
+static void launch_decode(cuda_state *st, const dec_args &a, const dec_sel &sp, int R, int n_tokens) {
     if (R == 64) launch_fast<64, 8, SP>(st, a, sp, n_tokens);
     else if (R == 32) launch_fast<32, 8, SP>(st, a, sp, n_tokens);
     else launch_fast<16, 4, SP>(st, a, sp, n_tokens);
-    if (a.nsplit > 1 && combine) launch_combine<SP>(st, a, sp, n_tokens);
 }
 
 /* The decode launches; with leave_split, a dense launch with several splits skips the combine
@@ -584,7 +583,8 @@ static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *q
     }
     if (ab->sel_pos) { /* V3.2: each token's selected positions only */
         if (fast && ab->sel_count && ab->sel_stride > 0 && sp_keys_per_split(ab->sel_stride, a.nsplit) <= SP_MAXKEYS) {
-            launch_decode<true>(st, a, sp, R, ab->n_tokens, true);
+            launch_decode<true>(st, a, sp, R, ab->n_tokens);
+            if (a.nsplit > 1) launch_combine<true>(st, a, sp, ab->n_tokens);
             return 0;
         }
         DI_ASSERT(ab->sel_count);
@@ -601,10 +601,12 @@ static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *q
         a.kt = MLA_WG_KT;
         mla_decode_wg_launch(st, a, ab->n_tokens, st->mla_wgmma == 2);
     } else {
-        launch_decode<false>(st, a, dec_sel{NULL, NULL, 0}, R, ab->n_tokens, !leave_split);
+        launch_decode<false>(st, a, dec_sel{NULL, NULL, 0}, R, ab->n_tokens);
     }
-    if (a.nsplit > 1 && leave_split) return 1;
-    if (wg && a.nsplit > 1) launch_combine<false>(st, a, sp, ab->n_tokens);
+    if (a.nsplit > 1) {
+        if (leave_split) return 1;
+        launch_combine<false>(st, a, sp, ab->n_tokens);
+    }
     return 0;
 }
 
@@ -631,7 +633,6 @@ void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, c
                 gemv_splits(st, ceil_div_i(w_uv->rows, 4), H, r) == 1;
     dec_args a;
     if (fuse && mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, true)) {
-        (void)ldo;
         cuda_launch_pdl(st, st->pdl >= 1, k_mla_uv, dim3(ceil_div_i(w_uv->rows, 32), H), dim3(256), 0, a,
                         wview_of(w_uv), (bf16 *)o, (long)hso);
         CUDA_LAUNCHED(st, "mla_uv");
