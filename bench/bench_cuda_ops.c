@@ -10,10 +10,13 @@
  * 512 / 8192 tokens, V2-Lite shape) for every variant of the fast attention kernel; TFLOP/s
  * counts the attention.
  *
+ * With `sample`: only the device sampler (1 / 16 / 64 rows of V3-vocabulary logits, greedy and
+ * five temperature / top-k / top-p / min-p settings).
+ *
  * With `mladec`: only MLA decode (V3 shapes, 64 heads, V2-Lite), then the V3 shapes again with
  * DEEPINFER_CUDA_MLA_WGMMA=0 (mma.sync kernel) and =2 (wgmma S, mma.sync P.V): before / after.
  *
- *   bench_cuda_ops [quick | v32 | prefill | mladec]    (quick: fewer shapes) */
+ *   bench_cuda_ops [quick | v32 | prefill | mladec | sample]    (quick: fewer shapes) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,6 +303,67 @@ static void bench_v32(di_backend *be, int S, int q_len, int ctx) {
     free(hw); free(start); free(cl); free(bt);
 }
 
+/* ---- sampling ---- */
+typedef struct smp_ctx {
+    di_backend *be;
+    void *tok, *st, *logits, *rows;
+    int n, V;
+} smp_ctx;
+static void smp_op(void *c) {
+    smp_ctx *x = (smp_ctx *)c;
+    x->be->sample(x->be, (int32_t *)x->tok, (int32_t *)x->st, (const float *)x->logits, x->n, x->V,
+                  (const di_sample_row *)x->rows);
+}
+
+/* The device sampler on LM-like logits (V3 vocabulary; ~N(0, 2.5) with a few tokens 8-14 above):
+ * n rows with one parameter set each, for n = 1 / 16 / 64; bytes = the logits read once. */
+static void bench_sample(di_backend *be) {
+    const int V = 129280, Ns[3] = {1, 16, 64};
+    struct {
+        const char *what;
+        di_sample_row p;
+    } sets[] = {
+        {"greedy", {0.0f, 1.0f, 0.0f, 0, 1, 0, 0}},
+        {"temperature 0.8", {0.8f, 1.0f, 0.0f, 0, 1, 0, 0}},
+        {"temperature 0.7, top-k 50", {0.7f, 1.0f, 0.0f, 50, 1, 0, 0}},
+        {"temperature 0.8, top-p 0.95", {0.8f, 0.95f, 0.0f, 0, 1, 0, 0}},
+        {"temperature 1, top-p 0.9, top-k 40, min-p 0.05", {1.0f, 0.9f, 0.05f, 40, 1, 0, 0}},
+        {"temperature 1, min-p 0.1", {1.0f, 1.0f, 0.1f, 0, 1, 0, 0}},
+    };
+    float *h = (float *)malloc((size_t)64 * V * 4);
+    for (int r = 0; r < 64; r++) {
+        float *row = h + (size_t)r * V;
+        for (int i = 0; i < V; i++) { /* sum of 4 uniforms: roughly normal */
+            float g = b_unif(1.0f) + b_unif(1.0f) + b_unif(1.0f) + b_unif(1.0f);
+            row[i] = 2.5f * 0.866f * g;
+        }
+        for (int j = 0; j < 8; j++) row[b_u64() % V] = 8.0f + (float)(b_u64() % 600) / 100.0f;
+    }
+    smp_ctx c = {be, b_alloc(be, 64 * 4), b_alloc(be, 64 * 4), b_alloc(be, (size_t)64 * V * 4),
+                 b_alloc(be, 64 * sizeof(di_sample_row)), 0, V};
+    be->upload(be, c.logits, h, (size_t)64 * V * 4);
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++)
+        for (int a = 0; a < 3; a++) {
+            di_sample_row rows[64];
+            for (int r = 0; r < 64; r++) {
+                rows[r] = sets[s].p;
+                rows[r].position = (uint32_t)(100 + r);
+                rows[r].stream = (uint32_t)r;
+            }
+            be->upload(be, c.rows, rows, sizeof rows);
+            c.n = Ns[a];
+            double t = b_time(be, smp_op, &c, 20, 7);
+            char what[128];
+            snprintf(what, sizeof what, "sample %s n=%d", sets[s].what, c.n);
+            line(what, t, (double)c.n * V * 4, 0);
+        }
+    be->free(be, c.tok);
+    be->free(be, c.st);
+    be->free(be, c.logits);
+    be->free(be, c.rows);
+    free(h);
+}
+
 int main(int argc, char **argv) {
     int quick = argc > 1 && !strcmp(argv[1], "quick");
     di_backend *be = NULL;
@@ -341,6 +405,12 @@ int main(int argc, char **argv) {
         const int Bs[2] = {64, 128}, Cs[2] = {4096, 16384};
         for (int b = 0; b < 2; b++)
             for (int c = 0; c < 2; c++) bench_decode(be, 128, Bs[b], Cs[c], "[again]");
+        di_status s = be->sync(be);
+        di_backend_free(be);
+        return s == DI_OK ? 0 : 1;
+    }
+    if (argc > 1 && !strcmp(argv[1], "sample")) { /* the device sampler only */
+        bench_sample(be);
         di_status s = be->sync(be);
         di_backend_free(be);
         return s == DI_OK ? 0 : 1;

@@ -19,6 +19,7 @@
 #          attnsp1: test_cuda_attn indexer with DEEPINFER_CUDA_SPARSE_MIN_TILES=1 (up to 64 splits)
 #          mlabench (bench_cuda_ops mladec: MLA decode at V3 / 64-head / V2-Lite shapes, and the
 #          V3 shapes with DEEPINFER_CUDA_MLA_WGMMA=0 and =2: before / after in one call)
+#          smpbench (bench_cuda_ops sample: the device sampler, 1 / 16 / 64 rows, six settings)
 #          (default: info pycoder ops attn model bench e2e engine)
 #          dkernel: ncu sections of the decode kernels matching DKERNEL (dkernel.txt);
 #          abvar: A/B of environment settings (AB_VARIANTS separated by '|', AB_ROUNDS, AB_ARGS,
@@ -182,11 +183,16 @@ for s in $steps; do
     mlabench)
         run_step bench.mladec bench.log "$G/bin/bench_cuda_ops" mladec
         ;;
+    smpbench)
+        run_step bench.sample bench.log "$G/bin/bench_cuda_ops" sample
+        ;;
     engine)
         # the real engine (`deepinfer generate`) at batch B: B random 128-token prompts, 128 new
         # tokens each (greedy, EOS ignored), all prefilled in one step; the summary line gives
         # tok/s over the whole run and TPOT (B / TPOT = decode tok/s). Device sampling (default
-        # on CUDA), then host sampling (DEEPINFER_DEVICE_SAMPLING=0) for comparison.
+        # on CUDA), then host sampling (DEEPINFER_DEVICE_SAMPLING=0) for comparison. ENGINE_SAMPLING
+        # replaces "--temperature 0" (e.g. "--temperature 0.8 --top-p 0.95 --seed 7"); ENGINE_ENV
+        # is set for every run (e.g. DEEPINFER_CUDA_SAMPLE_CLUSTER=0).
         emodel=${ENGINE_MODEL:-$TMP/v2lite-8l}
         [ -n "${ENGINE_MODEL:-}" ] || v2lite || continue
         vocab=$(grep -o '"vocab_size": *[0-9]*' "$emodel/config.json" | grep -o '[0-9]*$')
@@ -200,11 +206,12 @@ for s in $steps; do
                 head -n "$b" "$TMP/engine_prompts.jsonl" >"$TMP/engine_p$b.jsonl"
                 [ "$LAST_RC" = 124 ] || [ "$LAST_RC" = 137 ] && continue # a run hung: skip the rest
                 echo "(engine: batch $b, $sampling sampling)" >>"$OUT/bench.log"
+                # shellcheck disable=SC2086
                 STEP_TIMEOUT=${ENGINE_TIMEOUT:-90} DEEPINFER_DEVICE_SAMPLING=$([ "$sampling" = device ] && echo 1 || echo 0) \
-                    run_step "engine.b$b.$sampling" bench.log "$G/bin/deepinfer" generate --device "${ENGINE_DEVICE:-cuda}" \
+                    run_step "engine.b$b.$sampling" bench.log env ${ENGINE_ENV:-} "$G/bin/deepinfer" generate --device "${ENGINE_DEVICE:-cuda}" \
                     --model "$emodel" --input "$TMP/engine_p$b.jsonl" --output "$TMP/engine_o$b.jsonl" \
-                    --max-tokens 128 --ignore-eos --temperature 0 --max-batch-tokens 32768 --max-seqs 256 \
-                    --kv-blocks 1100 --max-model-len 320
+                    --max-tokens 128 --ignore-eos ${ENGINE_SAMPLING:---temperature 0} --max-batch-tokens 32768 \
+                    --max-seqs 256 --kv-blocks 1100 --max-model-len 320
             done
         done
         ;;

@@ -714,9 +714,88 @@ static void test_experts(void) {
 
 /* ---------------------------------------------------------------- sampling ---- */
 
+/* n rows of V logits sampled on `be` with the given parameters (fresh seeds and positions per
+ * repetition), each compared with the CPU sampler: same token, or both refuse. */
+static void sample_case(di_backend *be, const char *what, const float *lg, int n, int V, di_sample_row *rows, int reps) {
+    di_sampler *smp = NULL;
+    CHECK_OK(di_sampler_create(V, &smp));
+    if (!smp) return;
+    di_backend *save = g_gpu;
+    g_gpu = be;
+    float *dl = (float *)g_raw(lg, (size_t)n * V * 4);
+    void *dtok = g_alloc((size_t)n * 4), *dst = g_alloc((size_t)n * 4), *drows = g_alloc(sizeof(di_sample_row) * n);
+    int32_t *tok = (int32_t *)malloc((size_t)n * 4), *st = (int32_t *)malloc((size_t)n * 4);
+    int same = 0, total = 0;
+    for (int rep = 0; rep < reps; rep++) {
+        for (int r = 0; r < n; r++) {
+            rows[r].seed = t_u64();
+            rows[r].position = (uint32_t)t_u64();
+        }
+        g_gpu->upload(g_gpu, drows, rows, sizeof(di_sample_row) * n);
+        g_poison(dtok, (size_t)n * 4);
+        g_poison(dst, (size_t)n * 4);
+        g_gpu->sample(g_gpu, (int32_t *)dtok, (int32_t *)dst, dl, n, V, (const di_sample_row *)drows);
+        g_gpu->download(g_gpu, tok, dtok, (size_t)n * 4);
+        g_gpu->download(g_gpu, st, dst, (size_t)n * 4);
+        for (int r = 0; r < n; r++) {
+            di_sampling_params p;
+            di_sampling_params_init(&p);
+            p.temperature = rows[r].temperature;
+            p.top_p = rows[r].top_p;
+            p.top_k = rows[r].top_k;
+            p.min_p = rows[r].min_p;
+            di_sample_request rq = {&p, rows[r].seed, rows[r].position, rows[r].stream, 0, NULL, NULL, NULL, 0};
+            int32_t want = -1;
+            di_status s = di_sampler_sample(smp, lg + (size_t)r * V, &rq, &want, NULL);
+            total++;
+            if (s != DI_OK) {
+                CHECK_MSG(st[r] != DI_SAMPLE_OK && tok[r] == -1, "%s row %d: CPU sampler fails (%s) but GPU gave %d status %d",
+                          what, r, di_last_error(), tok[r], st[r]);
+                same += st[r] != DI_SAMPLE_OK && tok[r] == -1;
+                continue;
+            }
+            CHECK_MSG(st[r] == DI_SAMPLE_OK && tok[r] == want, "%s row %d rep %d: GPU token %d (status %d), CPU %d", what,
+                      r, rep, tok[r], st[r], want);
+            same += st[r] == DI_SAMPLE_OK && tok[r] == want;
+        }
+    }
+    fprintf(stderr, "  sample %s V=%d: %d/%d rows identical to the CPU sampler\n", what, V, same, total);
+    g_free(dl); g_free(dtok); g_free(dst); g_free(drows);
+    free(tok);
+    free(st);
+    g_gpu = save;
+    di_sampler_free(smp);
+}
+
+/* LM-like logits: ~N(0, sd) with a few tokens 8-14 above */
+static void lm_row(float *row, int V, float sd) {
+    for (int i = 0; i < V; i++) row[i] = sd * 0.866f * (t_unif(1.0f) + t_unif(1.0f) + t_unif(1.0f) + t_unif(1.0f));
+    for (int j = 0; j < 8; j++) row[t_int(V)] = 8.0f + (float)t_int(600) / 100.0f;
+}
+
+/* every case on the default (8-block clusters at these batch sizes), on 4-block clusters and
+ * on the one-block kernel */
+static di_backend *g_smp_alt[2];
+static void sample_both(const char *what, const float *lg, int n, int V, di_sample_row *rows, int reps) {
+    static const char *alt[2] = {"one block", "4-block clusters"};
+    char tag[96];
+    sample_case(g_gpu, what, lg, n, V, rows, reps);
+    for (int a = 0; a < 2; a++) {
+        snprintf(tag, sizeof tag, "%s [%s]", what, alt[a]);
+        if (g_smp_alt[a]) sample_case(g_smp_alt[a], tag, lg, n, V, rows, reps);
+    }
+}
+
 static void test_sample(void) {
-    const int V = 129280, n = 14;
-    float *lg = (float *)malloc((size_t)n * V * 4);
+    static const char *mode[2] = {"0", "4"};
+    for (int a = 0; a < 2; a++) {
+        setenv("DEEPINFER_CUDA_SAMPLE_CLUSTER", mode[a], 1);
+        CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &g_smp_alt[a]));
+    }
+    unsetenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");
+    /* 1. uniform rows with exact ties, a clear winner, -inf masks, all -inf, a NaN */
+    int V = 129280, n = 14;
+    float *lg = (float *)malloc((size_t)16 * 163840 * 4);
     for (int r = 0; r < n; r++) {
         float *row = lg + (size_t)r * V;
         float sharp = 1.0f + (float)(r % 4) * 3.0f;
@@ -729,7 +808,7 @@ static void test_sample(void) {
     float *bad = lg + (size_t)(n - 1) * V, *masked = lg + (size_t)(n - 2) * V;
     bad[77] = NAN;
     for (int i = 0; i < V; i++) masked[i] = -INFINITY;
-    di_sample_row rows[14] = {
+    di_sample_row rows[16] = {
         {0.0f, 1.0f, 0.0f, 0, 1, 5, 0},         /* greedy */
         {1.0f, 1.0f, 0.0f, 0, 2, 6, 0},         /* plain */
         {0.7f, 1.0f, 0.0f, 0, 3, 7, 1},         /* temperature */
@@ -745,47 +824,63 @@ static void test_sample(void) {
         {1.0f, 1.0f, 0.0f, 0, 13, 17, 0},       /* all -inf: masked */
         {1.0f, 1.0f, 0.0f, 0, 14, 18, 0},       /* NaN */
     };
-    di_sampler *smp = NULL;
-    CHECK_OK(di_sampler_create(V, &smp));
-    float *dl = (float *)g_raw(lg, (size_t)n * V * 4);
-    void *dtok = g_alloc((size_t)n * 4), *dst = g_alloc((size_t)n * 4), *drows = g_alloc(sizeof rows);
-    for (int rep = 0; rep < 8 && smp; rep++) {
-        for (int r = 0; r < n; r++) {
-            rows[r].seed = t_u64();
-            rows[r].position = (uint32_t)t_u64();
-        }
-        g_gpu->upload(g_gpu, drows, rows, sizeof rows);
-        g_poison(dtok, (size_t)n * 4);
-        g_gpu->sample(g_gpu, (int32_t *)dtok, (int32_t *)dst, dl, n, V, (const di_sample_row *)drows);
-        int32_t tok[14], st[14];
-        g_gpu->download(g_gpu, tok, dtok, sizeof tok);
-        g_gpu->download(g_gpu, st, dst, sizeof st);
-        int same = 0;
-        for (int r = 0; r < n; r++) {
-            di_sampling_params p;
-            di_sampling_params_init(&p);
-            p.temperature = rows[r].temperature;
-            p.top_p = rows[r].top_p;
-            p.top_k = rows[r].top_k;
-            p.min_p = rows[r].min_p;
-            di_sample_request rq = {&p, rows[r].seed, rows[r].position, rows[r].stream, 0, NULL, NULL, NULL, 0};
-            int32_t want = -1;
-            di_status s = di_sampler_sample(smp, lg + (size_t)r * V, &rq, &want, NULL);
-            if (s != DI_OK) {
-                CHECK_MSG(st[r] != DI_SAMPLE_OK && tok[r] == -1, "row %d: CPU sampler fails (%s) but GPU gave %d status %d",
-                          r, di_last_error(), tok[r], st[r]);
-                same += st[r] != DI_SAMPLE_OK;
-                continue;
-            }
-            CHECK_MSG(st[r] == DI_SAMPLE_OK && tok[r] == want, "row %d rep %d: GPU token %d (status %d), CPU %d", r, rep,
-                      tok[r], st[r], want);
-            same += st[r] == DI_SAMPLE_OK && tok[r] == want;
-        }
-        fprintf(stderr, "  sample V=%d: %d/%d rows identical to the CPU sampler (rep %d)\n", V, same, n, rep);
+    sample_both("uniform", lg, n, V, rows, 8);
+
+    /* 2. LM-like rows: the top-p cut and the k-th key inside the dense part */
+    di_sample_row lm[8] = {
+        {0.8f, 0.95f, 0.0f, 0, 0, 0, 0},   {0.7f, 1.0f, 0.0f, 50, 0, 0, 1},   {1.0f, 0.5f, 0.0f, 0, 0, 0, 2},
+        {1.0f, 0.99f, 0.0f, 1000, 0, 0, 3}, {1.0f, 1.0f, 0.02f, 0, 0, 0, 4},  {1.5f, 0.999f, 0.0f, 0, 0, 0, 5},
+        {3.0f, 0.9f, 0.0f, 20000, 0, 0, 6}, {0.6f, 0.9f, 0.05f, 40, 0, 0, 7},
+    };
+    for (int r = 0; r < 8; r++) lm_row(lg + (size_t)r * V, V, 1.0f + (float)r * 0.5f);
+    sample_both("lm-like", lg, 8, V, lm, 6);
+
+    /* 3. exact ties at the cut: every logit equal (the top-k / top-p keys decided by id alone),
+     * and 3000 copies of one value around the k-th / the cut, in a 5000-token vocabulary */
+    V = 5000;
+    for (int i = 0; i < V; i++) lg[i] = 0.25f;
+    for (int r = 1; r < 6; r++) {
+        float *row = lg + (size_t)r * V;
+        for (int i = 0; i < V; i++) row[i] = t_unif(4.0f);
+        for (int i = 0; i < 3000; i++) row[t_int(V)] = 1.0f;
     }
-    di_sampler_free(smp);
-    g_free(dl); g_free(dtok); g_free(dst); g_free(drows);
+    for (int r = 6; r < 12; r++) memcpy(lg + (size_t)r * V, lg, (size_t)V * 4);
+    di_sample_row ties[12] = {
+        {1.0f, 1.0f, 0.0f, 7, 0, 0, 0},    {1.0f, 1.0f, 0.0f, 1500, 0, 0, 0}, {1.0f, 0.3f, 0.0f, 0, 0, 0, 0},
+        {1.0f, 0.97f, 0.0f, 0, 0, 0, 0},   {1.0f, 0.6f, 0.0f, 2000, 0, 0, 0}, {0.5f, 1.0f, 0.0f, 400, 0, 0, 0},
+        {1.0f, 1.0f, 0.0f, 3, 0, 0, 0},    {1.0f, 0.3f, 0.0f, 0, 0, 0, 0},    {1.0f, 0.0001f, 0.0f, 0, 0, 0, 0},
+        {1.0f, 1.0f, 0.0f, 4999, 0, 0, 0}, {1.0f, 0.5f, 0.0f, 2500, 0, 0, 0}, {0.0f, 1.0f, 0.0f, 0, 0, 0, 0},
+    };
+    sample_both("ties", lg, 12, V, ties, 4);
+
+    /* 4. vocabularies that leave blocks of the cluster empty or partly filled, and Kimi-K2's */
+    const int Vs[5] = {1, 7, 100, 32001, 163840};
+    for (int v = 0; v < 5; v++) {
+        V = Vs[v];
+        for (int r = 0; r < 6; r++) lm_row(lg + (size_t)r * V, V, 2.0f);
+        di_sample_row sm[6] = {
+            {0.0f, 1.0f, 0.0f, 0, 0, 0, 0},  {0.8f, 0.95f, 0.0f, 0, 0, 0, 1}, {0.7f, 1.0f, 0.0f, 5, 0, 0, 2},
+            {1.0f, 0.9f, 0.05f, 40, 0, 0, 3}, {1.0f, 1.0f, 0.0f, 0, 0, 0, 4},  {1.2f, 0.5f, 0.0f, 3, 0, 0, 5},
+        };
+        char tag[32];
+        snprintf(tag, sizeof tag, "vocab %d", V);
+        sample_both(tag, lg, 6, V, sm, 3);
+    }
+    /* 5. a batch of 40 rows: 4-block clusters by default (more rows than 8-block clusters fit) */
+    V = 129280;
+    di_sample_row big[40];
+    for (int r = 0; r < 40; r++) {
+        lm_row(lg + (size_t)(r % 16) * V, V, 1.5f + (float)(r % 5) * 0.5f);
+        big[r] = lm[r % 8];
+        if (r % 10 == 9) big[r].temperature = 0.0f; /* greedy rows mixed in */
+    }
+    float *lg40 = (float *)malloc((size_t)40 * V * 4);
+    for (int r = 0; r < 40; r++) memcpy(lg40 + (size_t)r * V, lg + (size_t)(r % 16) * V, (size_t)V * 4);
+    sample_case(g_gpu, "batch of 40", lg40, 40, V, big, 2);
+    free(lg40);
     free(lg);
+    for (int a = 0; a < 2; a++)
+        if (g_smp_alt[a]) di_backend_free(g_smp_alt[a]);
 }
 
 /* ---------------------------------------------------------------- V3.2 indexer / sparse MLA ---- */
