@@ -8,10 +8,13 @@
  *   draw: r = Philox4x32-10(seed, position, stream, 0) word 0; t = (r * W) >> 32; first id in
  *          ascending order whose running sum of q exceeds t.
  *
- * Owner: cuda. One block of 1024 threads per row. The order (y desc, id asc) is the order of
- * the unique 64-bit key (orderable bits of y) << 32 | (0xffffffff - id), so top-k is a radix
- * select (8 passes of 8 bits) and the top-p cut is a radix descent on the same keys weighted by
- * q; both are exact integer computations. Every fp32 operation uses explicit round-to-nearest
+ * Owner: cuda. cuda_sample() dispatches: the thread-block-cluster kernel of
+ * cuda_sample_cluster.cu by default; this file's kernel (one block of 1024 threads per row, tens
+ * to thousands of microseconds per row with top-k / top-p; docs/PERF.md) for vocabularies too
+ * large for the cluster's shared memory (V > 262,144) and DEEPINFER_CUDA_SAMPLE_CLUSTER=0.
+ * The order (y desc, id asc) is the order of the unique 64-bit key (orderable bits of y) << 32
+ * | (0xffffffff - id), so top-k is a radix select (8 passes of 8 bits) and the top-p cut is a
+ * radix descent on the same keys weighted by q; both are exact integer computations. Every fp32 operation uses explicit round-to-nearest
  * intrinsics (no contraction) so it matches the CPU's separately rounded operations. */
 #include "backend/cuda/cuda_sample.cuh"
 
