@@ -10,7 +10,7 @@
  * 512 / 8192 tokens, V2-Lite shape) for every variant of the fast attention kernel; TFLOP/s
  * counts the attention.
  *
- * With `sample`: only the device sampler (1 / 16 / 64 rows of V3-vocabulary logits, greedy and
+ * With `sample`: only the device sampler (1 / 16 / 64 / 256 rows of V3-vocabulary logits, greedy and
  * five temperature / top-k / top-p / min-p settings).
  *
  * With `mladec`: only MLA decode (V3 shapes, 64 heads, V2-Lite), then the V3 shapes again with
@@ -315,10 +315,12 @@ static void smp_op(void *c) {
                   (const di_sample_row *)x->rows);
 }
 
-/* The device sampler on LM-like logits (V3 vocabulary; ~N(0, 2.5) with a few tokens 8-14 above):
- * n rows with one parameter set each, for n = 1 / 16 / 64; bytes = the logits read once. */
+/* The device sampler on LM-like logits (V3 vocabulary; ~N(0, 2.5) with a few tokens 8-14 above;
+ * 64 distinct rows, repeated above 64): n rows with one parameter set each, for n = 1 / 16 / 64 /
+ * 256; bytes = the logits read once. */
+enum { SMP_ROWS = 256, SMP_DISTINCT = 64 };
 static void bench_sample(di_backend *be) {
-    const int V = 129280, Ns[3] = {1, 16, 64};
+    const int V = 129280, Ns[4] = {1, 16, 64, SMP_ROWS};
     struct {
         const char *what;
         di_sample_row p;
@@ -330,8 +332,8 @@ static void bench_sample(di_backend *be) {
         {"temperature 1, top-p 0.9, top-k 40, min-p 0.05", {1.0f, 0.9f, 0.05f, 40, 1, 0, 0}},
         {"temperature 1, min-p 0.1", {1.0f, 1.0f, 0.1f, 0, 1, 0, 0}},
     };
-    float *h = (float *)malloc((size_t)64 * V * 4);
-    for (int r = 0; r < 64; r++) {
+    float *h = (float *)malloc((size_t)SMP_ROWS * V * 4);
+    for (int r = 0; r < SMP_DISTINCT; r++) {
         float *row = h + (size_t)r * V;
         for (int i = 0; i < V; i++) { /* sum of 4 uniforms: roughly normal */
             float g = b_unif(1.0f) + b_unif(1.0f) + b_unif(1.0f) + b_unif(1.0f);
@@ -339,13 +341,15 @@ static void bench_sample(di_backend *be) {
         }
         for (int j = 0; j < 8; j++) row[b_u64() % V] = 8.0f + (float)(b_u64() % 600) / 100.0f;
     }
-    smp_ctx c = {be, b_alloc(be, 64 * 4), b_alloc(be, 64 * 4), b_alloc(be, (size_t)64 * V * 4),
-                 b_alloc(be, 64 * sizeof(di_sample_row)), 0, V};
-    be->upload(be, c.logits, h, (size_t)64 * V * 4);
+    for (int r = SMP_DISTINCT; r < SMP_ROWS; r++)
+        memcpy(h + (size_t)r * V, h + (size_t)(r % SMP_DISTINCT) * V, (size_t)V * 4);
+    smp_ctx c = {be, b_alloc(be, SMP_ROWS * 4), b_alloc(be, SMP_ROWS * 4), b_alloc(be, (size_t)SMP_ROWS * V * 4),
+                 b_alloc(be, SMP_ROWS * sizeof(di_sample_row)), 0, V};
+    be->upload(be, c.logits, h, (size_t)SMP_ROWS * V * 4);
     for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++)
-        for (int a = 0; a < 3; a++) {
-            di_sample_row rows[64];
-            for (int r = 0; r < 64; r++) {
+        for (int a = 0; a < 4; a++) {
+            di_sample_row rows[SMP_ROWS];
+            for (int r = 0; r < SMP_ROWS; r++) {
                 rows[r] = sets[s].p;
                 rows[r].position = (uint32_t)(100 + r);
                 rows[r].stream = (uint32_t)r;

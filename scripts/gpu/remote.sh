@@ -19,7 +19,7 @@
 #          attnsp1: test_cuda_attn indexer with DEEPINFER_CUDA_SPARSE_MIN_TILES=1 (up to 64 splits)
 #          mlabench (bench_cuda_ops mladec: MLA decode at V3 / 64-head / V2-Lite shapes, and the
 #          V3 shapes with DEEPINFER_CUDA_MLA_WGMMA=0 and =2: before / after in one call)
-#          smpbench (bench_cuda_ops sample: the device sampler, 1 / 16 / 64 rows, six settings)
+#          smpbench (bench_cuda_ops sample: the device sampler, 1 / 16 / 64 / 256 rows, six settings)
 #          (default: info pycoder ops attn model bench e2e engine)
 #          dkernel: ncu sections of the decode kernels matching DKERNEL (dkernel.txt);
 #          abvar: A/B of environment settings (AB_VARIANTS separated by '|', AB_ROUNDS, AB_ARGS,

@@ -439,6 +439,13 @@ static void test_route(void) {
     route_case("noaux_tc E72 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 72, 6, 8, 3, 1, 2.5f}, 1, 1024, 0.05f);
     route_case("noaux_tc E256 D2048 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 1, 2048,
                0.05f);
+    /* more steps of 2-32 tokens (the one-expert-per-block kernel), Kimi-K2's 384 experts and
+     * V3's router with D = 7168 at 32 tokens */
+    route_case("greedy V2-Lite batch 16", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 16, 2048, 0.0f);
+    route_case("noaux_tc V3 batch 32", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 32, 7168, 0.05f);
+    route_case("noaux_tc V3 batch 7", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 7, 1024, 0.05f);
+    route_case("noaux_tc E384 batch 3", (di_route_params){DI_ROUTE_NOAUX_TC, 384, 8, 1, 1, 1, 2.827f}, 3, 1024, 0.05f);
+    route_case("noaux_tc E128 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 128, 8, 8, 4, 1, 2.5f}, 2, 512, 0.05f);
 }
 
 /* A router's output for tests: per token k distinct experts in ascending order, one pick in
@@ -773,26 +780,30 @@ static void lm_row(float *row, int V, float sd) {
     for (int j = 0; j < 8; j++) row[t_int(V)] = 8.0f + (float)t_int(600) / 100.0f;
 }
 
-/* every case on the default (8-block clusters at these batch sizes), on 4-block clusters and
- * on the one-block kernel */
-static di_backend *g_smp_alt[2];
+/* every case on the default (greedy rows on their own kernel, the others on 8-block clusters
+ * at these batch sizes), on the one-block kernel, on 4-block clusters and with the greedy rows
+ * left to the cluster kernel */
+enum { N_SMP_ALT = 3 };
+static di_backend *g_smp_alt[N_SMP_ALT];
 static void sample_both(const char *what, const float *lg, int n, int V, di_sample_row *rows, int reps) {
-    static const char *alt[2] = {"one block", "4-block clusters"};
+    static const char *alt[N_SMP_ALT] = {"one block", "4-block clusters", "greedy in the cluster kernel"};
     char tag[96];
     sample_case(g_gpu, what, lg, n, V, rows, reps);
-    for (int a = 0; a < 2; a++) {
+    for (int a = 0; a < N_SMP_ALT; a++) {
         snprintf(tag, sizeof tag, "%s [%s]", what, alt[a]);
         if (g_smp_alt[a]) sample_case(g_smp_alt[a], tag, lg, n, V, rows, reps);
     }
 }
 
 static void test_sample(void) {
-    static const char *mode[2] = {"0", "4"};
-    for (int a = 0; a < 2; a++) {
-        setenv("DEEPINFER_CUDA_SAMPLE_CLUSTER", mode[a], 1);
+    static const char *var[N_SMP_ALT] = {"DEEPINFER_CUDA_SAMPLE_CLUSTER", "DEEPINFER_CUDA_SAMPLE_CLUSTER",
+                                         "DEEPINFER_CUDA_SAMPLE_GREEDY"};
+    static const char *val[N_SMP_ALT] = {"0", "4", "0"};
+    for (int a = 0; a < N_SMP_ALT; a++) {
+        setenv(var[a], val[a], 1);
         CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &g_smp_alt[a]));
+        unsetenv(var[a]);
     }
-    unsetenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");
     /* 1. uniform rows with exact ties, a clear winner, -inf masks, all -inf, a NaN */
     int V = 129280, n = 14;
     float *lg = (float *)malloc((size_t)16 * 163840 * 4);
@@ -825,6 +836,10 @@ static void test_sample(void) {
         {1.0f, 1.0f, 0.0f, 0, 14, 18, 0},       /* NaN */
     };
     sample_both("uniform", lg, n, V, rows, 8);
+    /* the same rows greedy (the masked and NaN rows too), with a +inf in one */
+    lg[(size_t)3 * V + 1234] = INFINITY;
+    for (int r = 0; r < n; r++) rows[r].temperature = r % 2 ? 0.0f : 1e-6f;
+    sample_both("uniform greedy", lg, n, V, rows, 2);
 
     /* 2. LM-like rows: the top-p cut and the k-th key inside the dense part */
     di_sample_row lm[8] = {
@@ -877,9 +892,16 @@ static void test_sample(void) {
     float *lg40 = (float *)malloc((size_t)40 * V * 4);
     for (int r = 0; r < 40; r++) memcpy(lg40 + (size_t)r * V, lg + (size_t)(r % 16) * V, (size_t)V * 4);
     sample_case(g_gpu, "batch of 40", lg40, 40, V, big, 2);
+    /* 40 greedy rows (a batch of greedy requests), with exact ties for the maximum */
+    for (int r = 0; r < 40; r++) {
+        big[r].temperature = 0.0f;
+        float *row = lg40 + (size_t)r * V;
+        if (r % 4 == 1) row[t_int(V)] = row[t_int(V)] = row[t_int(V)] = 20.0f;
+    }
+    sample_both("batch of 40 greedy", lg40, 40, V, big, 1);
     free(lg40);
     free(lg);
-    for (int a = 0; a < 2; a++)
+    for (int a = 0; a < N_SMP_ALT; a++)
         if (g_smp_alt[a]) di_backend_free(g_smp_alt[a]);
 }
 

@@ -94,6 +94,9 @@ typedef struct cuda_state {
                                     * thread-block cluster per row (cuda_sample_cluster.cu; 8 or 4
                                     * blocks by batch size, or forced with 8 / 4); 0 the one-block
                                     * kernel (cuda_sample.cu) */
+    int sample_greedy;             /* DEEPINFER_CUDA_SAMPLE_GREEDY (default 1): greedy rows on their
+                                    * own streaming kernel (cuda_sample_greedy.cu); 0 in the
+                                    * sampling kernel with the other rows */
     int pdl;                       /* DEEPINFER_CUDA_PDL (default 1): programmatic dependent launch;
                                     * 0 off, 1 the GEMV and small-expert kernels, 2 also RoPE,
                                     * kv_write and MLA decode + combine (cuda_pdl.cuh) */
@@ -294,8 +297,12 @@ void cuda_moe_small(cuda_state *st, void *out, const void *x, const int32_t *top
 int cuda_moe_experts_shared(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w,
                             int k, const di_weight *gate_up, const di_weight *down, const di_weight *sh_gate_up,
                             const di_weight *sh_down, int T, void *scratch, size_t scratch_bytes);
-/* 1: launched on the cluster kernel; 0: V too large for it (the caller uses the one-block kernel) */
+/* 1: launched on the cluster kernel; 0: V too large for it (the caller uses the one-block kernel).
+ * skip_greedy: leave the greedy rows alone (cuda_sample_greedy has them). */
 int cuda_sample_cluster(cuda_state *st, int32_t *tokens, int32_t *status, const float *logits, int n, int V,
+                        const di_sample_row *rows, int skip_greedy);
+/* the greedy rows of a sample op (every other row untouched) */
+void cuda_sample_greedy(cuda_state *st, int32_t *tokens, int32_t *status, const float *logits, int n, int V,
                         const di_sample_row *rows);
 void cuda_sample(di_backend *be, int32_t *tokens, int32_t *status, const float *logits, int n, int V,
                  const di_sample_row *rows);

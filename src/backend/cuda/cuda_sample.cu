@@ -8,7 +8,8 @@
  *   draw: r = Philox4x32-10(seed, position, stream, 0) word 0; t = (r * W) >> 32; first id in
  *          ascending order whose running sum of q exceeds t.
  *
- * Owner: cuda. cuda_sample() dispatches: the thread-block-cluster kernel of
+ * Owner: cuda. cuda_sample() dispatches: the greedy rows to cuda_sample_greedy.cu (unless
+ * DEEPINFER_CUDA_SAMPLE_GREEDY=0), the others to the thread-block-cluster kernel of
  * cuda_sample_cluster.cu by default; this file's kernel (one block of 1024 threads per row, tens
  * to thousands of microseconds per row with top-k / top-p; docs/PERF.md) for vocabularies too
  * large for the cluster's shared memory (V > 262,144) and DEEPINFER_CUDA_SAMPLE_CLUSTER=0.
@@ -68,13 +69,14 @@ static __device__ unsigned long long block_scan_u64(unsigned long long v, sample
 /* ---------------------------------------------------------------- kernel ---- */
 
 __global__ void __launch_bounds__(SBT) k_sample(const float *logits, int V, const di_sample_row *rows,
-                                                int32_t *tokens, int32_t *status) {
+                                                int32_t *tokens, int32_t *status, int skip_greedy) {
     __shared__ sample_smem S;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int row = blockIdx.x;
     const float *x = logits + (long)row * V;
     const di_sample_row P = rows[row];
     const bool greedy = P.temperature < 1e-5f;
+    if (greedy && skip_greedy) return; /* cuda_sample_greedy.cu has it */
     const float T = greedy ? 1.0f : P.temperature;
 
     /* pass 1: validity, max (lowest id among the maxima); unrolled so that several loads are
@@ -273,7 +275,8 @@ void cuda_sample(di_backend *be, int32_t *tokens, int32_t *status, const float *
                  const di_sample_row *rows) {
     cuda_state *st = cst(be);
     if (n <= 0) return;
-    if (st->sample_cluster && cuda_sample_cluster(st, tokens, status, logits, n, V, rows)) return;
-    k_sample<<<n, SBT, 0, st->stream>>>(logits, V, rows, tokens, status);
+    if (st->sample_greedy) cuda_sample_greedy(st, tokens, status, logits, n, V, rows);
+    if (st->sample_cluster && cuda_sample_cluster(st, tokens, status, logits, n, V, rows, st->sample_greedy)) return;
+    k_sample<<<n, SBT, 0, st->stream>>>(logits, V, rows, tokens, status, st->sample_greedy);
     CUDA_LAUNCHED(st, "sample");
 }

@@ -62,13 +62,14 @@ typedef struct cs_smem {
     unsigned long long wpre[CS_WARPS]; /* their exclusive prefix (cs_block_excl) */
     float wv[CS_WARPS];
     int wi[CS_WARPS];
-    unsigned long long ru; /* a block helper's result */
+    unsigned long long ru; /* a block helper's result, or the row's max and its flag */
     float rv;
     int ri;
+    int rbad;
     int pick;
     unsigned int pick_cnt;
     unsigned long long pick_above;
-    unsigned long long bc[3];  /* block broadcast */
+    unsigned long long bc[2];  /* block broadcast */
     unsigned int lcount;       /* block 0: candidates gathered */
     unsigned long long dkey;   /* block 0: the key it found, */
     unsigned long long dsum;   /* and the weight of the candidates at or above it */
@@ -252,6 +253,17 @@ static __device__ uint64_t cs_cluster_found(uint64_t mine, bool have, cs_smem *S
     return k;
 }
 
+/* the first nb bins of a histogram this block is about to publish, zeroed (then a block barrier) */
+static __device__ cs_pub *cs_pub_clear(cs_pub *X, int nb) {
+    for (int b = threadIdx.x; b < nb; b += CS_THREADS) {
+        X->hc[b] = 0;
+        X->hh[b] = 0;
+        X->hl[b] = 0;
+    }
+    __syncthreads();
+    return X;
+}
+
 /* coarse bin of d = m - y >= 0: non-decreasing in d, so bin order is key order (bin 0 on top) */
 static __device__ __forceinline__ int cs_coarse(float d) {
     if (!(d < 23.0f)) return CS_COARSE - 1;
@@ -264,13 +276,7 @@ static __device__ __forceinline__ int cs_coarse(float d) {
 static __device__ void cs_coarse_hist(const float *ys, int E, int gid0, int V, float m, cs_smem *S, int *xp,
                                       cg::cluster_group &cl) {
     const int tid = threadIdx.x, lane = tid & 31;
-    cs_pub *X = &S->x[*xp];
-    for (int b = tid; b < CS_COARSE; b += CS_THREADS) {
-        X->hc[b] = 0;
-        X->hh[b] = 0;
-        X->hl[b] = 0;
-    }
-    __syncthreads();
+    cs_pub *X = cs_pub_clear(&S->x[*xp], CS_COARSE);
     for (int j = 0; j < E; j++) {
         int id = gid0 + tid * E + j;
         bool ok = id < V;
@@ -370,13 +376,7 @@ static __device__ uint64_t cs_exact_cluster(const float *ys, int E, int gid0, in
     const int tid = threadIdx.x;
     uint64_t prefix = 0, mask = 0;
     for (int shift = 56; cnt > 1 && shift >= 0; shift -= 8) {
-        cs_pub *X = &S->x[*xp];
-        if (tid < CS_DIGITS) {
-            X->hc[tid] = 0;
-            X->hh[tid] = 0;
-            X->hl[tid] = 0;
-        }
-        __syncthreads();
+        cs_pub *X = cs_pub_clear(&S->x[*xp], CS_DIGITS);
         for (int j = 0; j < E; j++) {
             int id = gid0 + tid * E + j;
             if (id >= V) break;
@@ -486,7 +486,8 @@ static __device__ uint64_t cs_exact(const float *ys, unsigned long long *lk, uns
 /* ---------------------------------------------------------------- kernel ---- */
 
 __global__ void __launch_bounds__(CS_THREADS, 1)
-    k_sample_cluster(const float *logits, int V, int E, const di_sample_row *rows, int32_t *tokens, int32_t *status) {
+    k_sample_cluster(const float *logits, int V, int E, const di_sample_row *rows, int32_t *tokens, int32_t *status,
+                     int skip_greedy) {
     extern __shared__ __align__(16) unsigned char dyn[];
     __shared__ cs_smem S;
     cg::cluster_group cl = cg::this_cluster();
@@ -498,6 +499,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
     const float *x = logits + (long)row * V;
     const di_sample_row P = rows[row];
     const bool greedy = P.temperature < 1e-5f;
+    if (greedy && skip_greedy) return; /* the whole cluster (same row): cuda_sample_greedy.cu has it */
     const float T = greedy ? 1.0f : P.temperature;
     int xp = 0;
     if (tid == 0) S.lcount = 0; /* published by the first cluster barrier */
@@ -581,15 +583,15 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
             }
         }
         if (tid == 0) {
-            S.wv[0] = v;
-            S.wi[0] = i;
-            S.pick = b;
+            S.rv = v;
+            S.ri = i;
+            S.rbad = b;
         }
     }
     __syncthreads();
-    const float m = S.wv[0];
-    const int mid = S.wi[0];
-    bad = S.pick;
+    const float m = S.rv;
+    const int mid = S.ri;
+    bad = S.rbad;
     __syncthreads();
     xp ^= 1;
     int32_t tok = -1, stat = DI_SAMPLE_OK;
@@ -699,7 +701,7 @@ static size_t cs_smem_bytes(int V, int nb, int *E) {
 }
 
 int cuda_sample_cluster(cuda_state *st, int32_t *tokens, int32_t *status, const float *logits, int n, int V,
-                        const di_sample_row *rows) {
+                        const di_sample_row *rows, int skip_greedy) {
     /* 8 blocks per row while the rows' clusters fit on the GPU at once (one block per SM, two
      * 8-block clusters per 16-SM GPC), 4 above that when a row fits in 4 blocks (or when forced:
      * DEEPINFER_CUDA_SAMPLE_CLUSTER=4 / 8) */
@@ -727,7 +729,7 @@ int cuda_sample_cluster(cuda_state *st, int32_t *tokens, int32_t *status, const 
     at[0].val.clusterDim.z = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    cuda_note(st, cudaLaunchKernelEx(&cfg, k_sample_cluster, logits, V, E, rows, tokens, status), "sample_cluster launch");
+    cuda_note(st, cudaLaunchKernelEx(&cfg, k_sample_cluster, logits, V, E, rows, tokens, status, skip_greedy), "sample_cluster launch");
     CUDA_LAUNCHED(st, "sample_cluster");
     return 1;
 }
