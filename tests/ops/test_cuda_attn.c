@@ -446,6 +446,7 @@ static void test_route(void) {
     route_case("noaux_tc V3 batch 7", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 7, 1024, 0.05f);
     route_case("noaux_tc E384 batch 3", (di_route_params){DI_ROUTE_NOAUX_TC, 384, 8, 1, 1, 1, 2.827f}, 3, 1024, 0.05f);
     route_case("noaux_tc E128 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 128, 8, 8, 4, 1, 2.5f}, 2, 512, 0.05f);
+    route_case("noaux_tc D4160 batch 3", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 3, 4160, 0.3f);
 }
 
 /* A router's output for tests: per token k distinct experts in ascending order, one pick in
