@@ -22,7 +22,8 @@
  *      histogram alone (top-k and top-p share the pass);
  *   2. exact: that bin's candidates are gathered into block 0 (at most CS_CAP; remote atomics
  *      on its counter), which runs a radix descent on their 64-bit keys (8 bits per level)
- *      with block barriers only, and publishes the key. A bin with more candidates (flat rows,
+ *      with block barriers only (up to CS_RANK_MAX candidates: each thread sums the weights of
+ *      the keys above its own, one pass), and publishes the key. A bin with more candidates (flat rows,
  *      huge k) takes the same descent spread over the cluster, one cluster barrier per level.
  * Counts and weights are exact integers, so no order of accumulation changes the result. */
 #include <cooperative_groups.h>
@@ -37,7 +38,8 @@ enum {
     CS_WARPS = CS_THREADS / 32,
     CS_COARSE = 512, /* coarse bins of d; the last one holds d >= 23 */
     CS_DIGITS = 256, /* radix of the exact descent */
-    CS_CAP = 4096    /* candidates block 0 takes for the exact descent */
+    CS_CAP = 4096,   /* candidates block 0 takes for the exact descent */
+    CS_RANK_MAX = 256 /* up to this many: ranked directly instead of the radix descent */
 };
 
 /* what a block publishes to its cluster in one exchange */
@@ -330,6 +332,29 @@ static __device__ void cs_exact_local(const unsigned long long *lk, const unsign
     const int tid = threadIdx.x;
     uint64_t prefix = 0, mask = 0;
     unsigned int cnt = n;
+    if (n <= CS_RANK_MAX) {
+        /* few candidates: each thread ranks its own against all (broadcast reads) and the answer is
+         * the smallest key whose exclusive sum stays below L: the radix descent's answer, without
+         * its levels of block barriers */
+        unsigned long long take = 0; /* ~key of a valid candidate (0: none) */
+        if ((unsigned)tid < n) {
+            const unsigned long long k = lk[tid];
+            unsigned long long ex = above;
+            for (unsigned int j = 0; j < n; j++)
+                if (lk[j] > k) ex += WEIGHTED ? lw[j] : 1ull;
+            if (ex < L) take = ~k;
+        }
+        take = cs_block_max(take, S);
+        const unsigned long long key = take ? ~take : 0;
+        unsigned long long sum = (unsigned)tid < n && lk[tid] >= key ? lw[tid] : 0;
+        sum = cs_block_sum(sum, S);
+        if (tid == 0) {
+            S->dkey = key;
+            S->dsum = sum;
+            S->lcount = 0; /* ready for the next gather */
+        }
+        return;
+    }
     for (int shift = 56; cnt > 1 && shift >= 0; shift -= 8) {
         if (tid < CS_DIGITS) {
             S->lc[tid] = 0;
