@@ -10,7 +10,7 @@
  * return at once; cuda_sample_cluster.cu then samples them and skips the greedy ones. Against
  * the cluster sampler's own greedy branch (4-8 blocks of 1024 threads with the row's slice in
  * shared memory), this costs a few SMs for a few microseconds per row, so a batch of greedy rows
- * no longer occupies the GPU for several waves (docs/PERF.md, 2026-12-02). */
+ * no longer occupies the GPU for several waves (docs/PERF.md, 2026-12-01 "before midnight"). */
 #include <cooperative_groups.h>
 
 #include "backend/cuda/cuda_sample.cuh"
