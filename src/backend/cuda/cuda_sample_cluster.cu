@@ -279,21 +279,22 @@ static __device__ void cs_coarse_hist(const float *ys, int E, int gid0, int V, f
                                       cg::cluster_group &cl) {
     const int tid = threadIdx.x, lane = tid & 31;
     cs_pub *X = cs_pub_clear(&S->x[*xp], CS_COARSE);
+    unsigned far = 0; /* this thread's ids in the last bin (d >= 23, zero weight: most of a peaked row) */
     for (int j = 0; j < E; j++) {
         int id = gid0 + tid * E + j;
-        bool ok = id < V;
-        float y = ok ? ys[j * CS_THREADS + tid] : 0.0f;
-        int b = ok ? cs_coarse(__fsub_rn(m, y)) : 0;
-        /* the last bin (d >= 23, zero weight) holds most of a peaked row: one atomic per warp */
-        unsigned far = __ballot_sync(0xffffffffu, ok && b == CS_COARSE - 1);
-        if (lane == 0 && far) atomicAdd(&X->hc[CS_COARSE - 1], (unsigned)__popc(far));
-        if (ok && b != CS_COARSE - 1) {
-            float pr;
-            unsigned long long q = weight_of(y, m, &pr);
-            atomicAdd(&X->hc[b], 1u);
-            cs_add_q(&X->hh[b], &X->hl[b], q);
+        if (id >= V) break;
+        float y = ys[j * CS_THREADS + tid];
+        int b = cs_coarse(__fsub_rn(m, y));
+        if (b == CS_COARSE - 1) {
+            far++;
+            continue;
         }
+        float pr;
+        atomicAdd(&X->hc[b], 1u);
+        cs_add_q(&X->hh[b], &X->hl[b], weight_of(y, m, &pr));
     }
+    far = __reduce_add_sync(0xffffffffu, far); /* one atomic per warp */
+    if (lane == 0 && far) atomicAdd(&X->hc[CS_COARSE - 1], far);
     cl.sync();
     /* thread t sums bin t % CS_COARSE over half of the blocks; the halves meet in S->rc / rq */
     const int b = tid % CS_COARSE, h = tid / CS_COARSE, half = (int)cl.num_blocks() / 2;
