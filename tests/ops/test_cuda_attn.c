@@ -868,6 +868,17 @@ static void test_sample(void) {
         {1.0f, 1.0f, 0.0f, 4999, 0, 0, 0}, {1.0f, 0.5f, 0.0f, 2500, 0, 0, 0}, {0.0f, 1.0f, 0.0f, 0, 0, 0, 0},
     };
     sample_both("ties", lg, 12, V, ties, 4);
+    /* signed zeros: -0 and +0 tie (the CPU compares values), the cut falls inside them */
+    for (int r = 0; r < 4; r++) {
+        float *row = lg + (size_t)r * V;
+        for (int i = 0; i < V; i++) row[i] = (i + r) % 2 ? 0.0f : -0.0f;
+        for (int i = 0; i < 20; i++) row[t_int(V)] = 1.0f + (float)t_int(100) / 50.0f;
+    }
+    di_sample_row zeros[4] = {
+        {1.0f, 1.0f, 0.0f, 100, 0, 0, 0}, {1.0f, 0.5f, 0.0f, 0, 0, 0, 0},
+        {0.5f, 0.9f, 0.0f, 2000, 0, 0, 0}, {0.0f, 1.0f, 0.0f, 0, 0, 0, 0},
+    };
+    sample_both("signed zeros", lg, 4, V, zeros, 4);
 
     /* 4. vocabularies that leave blocks of the cluster empty or partly filled, and Kimi-K2's */
     const int Vs[5] = {1, 7, 100, 32001, 163840};
