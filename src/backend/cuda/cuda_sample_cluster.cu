@@ -64,10 +64,10 @@ typedef struct cs_smem {
     unsigned long long wpre[CS_WARPS]; /* their exclusive prefix (cs_block_excl) */
     float wv[CS_WARPS];
     int wi[CS_WARPS];
-    unsigned long long ru; /* a block helper's result, or the row's max and its flag */
-    float rv;
+    unsigned long long ru; /* a block helper's result */
+    float rv;              /* cs_block_argmax's result; then the row's max and its id, */
     int ri;
-    int rbad;
+    int rbad;              /* and whether the row holds a NaN / +inf */
     int pick;
     unsigned int pick_cnt;
     unsigned long long pick_above;
