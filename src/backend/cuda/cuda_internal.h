@@ -94,6 +94,8 @@ typedef struct cuda_state {
                                     * thread-block cluster per row (cuda_sample_cluster.cu; 8 or 4
                                     * blocks by batch size, or forced with 8 / 4); 0 the one-block
                                     * kernel (cuda_sample.cu) */
+    int sample_threads;            /* DEEPINFER_CUDA_SAMPLE_THREADS=512 / 1024: force / forbid the
+                                    * cluster sampler's 512-thread blocks (default: above 16 rows) */
     int sample_greedy;             /* DEEPINFER_CUDA_SAMPLE_GREEDY (default 1): greedy rows on their
                                     * own streaming kernel (cuda_sample_greedy.cu); 0 in the
                                     * sampling kernel with the other rows */
