@@ -782,14 +782,12 @@ static void lm_row(float *row, int V, float sd) {
 }
 
 /* every case on the default (greedy rows on their own kernel, the others on 8-block clusters
- * of 1024 threads at these batch sizes), on the one-block kernel, on 4-block clusters, with the
- * greedy rows left to the cluster kernel, and on 8-block clusters of 512 threads (the large-batch
- * configuration) */
-enum { N_SMP_ALT = 4 };
+ * at these batch sizes), on the one-block kernel, on 4-block clusters and with the greedy rows
+ * left to the cluster kernel */
+enum { N_SMP_ALT = 3 };
 static di_backend *g_smp_alt[N_SMP_ALT];
 static void sample_both(const char *what, const float *lg, int n, int V, di_sample_row *rows, int reps) {
-    static const char *alt[N_SMP_ALT] = {"one block", "4-block clusters", "greedy in the cluster kernel",
-                                         "512-thread blocks"};
+    static const char *alt[N_SMP_ALT] = {"one block", "4-block clusters", "greedy in the cluster kernel"};
     char tag[96];
     sample_case(g_gpu, what, lg, n, V, rows, reps);
     for (int a = 0; a < N_SMP_ALT; a++) {
@@ -800,8 +798,8 @@ static void sample_both(const char *what, const float *lg, int n, int V, di_samp
 
 static void test_sample(void) {
     static const char *var[N_SMP_ALT] = {"DEEPINFER_CUDA_SAMPLE_CLUSTER", "DEEPINFER_CUDA_SAMPLE_CLUSTER",
-                                         "DEEPINFER_CUDA_SAMPLE_GREEDY", "DEEPINFER_CUDA_SAMPLE_THREADS"};
-    static const char *val[N_SMP_ALT] = {"0", "4", "0", "512"};
+                                         "DEEPINFER_CUDA_SAMPLE_GREEDY"};
+    static const char *val[N_SMP_ALT] = {"0", "4", "0"};
     for (int a = 0; a < N_SMP_ALT; a++) {
         setenv(var[a], val[a], 1);
         CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &g_smp_alt[a]));
@@ -895,8 +893,7 @@ static void test_sample(void) {
         snprintf(tag, sizeof tag, "vocab %d", V);
         sample_both(tag, lg, 6, V, sm, 3);
     }
-    /* 5. a batch of 40 rows: 512-thread blocks by default (more rows than 8-block clusters of
-     * 1024 threads fit) */
+    /* 5. a batch of 40 rows: 4-block clusters by default (more rows than 8-block clusters fit) */
     V = 129280;
     di_sample_row big[40];
     for (int r = 0; r < 40; r++) {
@@ -906,7 +903,7 @@ static void test_sample(void) {
     }
     float *lg40 = (float *)malloc((size_t)40 * V * 4);
     for (int r = 0; r < 40; r++) memcpy(lg40 + (size_t)r * V, lg + (size_t)(r % 16) * V, (size_t)V * 4);
-    sample_both("batch of 40", lg40, 40, V, big, 2);
+    sample_case(g_gpu, "batch of 40", lg40, 40, V, big, 2);
     /* 40 greedy rows (a batch of greedy requests), with exact ties for the maximum */
     for (int r = 0; r < 40; r++) {
         big[r].temperature = 0.0f;

@@ -457,8 +457,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
     const char *sc = getenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");
     st->sample_cluster = sc && (!strcmp(sc, "0") || !strcmp(sc, "4") || !strcmp(sc, "8")) ? atoi(sc) : 1;
-    const char *sth = getenv("DEEPINFER_CUDA_SAMPLE_THREADS");
-    st->sample_threads = sth && (!strcmp(sth, "512") || !strcmp(sth, "1024")) ? atoi(sth) : 0;
     const char *sg = getenv("DEEPINFER_CUDA_SAMPLE_GREEDY");
     st->sample_greedy = !(sg && sg[0] == '0');
     const char *mu = getenv("DEEPINFER_CUDA_MLA_UV");

@@ -91,11 +91,9 @@ typedef struct cuda_state {
     int mla_uv;                    /* DEEPINFER_CUDA_MLA_UV (default 1): backend.h mla_decode_uv
                                     * merges one-token split KV inside the W_UV GEMV */
     int sample_cluster;            /* DEEPINFER_CUDA_SAMPLE_CLUSTER (default 1): sample on one
-                                    * thread-block cluster per row (cuda_sample_cluster.cu; 8 blocks,
-                                    * or forced: 8 / 4 blocks of 1024 threads); 0 the one-block
+                                    * thread-block cluster per row (cuda_sample_cluster.cu; 8 or 4
+                                    * blocks by batch size, or forced with 8 / 4); 0 the one-block
                                     * kernel (cuda_sample.cu) */
-    int sample_threads;            /* DEEPINFER_CUDA_SAMPLE_THREADS=512 / 1024: force / forbid the
-                                    * cluster sampler's 512-thread blocks (default: above 16 rows) */
     int sample_greedy;             /* DEEPINFER_CUDA_SAMPLE_GREEDY (default 1): greedy rows on their
                                     * own streaming kernel (cuda_sample_greedy.cu); 0 in the
                                     * sampling kernel with the other rows */

@@ -2,12 +2,12 @@
  * results as the CPU sampler (and the one-block kernel of cuda_sample.cu) bit for bit, in a few
  * tens of microseconds per row instead of hundreds (docs/cuda.md, "sample").
  *
- * Owner: cuda. A cluster of NB blocks of NT threads shares one row of V logits (NB = 8, NT =
- * 1024; when the batch has more rows than those clusters fit on the GPU at once, NT = 512 with
- * two blocks per SM, or NB = 4 where that does not fit): block r keeps the slice
- * [r * S, (r + 1) * S) of y = x / T in shared memory (S = NT * E), and thread t owns the E contiguous ids [t * E, t * E + E) of its block's slice, so ids
+ * Owner: cuda. A cluster of NB blocks shares one row of V logits (NB = 8; 4 when the batch
+ * has more rows than 8-block clusters fit on the GPU at once and 4 blocks hold a row): block
+ * r keeps the slice [r * S, (r + 1) * S) of y = x / T in shared memory (S = CS_THREADS * E),
+ * and thread t owns the E contiguous ids [t * E, t * E + E) of its block's slice, so ids
  * ascend with (block, thread, element), the order of the final draw; element j of thread t is
- * stored at ys[j * NT + t], so a warp's accesses hit 32 banks. Cluster-wide
+ * stored at ys[j * CS_THREADS + t], so a warp's accesses hit 32 banks. Cluster-wide
  * quantities are integer sums or a max, exchanged through distributed shared memory: each
  * block publishes into x[p], cluster barrier, then every block reads all NB copies and
  * computes the same answer. p alternates, so a buffer is rewritten only after a later
@@ -20,7 +20,7 @@
  *      d = m - y (width 23 / 510; d >= 23, where q = 0, in the last bin). Bins are monotone in
  *      the key, so the bin holding the answer and the exact sum above it follow from the
  *      histogram alone (top-k and top-p share the pass);
- *   2. exact: that bin's candidates are gathered into block 0 (at most cap; remote atomics
+ *   2. exact: that bin's candidates are gathered into block 0 (at most CS_CAP; remote atomics
  *      on its counter), which runs a radix descent on their 64-bit keys (8 bits per level)
  *      with block barriers only (up to CS_RANK_MAX candidates: each thread sums the weights of
  *      the keys above its own, one pass), and publishes the key. A bin with more candidates (flat rows,
@@ -34,13 +34,11 @@ namespace cg = cooperative_groups;
 
 enum {
     CS_BLOCKS = 8, /* the most blocks per cluster (NB is 4 or 8) */
-    CS_THREADS = 1024, /* threads per block (NT), or CS_THREADS_2 for two blocks per SM */
-    CS_THREADS_2 = 512,
-    CS_WARPS = CS_THREADS / 32, /* the most warps per block */
+    CS_THREADS = 1024,
+    CS_WARPS = CS_THREADS / 32,
     CS_COARSE = 512, /* coarse bins of d; the last one holds d >= 23 */
     CS_DIGITS = 256, /* radix of the exact descent */
-    CS_CAP = 4096,   /* candidates block 0 takes for the exact descent (CS_CAP_2 with 512 threads) */
-    CS_CAP_2 = 1024,
+    CS_CAP = 4096,   /* candidates block 0 takes for the exact descent */
     CS_RANK_MAX = 256 /* up to this many: ranked directly instead of the radix descent */
 };
 
@@ -120,9 +118,8 @@ static __device__ void cs_block_argmax(float *bv, int *bi, cs_smem *S) {
     }
     __syncthreads();
     if (w == 0) {
-        const bool have = lane < (int)(blockDim.x >> 5);
-        float v = have ? S->wv[lane] : -INFINITY;
-        int i = have ? S->wi[lane] : -1;
+        float v = S->wv[lane];
+        int i = S->wi[lane];
         cs_warp_argmax(&v, &i);
         if (lane == 0) {
             S->rv = v;
@@ -140,7 +137,7 @@ static __device__ unsigned long long cs_block_sum(unsigned long long v, cs_smem 
     if (lane == 0) S->wsum[w] = v;
     __syncthreads();
     if (w == 0) {
-        unsigned long long t = lane < (int)(blockDim.x >> 5) ? S->wsum[lane] : 0;
+        unsigned long long t = S->wsum[lane];
         for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
         if (lane == 0) S->ru = t;
     }
@@ -157,7 +154,7 @@ static __device__ unsigned long long cs_block_max(unsigned long long v, cs_smem 
     if (lane == 0) S->wsum[w] = v;
     __syncthreads();
     if (w == 0) {
-        unsigned long long t = lane < (int)(blockDim.x >> 5) ? S->wsum[lane] : 0;
+        unsigned long long t = S->wsum[lane];
         for (int o = 16; o > 0; o >>= 1) {
             unsigned long long u = __shfl_xor_sync(0xffffffffu, t, o);
             t = u > t ? u : t;
@@ -179,7 +176,7 @@ static __device__ unsigned long long cs_block_excl(unsigned long long v, cs_smem
     if (lane == 31) S->wsum[w] = x;
     __syncthreads();
     if (w == 0) {
-        unsigned long long t = lane < (int)(blockDim.x >> 5) ? S->wsum[lane] : 0, y = t;
+        unsigned long long t = S->wsum[lane], y = t;
         for (int o = 1; o < 32; o <<= 1) {
             unsigned long long u = __shfl_up_sync(0xffffffffu, y, o);
             if (lane >= o) y += u;
@@ -260,7 +257,7 @@ static __device__ uint64_t cs_cluster_found(uint64_t mine, bool have, cs_smem *S
 
 /* the first nb bins of a histogram this block is about to publish, zeroed (then a block barrier) */
 static __device__ cs_pub *cs_pub_clear(cs_pub *X, int nb) {
-    for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+    for (int b = threadIdx.x; b < nb; b += CS_THREADS) {
         X->hc[b] = 0;
         X->hh[b] = 0;
         X->hl[b] = 0;
@@ -280,13 +277,13 @@ static __device__ __forceinline__ int cs_coarse(float d) {
  * every block. */
 static __device__ void cs_coarse_hist(const float *ys, int E, int gid0, int V, float m, cs_smem *S, int *xp,
                                       cg::cluster_group &cl) {
-    const int tid = threadIdx.x, lane = tid & 31, nt = blockDim.x;
+    const int tid = threadIdx.x, lane = tid & 31;
     cs_pub *X = cs_pub_clear(&S->x[*xp], CS_COARSE);
     unsigned far = 0; /* this thread's ids in the last bin (d >= 23, zero weight: most of a peaked row) */
     for (int j = 0; j < E; j++) {
         int id = gid0 + tid * E + j;
         if (id >= V) break;
-        float y = ys[j * nt + tid];
+        float y = ys[j * CS_THREADS + tid];
         int b = cs_coarse(__fsub_rn(m, y));
         if (b == CS_COARSE - 1) {
             far++;
@@ -299,17 +296,15 @@ static __device__ void cs_coarse_hist(const float *ys, int E, int gid0, int V, f
     far = __reduce_add_sync(0xffffffffu, far); /* one atomic per warp */
     if (lane == 0 && far) atomicAdd(&X->hc[CS_COARSE - 1], far);
     cl.sync();
-    /* thread t sums bin t % CS_COARSE over its share of the blocks (half of them with 1024
-     * threads, all with 512); the shares meet in S->rc / rq */
-    const int b = tid % CS_COARSE, h = tid / CS_COARSE, parts = nt / CS_COARSE;
-    const int share = (int)cl.num_blocks() / parts;
+    /* thread t sums bin t % CS_COARSE over half of the blocks; the halves meet in S->rc / rq */
+    const int b = tid % CS_COARSE, h = tid / CS_COARSE, half = (int)cl.num_blocks() / 2;
     unsigned int c = 0;
     unsigned long long q = 0;
-    if (h < parts) {
+    if (h < 2) {
 #pragma unroll
-        for (int r = 0; r < CS_BLOCKS; r++) {
-            if (r >= share) break;
-            const cs_pub *rx = cl.map_shared_rank(X, h * share + r);
+        for (int r = 0; r < CS_BLOCKS / 2; r++) {
+            if (r >= half) break;
+            const cs_pub *rx = cl.map_shared_rank(X, h * half + r);
             c += rx->hc[b];
             q += cs_q(rx->hh[b], rx->hl[b]);
         }
@@ -368,7 +363,7 @@ static __device__ void cs_exact_local(const unsigned long long *lk, const unsign
             S->ll[tid] = 0;
         }
         __syncthreads();
-        for (unsigned int i = tid; i < n; i += blockDim.x) {
+        for (unsigned int i = tid; i < n; i += CS_THREADS) {
             uint64_t k = lk[i];
             if ((k & mask) != prefix) continue;
             int b = CS_DIGITS - 1 - (int)((k >> shift) & 255);
@@ -385,10 +380,10 @@ static __device__ void cs_exact_local(const unsigned long long *lk, const unsign
     }
     /* one candidate matches prefix / mask (or the prefix is the whole key) */
     unsigned long long key = 0, sum = 0;
-    for (unsigned int i = tid; i < n; i += blockDim.x)
+    for (unsigned int i = tid; i < n; i += CS_THREADS)
         if ((lk[i] & mask) == prefix) key = lk[i];
     key = cs_block_max(key, S);
-    for (unsigned int i = tid; i < n; i += blockDim.x)
+    for (unsigned int i = tid; i < n; i += CS_THREADS)
         if (lk[i] >= key) sum += lw[i];
     sum = cs_block_sum(sum, S);
     if (tid == 0) {
@@ -398,7 +393,7 @@ static __device__ void cs_exact_local(const unsigned long long *lk, const unsign
     }
 }
 
-/* The same descent spread over the cluster, for a coarse bin with more than cap candidates:
+/* The same descent spread over the cluster, for a coarse bin with more than CS_CAP candidates:
  * one cluster exchange per level over every block's own ids. */
 template <bool WEIGHTED>
 static __device__ uint64_t cs_exact_cluster(const float *ys, int E, int gid0, int V, float m, uint64_t lo, int cb,
@@ -411,7 +406,7 @@ static __device__ uint64_t cs_exact_cluster(const float *ys, int E, int gid0, in
         for (int j = 0; j < E; j++) {
             int id = gid0 + tid * E + j;
             if (id >= V) break;
-            float y = ys[j * blockDim.x + tid];
+            float y = ys[j * CS_THREADS + tid];
             uint64_t k = key_of(y, id);
             if (k < lo || (k & mask) != prefix || cs_coarse(__fsub_rn(m, y)) != cb) continue;
             int b = CS_DIGITS - 1 - (int)((k >> shift) & 255);
@@ -445,7 +440,7 @@ static __device__ uint64_t cs_exact_cluster(const float *ys, int E, int gid0, in
     for (int j = 0; j < E; j++) {
         int id = gid0 + tid * E + j;
         if (id >= V) break;
-        float y = ys[j * blockDim.x + tid];
+        float y = ys[j * CS_THREADS + tid];
         uint64_t k = key_of(y, id);
         if (k >= lo && (k & mask) == prefix && cs_coarse(__fsub_rn(m, y)) == cb) {
             mine = k;
@@ -459,19 +454,19 @@ static __device__ uint64_t cs_exact_cluster(const float *ys, int E, int gid0, in
  * the bins before it). *bin_sum (optional) gets the weight of cb's candidates with a key >= the
  * answer. */
 template <bool WEIGHTED>
-static __device__ uint64_t cs_exact(const float *ys, unsigned long long *lk, unsigned long long *lw, int cap, int E,
-                                    int gid0, int V, float m, uint64_t lo, int cb, unsigned long long above,
-                                    unsigned int cnt, unsigned long long L, unsigned long long *bin_sum, cs_smem *S,
-                                    int *xp, cg::cluster_group &cl) {
+static __device__ uint64_t cs_exact(const float *ys, unsigned long long *lk, unsigned long long *lw, int E, int gid0,
+                                    int V, float m, uint64_t lo, int cb, unsigned long long above, unsigned int cnt,
+                                    unsigned long long L, unsigned long long *bin_sum, cs_smem *S, int *xp,
+                                    cg::cluster_group &cl) {
     const int tid = threadIdx.x, lane = tid & 31;
-    if (cnt > (unsigned int)cap) {
+    if (cnt > CS_CAP) {
         uint64_t key = cs_exact_cluster<WEIGHTED>(ys, E, gid0, V, m, lo, cb, above, cnt, L, S, xp, cl);
         if (bin_sum) {
             unsigned long long s = 0;
             for (int j = 0; j < E; j++) {
                 int id = gid0 + tid * E + j;
                 if (id >= V) break;
-                float y = ys[j * blockDim.x + tid], pr;
+                float y = ys[j * CS_THREADS + tid], pr;
                 if (key_of(y, id) >= key && cs_coarse(__fsub_rn(m, y)) == cb) s += weight_of(y, m, &pr);
             }
             *bin_sum = cs_cluster_sum(s, NULL, S, xp, cl);
@@ -484,7 +479,7 @@ static __device__ uint64_t cs_exact(const float *ys, unsigned long long *lk, uns
     for (int j = 0; j < E; j++) {
         int id = gid0 + tid * E + j;
         bool ok = id < V;
-        float y = ok ? ys[j * blockDim.x + tid] : 0.0f;
+        float y = ok ? ys[j * CS_THREADS + tid] : 0.0f;
         uint64_t k = ok ? key_of(y, id) : 0;
         ok = ok && k >= lo && cs_coarse(__fsub_rn(m, y)) == cb;
         unsigned bal = __ballot_sync(0xffffffffu, ok);
@@ -517,16 +512,16 @@ static __device__ uint64_t cs_exact(const float *ys, unsigned long long *lk, uns
 /* ---------------------------------------------------------------- kernel ---- */
 
 __global__ void __launch_bounds__(CS_THREADS, 1)
-    k_sample_cluster(const float *logits, int V, int E, int cap, const di_sample_row *rows, int32_t *tokens,
-                     int32_t *status, int skip_greedy) {
+    k_sample_cluster(const float *logits, int V, int E, const di_sample_row *rows, int32_t *tokens, int32_t *status,
+                     int skip_greedy) {
     extern __shared__ __align__(16) unsigned char dyn[];
     __shared__ cs_smem S;
     cg::cluster_group cl = cg::this_cluster();
     const int tid = threadIdx.x;
     const int row = blockIdx.x / (int)cl.num_blocks(), rank = (int)cl.block_rank();
-    const int slice = (int)blockDim.x * E, gid0 = rank * slice; /* id of this block's first element */
-    unsigned long long *lk = (unsigned long long *)dyn, *lw = lk + cap; /* block 0's candidates */
-    float *ys = (float *)(lw + cap);                                   /* [slice]: this block's y */
+    const int slice = CS_THREADS * E, gid0 = rank * slice; /* id of this block's first element */
+    unsigned long long *lk = (unsigned long long *)dyn, *lw = lk + CS_CAP; /* block 0's candidates */
+    float *ys = (float *)(lw + CS_CAP);                                  /* [slice]: this block's y */
     const float *x = logits + (long)row * V;
     const di_sample_row P = rows[row];
     const bool greedy = P.temperature < 1e-5f;
@@ -536,7 +531,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
     if (tid == 0) S.lcount = 0; /* published by the first cluster barrier */
 
     /* load: thread t reads its E contiguous logits (16-byte loads, several in flight), computes
-     * y and its running argmax, and stores y at ys[j * NT + t] (conflict-free) */
+     * y and its running argmax, and stores y at ys[j * CS_THREADS + t] (conflict-free) */
     int bad = 0, bi = -1;
     float bv = -INFINITY;
     const int first = gid0 + tid * E; /* this thread's first id */
@@ -556,7 +551,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
                     int j = j0 + 4 * u + e, id = first + j;
                     if (j >= E || id >= V) continue;
                     float y = T != 1.0f ? __fdiv_rn(e4[e], T) : e4[e];
-                    ys[j * blockDim.x + tid] = y;
+                    ys[j * CS_THREADS + tid] = y;
                     if (isnan(y) || y == INFINITY) bad = 1;
                     if (bi < 0 || y > bv) {
                         bv = y;
@@ -578,7 +573,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
                 int j = j0 + u, id = first + j;
                 if (j >= E || id >= V) continue;
                 float y = T != 1.0f ? __fdiv_rn(v[u], T) : v[u];
-                ys[j * blockDim.x + tid] = y;
+                ys[j * CS_THREADS + tid] = y;
                 if (isnan(y) || y == INFINITY) bad = 1;
                 if (bi < 0 || y > bv) {
                     bv = y;
@@ -645,7 +640,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
             cs_pick(c, c, CS_COARSE, 0, k, &S);
             ck = S.pick;
             unsigned long long above = S.pick_above;
-            kth = cs_exact<false>(ys, lk, lw, cap, E, gid0, V, m, 0, ck, above, S.pick_cnt, k, use_p ? &ck_sum : NULL, &S,
+            kth = cs_exact<false>(ys, lk, lw, E, gid0, V, m, 0, ck, above, S.pick_cnt, k, use_p ? &ck_sum : NULL, &S,
                                   &xp, cl);
             ck_cnt = (unsigned int)(k - above);
         }
@@ -671,7 +666,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
                 kp = key_of(m, mid);
             } else {
                 cs_pick(c, q, CS_COARSE, 0, Lc, &S);
-                kp = cs_exact<true>(ys, lk, lw, cap, E, gid0, V, m, kth, S.pick, S.pick_above, S.pick_cnt, Lc, NULL, &S,
+                kp = cs_exact<true>(ys, lk, lw, E, gid0, V, m, kth, S.pick, S.pick_above, S.pick_cnt, Lc, NULL, &S,
                                     &xp, cl);
             }
         }
@@ -681,7 +676,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
         for (int j = 0; j < E; j++) {
             int id = gid0 + tid * E + j;
             if (id >= V) break;
-            float y = ys[j * blockDim.x + tid], pr;
+            float y = ys[j * CS_THREADS + tid], pr;
             if (key_of(y, id) < kp) continue;
             unsigned long long q = weight_of(y, m, &pr);
             if (min_p > 0.0f && !(pr >= min_p)) q = 0;
@@ -700,7 +695,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
                 for (int j = 0; j < E; j++) {
                     int id = gid0 + tid * E + j;
                     if (id >= V) break;
-                    float y = ys[j * blockDim.x + tid], pr;
+                    float y = ys[j * CS_THREADS + tid], pr;
                     if (key_of(y, id) < kp) continue;
                     unsigned long long q = weight_of(y, m, &pr);
                     if (min_p > 0.0f && !(pr >= min_p)) q = 0;
@@ -723,32 +718,23 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
     cl.sync();
 }
 
-/* Dynamic shared memory one block of nt threads in an nb-block cluster needs for V, with room
- * for cap candidates, within `limit` bytes with the static part (0: too much) */
-static size_t cs_smem_bytes(int V, int nb, int nt, int cap, size_t limit, int *E) {
-    int e = (V + nb * nt - 1) / (nb * nt);
-    size_t b = (size_t)nt * e * sizeof(float) + (size_t)cap * 16;
+/* Dynamic shared memory one block of an nb-block cluster needs for V (0: too much) */
+static size_t cs_smem_bytes(int V, int nb, int *E) {
+    int e = (V + nb * CS_THREADS - 1) / (nb * CS_THREADS);
+    size_t b = (size_t)CS_THREADS * e * sizeof(float) + (size_t)CS_CAP * 16;
     *E = e;
-    return e <= 32 && b + sizeof(cs_smem) <= limit ? b : 0; /* e <= 32: see cs_pub */
+    return e <= 32 && b + sizeof(cs_smem) <= 220 * 1024 ? b : 0; /* e <= 32: see cs_pub */
 }
 
 int cuda_sample_cluster(cuda_state *st, int32_t *tokens, int32_t *status, const float *logits, int n, int V,
                         const di_sample_row *rows, int skip_greedy) {
-    /* 8 blocks of 1024 threads per row while the rows' clusters fit on the GPU at once (one block
-     * per SM, two 8-block clusters per 16-SM GPC). Above that, 8 blocks of 512 threads with a
-     * smaller candidate buffer, two per SM, so one row's barriers overlap another row's work
-     * (DEEPINFER_CUDA_SAMPLE_THREADS=512 / 1024 forces or forbids them), or 4 blocks of 1024
-     * (DEEPINFER_CUDA_SAMPLE_CLUSTER=4 / 8 force the 1024-thread cluster size) */
-    const size_t one_per_sm = 220 * 1024, two_per_sm = 110 * 1024;
-    int forced = st->sample_cluster == 4 || st->sample_cluster == 8;
-    int nb = forced ? st->sample_cluster : n * 8 > st->n_sm ? 4 : 8, nt = CS_THREADS, cap = CS_CAP, E = 0;
-    size_t smem = 0;
-    if (st->sample_threads == CS_THREADS_2 || (!forced && nb == 4 && st->sample_threads != CS_THREADS)) {
-        smem = cs_smem_bytes(V, 8, CS_THREADS_2, CS_CAP_2, two_per_sm, &E);
-        if (smem) nb = 8, nt = CS_THREADS_2, cap = CS_CAP_2;
-    }
-    if (!smem) smem = cs_smem_bytes(V, nb, nt, cap, one_per_sm, &E);
-    if (!smem && nb == 4) smem = cs_smem_bytes(V, nb = 8, nt, cap, one_per_sm, &E);
+    /* 8 blocks per row while the rows' clusters fit on the GPU at once (one block per SM, two
+     * 8-block clusters per 16-SM GPC), 4 above that when a row fits in 4 blocks (or when forced:
+     * DEEPINFER_CUDA_SAMPLE_CLUSTER=4 / 8) */
+    int nb = st->sample_cluster == 4 || st->sample_cluster == 8 ? st->sample_cluster : n * 8 > st->n_sm ? 4 : 8;
+    int E = 0;
+    size_t smem = cs_smem_bytes(V, nb, &E);
+    if (!smem && nb == 4) smem = cs_smem_bytes(V, nb = 8, &E);
     if (!smem) return 0;
     static size_t attr = 0; /* host-only: the largest size set so far */
     if (smem > attr) {
@@ -759,7 +745,7 @@ int cuda_sample_cluster(cuda_state *st, int32_t *tokens, int32_t *status, const 
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(n * nb));
-    cfg.blockDim = dim3((unsigned)nt);
+    cfg.blockDim = dim3(CS_THREADS);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st->stream;
     cudaLaunchAttribute at[1];
@@ -769,7 +755,7 @@ int cuda_sample_cluster(cuda_state *st, int32_t *tokens, int32_t *status, const 
     at[0].val.clusterDim.z = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    cuda_note(st, cudaLaunchKernelEx(&cfg, k_sample_cluster, logits, V, E, cap, rows, tokens, status, skip_greedy), "sample_cluster launch");
+    cuda_note(st, cudaLaunchKernelEx(&cfg, k_sample_cluster, logits, V, E, rows, tokens, status, skip_greedy), "sample_cluster launch");
     CUDA_LAUNCHED(st, "sample_cluster");
     return 1;
 }
