@@ -511,6 +511,18 @@ static __device__ uint64_t cs_exact(const float *ys, unsigned long long *lk, uns
 
 /* ---------------------------------------------------------------- kernel ---- */
 
+/* One loaded logit x of id `id`: y = x / T into its shared-memory slot, the row's NaN / +inf
+ * flag and this thread's running argmax (lowest id among the maxima: ids ascend per thread) */
+static __device__ __forceinline__ void cs_take(float x, float T, int id, float *slot, int *bad, float *bv, int *bi) {
+    float y = T != 1.0f ? __fdiv_rn(x, T) : x;
+    *slot = y;
+    if (isnan(y) || y == INFINITY) *bad = 1;
+    if (*bi < 0 || y > *bv) {
+        *bv = y;
+        *bi = id;
+    }
+}
+
 __global__ void __launch_bounds__(CS_THREADS, 1)
     k_sample_cluster(const float *logits, int V, int E, const di_sample_row *rows, int32_t *tokens, int32_t *status,
                      int skip_greedy) {
@@ -550,13 +562,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
                 for (int e = 0; e < 4; e++) {
                     int j = j0 + 4 * u + e, id = first + j;
                     if (j >= E || id >= V) continue;
-                    float y = T != 1.0f ? __fdiv_rn(e4[e], T) : e4[e];
-                    ys[j * CS_THREADS + tid] = y;
-                    if (isnan(y) || y == INFINITY) bad = 1;
-                    if (bi < 0 || y > bv) {
-                        bv = y;
-                        bi = id;
-                    }
+                    cs_take(e4[e], T, id, &ys[j * CS_THREADS + tid], &bad, &bv, &bi);
                 }
             }
         }
@@ -572,13 +578,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
             for (int u = 0; u < 8; u++) {
                 int j = j0 + u, id = first + j;
                 if (j >= E || id >= V) continue;
-                float y = T != 1.0f ? __fdiv_rn(v[u], T) : v[u];
-                ys[j * CS_THREADS + tid] = y;
-                if (isnan(y) || y == INFINITY) bad = 1;
-                if (bi < 0 || y > bv) {
-                    bv = y;
-                    bi = id;
-                }
+                cs_take(v[u], T, id, &ys[j * CS_THREADS + tid], &bad, &bv, &bi);
             }
         }
     }
