@@ -48,9 +48,6 @@ typedef struct small_args {
     bf16 *out;              /* [T, D] */
 } small_args;
 
-/* 8 bf16 activations written by an earlier kernel -> fp32 (coherent load, after pdl_wait) */
-static __device__ __forceinline__ void xfloat(const bf16 *p, float *f) { bf16x8_float(ld_act16(p), f); }
-
 static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -112,6 +109,7 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
         return;
     }
     /* weights first (constant): their loads may start before the previous kernel has finished */
+    constexpr bool PRE = !FP8 && MT <= 2;
     float g[MT], u[MT];
 #pragma unroll
     for (int m = 0; m < MT; m++) g[m] = u[m] = 0.f;
@@ -127,6 +125,18 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
             pdl_wait();
             waited = true;
         }
+        /* bf16, up to 2 tokens: every x load of this step issued before the first weight is used (one
+         * round trip, not U; measured, docs/PERF.md 2026-12-02); more tokens or fp8's U = 4 would need
+         * too many registers (not measured) */
+        uint4 xr[U][MT];
+        if (PRE)
+#pragma unroll
+            for (int v = 0; v < U; v++) {
+                int kk = k0 + v * 256;
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+                    xr[v][m] = kk < K && m < nm ? ld_act16(a.x + (long)xrow[m] * K + kk) : make_uint4(0, 0, 0, 0);
+            }
 #pragma unroll
         for (int v = 0; v < U; v++) {
             int kk = k0 + v * 256;
@@ -138,7 +148,7 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
             for (int m = 0; m < MT; m++) {
                 if (m >= nm) continue;
                 float xf[8];
-                xfloat(a.x + (long)xrow[m] * K + kk, xf);
+                bf16x8_float(PRE ? xr[v][m] : ld_act16(a.x + (long)xrow[m] * K + kk), xf);
 #pragma unroll
                 for (int c = 0; c < 8; c++) {
                     g[m] = fmaf(fg[c], xf[c], g[m]);
@@ -170,6 +180,7 @@ static __device__ __forceinline__ void dot2_rows(const wview &W, int mat, int n0
                                                  const int *rows, int nm, int K, float (*acc)[MT]) {
     const int lane = threadIdx.x & 31;
     const bool ok0 = n0 < D, ok1 = n0 + 1 < D;
+    constexpr bool PRE = !FP8 && MT <= 2;
 #pragma unroll
     for (int m = 0; m < MT; m++) acc[0][m] = acc[1][m] = 0.f;
     for (int k0 = lane * 8; k0 < K; k0 += 256 * U) {
@@ -180,6 +191,22 @@ static __device__ __forceinline__ void dot2_rows(const wview &W, int mat, int n0
             w0[v] = wload<FP8>(W, mat, n0, kk, kk < K && ok0);
             w1[v] = wload<FP8>(W, mat, n0 + 1, kk, kk < K && ok1);
         }
+        /* bf16, up to 2 tokens: every A load of this step issued before the first weight is used (one
+         * round trip, not U; measured, docs/PERF.md 2026-12-02); more tokens or fp8's U = 4 would need
+         * too many registers (not measured) */
+        float4 av[U][MT][2];
+        if (PRE)
+#pragma unroll
+            for (int v = 0; v < U; v++) {
+                int kk = k0 + v * 256;
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    const float *ap = src + (long)rows[m] * K + kk;
+                    bool in = kk < K && m < nm;
+                    av[v][m][0] = in ? ld_act16f(ap) : make_float4(0.f, 0.f, 0.f, 0.f);
+                    av[v][m][1] = in ? ld_act16f(ap + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+            }
 #pragma unroll
         for (int v = 0; v < U; v++) {
             int kk = k0 + v * 256;
@@ -191,7 +218,7 @@ static __device__ __forceinline__ void dot2_rows(const wview &W, int mat, int n0
             for (int m = 0; m < MT; m++) {
                 if (m >= nm) continue;
                 const float *ap = src + (long)rows[m] * K + kk;
-                float4 a0 = ld_act16f(ap), a1 = ld_act16f(ap + 4);
+                float4 a0 = PRE ? av[v][m][0] : ld_act16f(ap), a1 = PRE ? av[v][m][1] : ld_act16f(ap + 4);
                 float x[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
 #pragma unroll
                 for (int c = 0; c < 8; c++) {
