@@ -423,16 +423,19 @@ struct di_backend {
                               const di_weight *down, const di_weight *sh_gate_up,
                               const di_weight *sh_down, int T, void *scratch, size_t scratch_bytes);
 
-    /* RoPE of q and of k_pe plus the latent-cache write in one op (NULL: the caller runs the
-     * three). Exactly, bit for bit:
+    /* The latent's RMSNorm, RoPE of q and of k_pe, and the latent-cache write in one op (NULL:
+     * the caller runs the four). Exactly, bit for bit:
+     *   if (kv_norm) rmsnorm(kv, ldkv, kv, ldkv, kv_norm, eps, T, kv_rope);
      *   rope(q, ldq, n_heads, hsq, positions, T, rp);
      *   rope(kv + kv_rope, ldkv, 1, ldkv, positions, T, rp);
      *   kv_write(cache, kv, ldkv, slot_mapping, T, W);
      * q points at the rope slice of head 0 of row 0 (as for rope); kv_rope is the offset of
-     * k_pe in a kv row (r), kv_rope + rp->dim <= W. kv's k_pe is rotated in place too. */
+     * k_pe in a kv row (r), kv_rope + rp->dim <= W. kv's latent is normed and its k_pe rotated
+     * in place too. kv_norm: NULL, or an f32 weight of kv_rope columns. */
     void (*rope_kv_write)(di_backend *be, void *q, int ldq, int n_heads, int hsq, void *kv, int ldkv,
                           int kv_rope, void *cache, const int32_t *slot_mapping, int W,
-                          const int32_t *positions, int T, const di_rope_params *rp);
+                          const int32_t *positions, int T, const di_rope_params *rp, const di_weight *kv_norm,
+                          float eps);
 
     /* MLA decode attention and the W_UV projection in one op (NULL: the caller runs the two).
      * Exactly, bit for bit:

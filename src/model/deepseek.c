@@ -93,10 +93,11 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     int T = ab->n_tokens, H = d->n_heads, dn = d->nope_dim, dr = d->rope_dim, r = d->kv_rank;
     int qk = dn + dr, W = r + dr;
     /* latent: [c | k_pe] = W_kva x; c = rmsnorm_kva(c)               [T, r + dr]
-     * (on the backend's side lane where it has one: independent of the queries below) */
+     * (on the backend's side lane where it has one: independent of the queries below; the
+     * norm inside rope_kv_write where the backend has that) */
     int side = be->side_begin && be->side_begin(be, T);
     be->matmul(be, m->kva, W, m->x, c->hidden_size, &ly->kv_a, T, 0);
-    be->rmsnorm(be, m->kva, W, m->kva, W, &ly->kv_a_norm, (float)c->rms_norm_eps, T, r);
+    if (!be->rope_kv_write) be->rmsnorm(be, m->kva, W, m->kva, W, &ly->kv_a_norm, (float)c->rms_norm_eps, T, r);
     if (side) be->side_end(be);
     /* queries: q = W_qb · rmsnorm_qa(W_qa x)  or  q = W_q x        [T, H, dn + dr] */
     if (c->q_lora_rank > 0) {
@@ -109,13 +110,14 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     }
     if (side) be->side_join(be);
     /* RoPE on every head's q_pe and on the shared k_pe, then [c | k_pe] into the cache (one
-     * fused op where the backend has it). In a decode-only step (not V3.2, whose indexer comes
-     * between) it runs on the side lane beside the W_UK absorption, which reads only q_nope. */
+     * fused op with c's norm where the backend has it). In a decode-only step (not V3.2, whose
+     * indexer comes between) it runs on the side lane beside the W_UK absorption, which reads
+     * only q_nope. */
     int side_rope =
         n_decode_tokens > 0 && n_decode_tokens == T && !m->v32 && be->side_begin && be->side_begin(be, T);
     if (be->rope_kv_write) {
         be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, m->kva, W, r, cache, ab->slot_mapping, W,
-                          ab->positions, T, &m->rope);
+                          ab->positions, T, &m->rope, &ly->kv_a_norm, (float)c->rms_norm_eps);
     } else {
         be->rope(be, act_at(m, m->q, dn), H * qk, H, qk, ab->positions, T, &m->rope);
         be->rope(be, act_at(m, m->kva, r), W, 1, W, ab->positions, T, &m->rope);

@@ -11,12 +11,15 @@
 
 /* ---------------------------------------------------------------- row ops ---- */
 
-/* rope_kv_write (rope of q's rope slices and of k_pe, then the cache write, one launch) against
- * the CPU's three ops, and bit for bit against the GPU's three separate ops on the same inputs. q rows
- * [T, H, dn + dr], kv rows [T, r + dr]; cache rows start random so a missed element shows;
- * one token has a negative slot (no cache write, its q and k_pe still rotated). */
-static void rope_kv_case(int T, int H, int dn, int dr, int r, int il) {
+/* rope_kv_write (with norm: the latent's RMSNorm first; rope of q's rope slices and of k_pe,
+ * then the cache write; one launch) against the CPU's separate ops, and bit for bit against the
+ * GPU's separate ops on the same inputs. q rows [T, H, dn + dr], kv rows [T, r + dr] (ld: a
+ * row stride >= r + dr, e.g. one that is not a multiple of 8, which sends the norm to its own
+ * launch); cache rows start random so a missed element shows; one token has a negative slot
+ * (no cache write, its q and k_pe still rotated and its latent still normed). */
+static void rope_kv_case(int T, int H, int dn, int dr, int r, int il, int norm, int ld) {
     int qk = dn + dr, ldq = H * qk, W = r + dr, nslots = 3 * 64, half = dr / 2;
+    if (ld < W) ld = W;
     float *inv = (float *)malloc((size_t)half * 4);
     for (int i = 0; i < half; i++) inv[i] = powf(10000.0f, -2.0f * i / dr) * (i > half * 2 / 3 ? 0.025f : 1.0f);
     int32_t *pos = (int32_t *)malloc((size_t)T * 4), *slots = (int32_t *)malloc((size_t)T * 4);
@@ -29,25 +32,31 @@ static void rope_kv_case(int T, int H, int dn, int dr, int r, int il) {
     float *dinv = (float *)g_raw(inv, (size_t)half * 4);
     di_rope_params rg = rc;
     rg.inv_freq = dinv;
-    float *q = t_rand((size_t)T * ldq, 2.0f), *kv = t_rand((size_t)T * W, 2.0f), *cache = t_rand((size_t)nslots * W, 1.0f);
-    void *dq = g_act(q, (size_t)T * ldq), *dkv = g_act(kv, (size_t)T * W), *dc = g_act(cache, (size_t)nslots * W);
-    void *dq2 = g_act(q, (size_t)T * ldq), *dkv2 = g_act(kv, (size_t)T * W), *dc2 = g_act(cache, (size_t)nslots * W);
+    float *q = t_rand((size_t)T * ldq, 2.0f), *kv = t_rand((size_t)T * ld, 2.0f), *cache = t_rand((size_t)nslots * W, 1.0f);
+    float *nwv = t_rand((size_t)r, 1.0f);
+    di_weight nwc = t_vec_upload(g_cpu, nwv, r), nwg = t_vec_upload(g_gpu, nwv, r);
+    void *dq = g_act(q, (size_t)T * ldq), *dkv = g_act(kv, (size_t)T * ld), *dc = g_act(cache, (size_t)nslots * W);
+    void *dq2 = g_act(q, (size_t)T * ldq), *dkv2 = g_act(kv, (size_t)T * ld), *dc2 = g_act(cache, (size_t)nslots * W);
     void *dpos = g_raw(pos, (size_t)T * 4), *dsl = g_raw(slots, (size_t)T * 4);
-    /* the CPU reference: the three ops (the CPU backend has no fused form) */
+    /* the CPU reference: the separate ops (the CPU backend has no fused form) */
+    if (norm) g_cpu->rmsnorm(g_cpu, kv, ld, kv, ld, &nwc, 1e-6f, T, r);
     g_cpu->rope(g_cpu, q + dn, ldq, H, qk, pos, T, &rc);
-    g_cpu->rope(g_cpu, kv + r, W, 1, W, pos, T, &rc);
-    g_cpu->kv_write(g_cpu, cache, kv, W, slots, T, W);
+    g_cpu->rope(g_cpu, kv + r, ld, 1, ld, pos, T, &rc);
+    g_cpu->kv_write(g_cpu, cache, kv, ld, slots, T, W);
     CHECK_MSG(g_gpu->rope_kv_write != NULL, "cuda backend has no rope_kv_write");
     if (g_gpu->rope_kv_write)
-        g_gpu->rope_kv_write(g_gpu, (uint16_t *)dq + dn, ldq, H, qk, dkv, W, r, dc, dsl, W, dpos, T, &rg);
+        g_gpu->rope_kv_write(g_gpu, (uint16_t *)dq + dn, ldq, H, qk, dkv, ld, r, dc, dsl, W, dpos, T, &rg,
+                             norm ? &nwg : NULL, 1e-6f);
+    if (norm) g_gpu->rmsnorm(g_gpu, dkv2, ld, dkv2, ld, &nwg, 1e-6f, T, r);
     g_gpu->rope(g_gpu, (uint16_t *)dq2 + dn, ldq, H, qk, dpos, T, &rg);
-    g_gpu->rope(g_gpu, (uint16_t *)dkv2 + r, W, 1, W, dpos, T, &rg);
-    g_gpu->kv_write(g_gpu, dc2, dkv2, W, dsl, T, W);
+    g_gpu->rope(g_gpu, (uint16_t *)dkv2 + r, ld, 1, ld, dpos, T, &rg);
+    g_gpu->kv_write(g_gpu, dc2, dkv2, ld, dsl, T, W);
     char what[160];
     struct { void *d, *d2; float *ref; size_t n; const char *name; } outs[3] = {
-        {dq, dq2, q, (size_t)T * ldq, "q"}, {dkv, dkv2, kv, (size_t)T * W, "kv"}, {dc, dc2, cache, (size_t)nslots * W, "cache"}};
+        {dq, dq2, q, (size_t)T * ldq, "q"}, {dkv, dkv2, kv, (size_t)T * ld, "kv"}, {dc, dc2, cache, (size_t)nslots * W, "cache"}};
     for (int o = 0; o < 3; o++) {
-        snprintf(what, sizeof what, "rope_kv_write %s T%d H%d dn%d dr%d r%d interleave %d", outs[o].name, T, H, dn, dr, r, il);
+        snprintf(what, sizeof what, "rope_kv_write %s T%d H%d dn%d dr%d r%d ld%d interleave %d norm %d", outs[o].name, T,
+                 H, dn, dr, r, ld, il, norm);
         float *got = g_get_act(outs[o].d, outs[o].n);
         T_CHECK(what, got, outs[o].ref, outs[o].n, TOL_L2, TOL_MAX);
         uint16_t *a = (uint16_t *)malloc(outs[o].n * 2), *b = (uint16_t *)malloc(outs[o].n * 2);
@@ -56,7 +65,8 @@ static void rope_kv_case(int T, int H, int dn, int dr, int r, int il) {
         CHECK_MSG(memcmp(a, b, outs[o].n * 2) == 0, "%s: fused and separate ops differ", what);
         free(a); free(b); free(got);
     }
-    free(inv); free(pos); free(slots); free(q); free(kv); free(cache);
+    free(inv); free(pos); free(slots); free(q); free(kv); free(cache); free(nwv);
+    g_cpu->weight_free(g_cpu, &nwc); g_gpu->weight_free(g_gpu, &nwg);
     g_free(dinv); g_free(dq); g_free(dkv); g_free(dc); g_free(dq2); g_free(dkv2); g_free(dc2); g_free(dpos); g_free(dsl);
 }
 
@@ -194,13 +204,19 @@ static void test_rows(void) {
         T_CHECK(what, got, x, (size_t)T * ld, TOL_L2, TOL_MAX);
         free(got); free(x); g_free(dx); g_free(dpos); g_free(dinv);
     }
-    /* rope + rope + kv_write fused: V2-Lite (16 heads), V3 (128), odd tiny shapes */
-    for (int il = 0; il < 2; il++) {
-        rope_kv_case(1, 16, 128, 64, 512, il);
-        rope_kv_case(5, 128, 128, 64, 512, il);
-        rope_kv_case(3, 3, 8, 6, 20, il);
+    /* (latent norm +) rope + rope + kv_write fused: V2-Lite (16 heads), V3 (128), odd tiny
+     * shapes (r = 20: the norm in its own launch, as for a row stride that is not a multiple
+     * of 8), a latent of 1536 (three warps of norm threads) */
+    for (int norm = 0; norm < 2; norm++) {
+        for (int il = 0; il < 2; il++) {
+            rope_kv_case(1, 16, 128, 64, 512, il, norm, 0);
+            rope_kv_case(5, 128, 128, 64, 512, il, norm, 0);
+            rope_kv_case(3, 3, 8, 6, 20, il, norm, 0);
+        }
+        rope_kv_case(33, 16, 128, 64, 512, 1, norm, 0);
+        rope_kv_case(4, 16, 128, 64, 512, 1, norm, 580);
+        rope_kv_case(2, 4, 64, 32, 1536, 0, norm, 0);
     }
-    rope_kv_case(33, 16, 128, 64, 512, 1);
     /* kv_write (negative slot skipped) and kv_copy_blocks */
     {
         int W = 576, nslots = 8 * 64, T = 6; /* 2 layers x 4 blocks */

@@ -526,7 +526,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->rope = cuda_rope;
     be->kv_write = cuda_kv_write;
     const char *rk = getenv("DEEPINFER_CUDA_ROPE_KV");
-    be->rope_kv_write = rk && rk[0] == '0' ? NULL : cuda_rope_kv_write; /* 0: three launches */
+    be->rope_kv_write = rk && rk[0] == '0' ? NULL : cuda_rope_kv_write; /* 0: four launches */
     be->kv_copy_blocks = cuda_kv_copy_blocks;
     be->mla_prefill = cuda_mla_prefill;
     be->mla_prefill_scratch_bytes = cuda_mla_prefill_scratch_bytes;

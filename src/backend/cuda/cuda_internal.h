@@ -252,7 +252,7 @@ void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int3
                const di_rope_params *rp);
 void cuda_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, void *kv, int ldkv, int kv_rope,
                         void *cache, const int32_t *slot_mapping, int W, const int32_t *positions, int T,
-                        const di_rope_params *rp);
+                        const di_rope_params *rp, const di_weight *kv_norm, float eps);
 void cuda_kv_write(di_backend *be, void *cache, const void *kv, int ldkv, const int32_t *slot_mapping,
                    int T, int W);
 void cuda_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,

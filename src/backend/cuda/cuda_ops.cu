@@ -4,8 +4,8 @@
  * Owner: cuda. All memory-bound; one block (or warp) per row, 16-byte accesses when the row
  * layout allows, fp32 arithmetic, bf16 activations. The residual stream h is fp32 (backend.h):
  * embed widens bf16 table rows into it, add / add_rmsnorm add bf16 deltas to it in fp32, and
- * gather_rows copies its rows; rope_kv_write is rope(q), rope(k_pe) and kv_write in one launch,
- * with the same arithmetic. Semantics match the CPU backend (cpu_ops.c): RMSNorm statistics
+ * gather_rows copies its rows; rope_kv_write is the latent's rmsnorm, rope(q), rope(k_pe) and
+ * kv_write in one launch, with the same arithmetic. Semantics match the CPU backend (cpu_ops.c): RMSNorm statistics
  * in fp32, y = w * (x * inv) rounded once to bf16 (add_rmsnorm can also write y unrounded in
  * fp32, the router's input); RoPE angles are fp32 pos * inv_freq with cos/sin in double. */
 #include "backend/cuda/cuda_internal.h"
@@ -362,56 +362,139 @@ void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int3
     CUDA_LAUNCHED(st, "rope");
 }
 
-/* rope of q, rope of k_pe and the cache write in one launch (backend.h rope_kv_write): one
- * block per token; threads over the (head, pair)s of q and then the pairs of k_pe, whose
- * rotated values go to kv and to the cache row; the rest of the kv row is copied as is. The
- * arithmetic is k_rope's, so the results are those of the three separate launches. */
+/* The latent's RMSNorm (optional), rope of q, rope of k_pe and the cache write in one launch
+ * (backend.h rope_kv_write): one block per token.
+ *  - norm (nw != NULL): the first nvt threads do k_rmsnorm_v8's work for the row's first
+ *    kv_rope elements with k_rmsnorm_v8's arithmetic and reduction order at block size nvt
+ *    (the size cuda_rmsnorm launches it with), writing the normed values to kv and the cache row;
+ *  - rope: threads over the (head, pair)s of q and then the pairs of k_pe, whose rotated values
+ *    go to kv and to the cache row, in chunks of RKV_U pairs per thread whose loads are all
+ *    issued before the first store (the pairs are distinct elements, so this is the same as
+ *    one pair at a time); k_rope's arithmetic;
+ *  - the rest of the kv row (the latent when not normed, anything outside k_pe) copied as is.
+ * So the results are those of the separate launches, bit for bit (test_cuda_ops rows). */
+enum { RKV_U = 4 };
 __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *kv, long ldkv, int kv_rope,
                                 bf16 *cache, const int32_t *slots, int W, const int32_t *positions, int dim,
-                                int interleave, float mscale, const float *inv_freq) {
+                                int interleave, float mscale, const float *inv_freq, const float *nw, float eps,
+                                int nvt) {
     extern __shared__ float cs[]; /* [half] cos, then [half] sin */
+    __shared__ float red[32];
     pdl_launch_dependents();
     pdl_wait();
-    int t = blockIdx.x, half = dim / 2;
+    const int t = blockIdx.x, half = dim / 2, tid = threadIdx.x;
     float pos = (float)positions[t];
     int slot = slots[t];
     bf16 *crow = slot >= 0 ? cache + (long)slot * W : NULL;
     bf16 *krow = kv + (long)t * ldkv;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    for (int i = tid; i < half; i += blockDim.x) {
         float phi = __fmul_rn(pos, inv_freq[i]);
         cs[i] = (float)cos((double)phi) * mscale;
         cs[half + i] = (float)sin((double)phi) * mscale;
     }
-    if (crow) /* the latent part (and anything outside k_pe) as is */
-        for (int i = threadIdx.x; i < W; i += blockDim.x)
+    const int copy_from = nw ? kv_rope : 0; /* the normed latent is written by the norm below */
+    if (crow)
+        for (int i = copy_from + tid; i < W; i += blockDim.x)
             if (i < kv_rope || i >= kv_rope + dim) crow[i] = krow[i];
+    if (nw) {
+        const int D8 = kv_rope >> 3;
+        float v[2][8];
+        float ss = 0.f;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int i = tid + r * nvt;
+            if (tid >= nvt || i >= D8) continue;
+            uint4 u = *(const uint4 *)(krow + 8 * i);
+            const bf16 *b = (const bf16 *)&u;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                v[r][e] = __bfloat162float(b[e]);
+                ss += v[r][e] * v[r][e];
+            }
+        }
+        /* block_sum over the first nvt / 32 warps, in warp order */
+        ss = warp_sum(ss);
+        __syncthreads();
+        if ((tid & 31) == 0 && tid < nvt) red[tid >> 5] = ss;
+        __syncthreads();
+        float sum = 0.f;
+        for (int w = 0; w < nvt >> 5; w++) sum += red[w];
+        float inv = (float)(1.0 / sqrt((double)sum / kv_rope + (double)eps));
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int i = tid + r * nvt;
+            if (tid >= nvt || i >= D8) continue;
+            float4 w0 = ((const float4 *)nw)[2 * i], w1 = ((const float4 *)nw)[2 * i + 1];
+            const float wf[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+            uint32_t pk[4];
+#pragma unroll
+            for (int e = 0; e < 8; e += 2) {
+                __nv_bfloat162 p2 = __floats2bfloat162_rn(wf[e] * (v[r][e] * inv), wf[e + 1] * (v[r][e + 1] * inv));
+                pk[e / 2] = *(const uint32_t *)&p2;
+            }
+            uint4 o = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+            *(uint4 *)(krow + 8 * i) = o;
+            if (crow) *(uint4 *)(crow + 8 * i) = o;
+        }
+    }
     __syncthreads();
-    for (int j = threadIdx.x; j < (n_heads + 1) * half; j += blockDim.x) {
-        int h = j / half, i = j % half;
-        bool k = h == n_heads;
-        bf16 *v = k ? krow + kv_rope : q + (long)t * ldq + (long)h * hsq;
-        int a = interleave ? 2 * i : i, b = interleave ? 2 * i + 1 : i + half;
-        float xa = __bfloat162float(v[a]), xb = __bfloat162float(v[b]);
-        float c = cs[i], s = cs[half + i];
-        bf16 ya = __float2bfloat16_rn(xa * c - xb * s), yb = __float2bfloat16_rn(xb * c + xa * s);
-        v[a] = ya;
-        v[b] = yb;
-        if (k && crow) {
-            crow[kv_rope + a] = ya;
-            crow[kv_rope + b] = yb;
+    const int np = (n_heads + 1) * half;
+    for (int j0 = tid; j0 < np; j0 += RKV_U * blockDim.x) {
+        bf16 *vp[RKV_U];
+        int ia[RKV_U], ib[RKV_U], ii[RKV_U];
+        float xa[RKV_U], xb[RKV_U];
+#pragma unroll
+        for (int u = 0; u < RKV_U; u++) {
+            int j = j0 + u * blockDim.x;
+            if (j >= np) continue;
+            int h = j / half, i = j % half;
+            vp[u] = h == n_heads ? krow + kv_rope : q + (long)t * ldq + (long)h * hsq;
+            ii[u] = i;
+            ia[u] = interleave ? 2 * i : i;
+            ib[u] = interleave ? 2 * i + 1 : i + half;
+            xa[u] = __bfloat162float(vp[u][ia[u]]);
+            xb[u] = __bfloat162float(vp[u][ib[u]]);
+        }
+#pragma unroll
+        for (int u = 0; u < RKV_U; u++) {
+            int j = j0 + u * blockDim.x;
+            if (j >= np) continue;
+            float c = cs[ii[u]], s = cs[half + ii[u]];
+            bf16 ya = __float2bfloat16_rn(xa[u] * c - xb[u] * s), yb = __float2bfloat16_rn(xb[u] * c + xa[u] * s);
+            vp[u][ia[u]] = ya;
+            vp[u][ib[u]] = yb;
+            if (j / half == n_heads && crow) {
+                crow[kv_rope + ia[u]] = ya;
+                crow[kv_rope + ib[u]] = yb;
+            }
         }
     }
 }
 
 void cuda_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, void *kv, int ldkv, int kv_rope,
                         void *cache, const int32_t *slot_mapping, int W, const int32_t *positions, int T,
-                        const di_rope_params *rp) {
+                        const di_rope_params *rp, const di_weight *kv_norm, float eps) {
     cuda_state *st = cst(be);
     DI_ASSERT(rp->dim % 2 == 0 && kv_rope >= 0 && kv_rope + rp->dim <= W);
     if (T <= 0) return;
-    cuda_launch_pdl(st, st->pdl >= 2, k_rope_kv_write, dim3(T), dim3(256), (size_t)rp->dim * sizeof(float), (bf16 *)q,
-                    (long)ldq, n_heads, hsq, (bf16 *)kv, (long)ldkv, kv_rope, (bf16 *)cache, slot_mapping, W, positions,
-                    rp->dim, rp->interleave, rp->mscale, rp->inv_freq);
+    enum { THREADS = 256 };
+    const float *nw = NULL;
+    int nvt = 0;
+    if (kv_norm) {
+        DI_ASSERT(kv_norm->dtype == DI_DTYPE_F32 && kv_norm->cols == kv_rope);
+        /* in the launch when cuda_rmsnorm would take k_rmsnorm_v8 with at most THREADS threads;
+         * else the separate norm first (the same bits either way) */
+        nvt = norm_threads_vec(kv_rope / 8);
+        if (kv_rope % 8 == 0 && ldkv % 8 == 0 && nvt && nvt <= THREADS && aligned16(kv) && aligned16(kv_norm->data)) {
+            nw = (const float *)kv_norm->data;
+        } else {
+            cuda_rmsnorm(be, kv, ldkv, kv, ldkv, kv_norm, eps, T, kv_rope);
+            nvt = 0;
+        }
+    }
+    cuda_launch_pdl(st, st->pdl >= 2, k_rope_kv_write, dim3(T), dim3(THREADS), (size_t)rp->dim * sizeof(float),
+                    (bf16 *)q, (long)ldq, n_heads, hsq, (bf16 *)kv, (long)ldkv, kv_rope, (bf16 *)cache, slot_mapping, W,
+                    positions, rp->dim, rp->interleave, rp->mscale, rp->inv_freq, nw, eps, nvt);
     CUDA_LAUNCHED(st, "rope_kv_write");
 }
 
