@@ -18,6 +18,9 @@
  *                 rounding to bf16. (A variant staging all A rows in shared memory, 8-16
  *                 output rows per block, measured slower: 55.0 vs 53.6 us for the V2-Lite
  *                 experts of one token; docs/PERF.md, "Batch-1 decode, second pass".)
+ *   Both stream K in steps of U 256-column chunks; at 1-2 bf16 tokens every activation load of
+ *   a step (x rows, A rows) is issued together with the step's weight loads, before the first
+ *   FMA, so a step costs one memory round trip, not one per chunk.
  *
  * Owner: cuda. Invariants: every dot product is computed by exactly one warp with a fixed
  * summation order (lane-strided partial sums, xor-shuffle tree), and each output by one thread
