@@ -370,7 +370,8 @@ void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int3
  *  - rope: threads over the (head, pair)s of q and then the pairs of k_pe, whose rotated values
  *    go to kv and to the cache row, in chunks of RKV_U pairs per thread whose loads are all
  *    issued before the first store (the pairs are distinct elements, so this is the same as
- *    one pair at a time); k_rope's arithmetic;
+ *    one pair at a time); k_rope's arithmetic. The first chunk, the norm's pieces, the position
+ *    and the slot are all loaded before anything is stored: one memory round trip;
  *  - the rest of the kv row (the latent when not normed, anything outside k_pe) copied as is.
  * So the results are those of the separate launches, bit for bit (test_cuda_ops rows). */
 enum { RKV_U = 4 };
@@ -382,11 +383,41 @@ __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *k
     __shared__ float red[32];
     pdl_launch_dependents();
     pdl_wait();
-    const int t = blockIdx.x, half = dim / 2, tid = threadIdx.x;
-    float pos = (float)positions[t];
-    int slot = slots[t];
-    bf16 *crow = slot >= 0 ? cache + (long)slot * W : NULL;
+    const int t = blockIdx.x, half = dim / 2, tid = threadIdx.x, np = (n_heads + 1) * half;
     bf16 *krow = kv + (long)t * ldkv;
+    /* a chunk of RKV_U rope pairs per thread (pair j: head j / half, or k_pe for the last) */
+    bf16 *vp[RKV_U];
+    int ia[RKV_U], ib[RKV_U], ii[RKV_U];
+    float xa[RKV_U], xb[RKV_U];
+    auto load_chunk = [&](int j0) {
+#pragma unroll
+        for (int u = 0; u < RKV_U; u++) {
+            int j = j0 + u * blockDim.x;
+            if (j >= np) continue;
+            int h = j / half, i = j % half;
+            vp[u] = h == n_heads ? krow + kv_rope : q + (long)t * ldq + (long)h * hsq;
+            ii[u] = i;
+            ia[u] = interleave ? 2 * i : i;
+            ib[u] = interleave ? 2 * i + 1 : i + half;
+            xa[u] = __bfloat162float(vp[u][ia[u]]);
+            xb[u] = __bfloat162float(vp[u][ib[u]]);
+        }
+    };
+    /* every first-round load before anything is stored (one memory round trip): the step's
+     * position and slot, the first rope chunk (q and k_pe, which the norm does not touch) and
+     * the norm's pieces of the latent */
+    const int pos_raw = positions[t], slot = slots[t];
+    load_chunk(tid);
+    const int D8 = kv_rope >> 3;
+    uint4 nraw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+    if (nw)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int i = tid + r * nvt;
+            if (tid < nvt && i < D8) nraw[r] = *(const uint4 *)(krow + 8 * i);
+        }
+    float pos = (float)pos_raw;
+    bf16 *crow = slot >= 0 ? cache + (long)slot * W : NULL;
     for (int i = tid; i < half; i += blockDim.x) {
         float phi = __fmul_rn(pos, inv_freq[i]);
         cs[i] = (float)cos((double)phi) * mscale;
@@ -397,15 +428,13 @@ __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *k
         for (int i = copy_from + tid; i < W; i += blockDim.x)
             if (i < kv_rope || i >= kv_rope + dim) crow[i] = krow[i];
     if (nw) {
-        const int D8 = kv_rope >> 3;
         float v[2][8];
         float ss = 0.f;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             int i = tid + r * nvt;
             if (tid >= nvt || i >= D8) continue;
-            uint4 u = *(const uint4 *)(krow + 8 * i);
-            const bf16 *b = (const bf16 *)&u;
+            const bf16 *b = (const bf16 *)&nraw[r];
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 v[r][e] = __bfloat162float(b[e]);
@@ -438,23 +467,8 @@ __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *k
         }
     }
     __syncthreads();
-    const int np = (n_heads + 1) * half;
     for (int j0 = tid; j0 < np; j0 += RKV_U * blockDim.x) {
-        bf16 *vp[RKV_U];
-        int ia[RKV_U], ib[RKV_U], ii[RKV_U];
-        float xa[RKV_U], xb[RKV_U];
-#pragma unroll
-        for (int u = 0; u < RKV_U; u++) {
-            int j = j0 + u * blockDim.x;
-            if (j >= np) continue;
-            int h = j / half, i = j % half;
-            vp[u] = h == n_heads ? krow + kv_rope : q + (long)t * ldq + (long)h * hsq;
-            ii[u] = i;
-            ia[u] = interleave ? 2 * i : i;
-            ib[u] = interleave ? 2 * i + 1 : i + half;
-            xa[u] = __bfloat162float(vp[u][ia[u]]);
-            xb[u] = __bfloat162float(vp[u][ib[u]]);
-        }
+        if (j0 != tid) load_chunk(j0);
 #pragma unroll
         for (int u = 0; u < RKV_U; u++) {
             int j = j0 + u * blockDim.x;
