@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
  * (SP), in tiles of a.kt keys. The first warp turns the (m, l) of those splits (at most
  * MLA_MAXSPLIT) into weights in shared memory (fixed shuffle trees), then each thread sums 4
  * columns over the splits in split order with the split loads unrolled: deterministic. */
-enum { MLA_MAXSPLIT = 64 };
+enum { MLA_MAXSPLIT = 64, MERGE_PRE = 8 };
 /* The merge of token t's head h by a block of >= 128 threads (threads 128.. only take part in
  * the barrier) into dst[0, FDV) (bf16); false, with nothing written, when the token has no
  * keys. */
@@ -350,6 +350,23 @@ template <bool SP>
 static __device__ __forceinline__ bool merge_head(const dec_args &a, const dec_sel &sp, int t, int h, bf16 *dst,
                                                   float *wsh, float *s_inv) {
     int H = a.n_heads, S = a.nsplit;
+    long p0 = ((long)t * H + h) * a.nsplit;
+    /* The (m, l) of every split and the first MERGE_PRE splits' partials are loaded before the
+     * token's key count is known (the workspace holds a.nsplit splits of every (token, head),
+     * so the loads stay in bounds; splits without keys are loaded but never used): the merge
+     * then waits for one memory round trip instead of three in a row. */
+    float2 mlp[2] = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
+    float4 pre[MERGE_PRE];
+    if (threadIdx.x < 32)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int s = threadIdx.x + 32 * r;
+            if (s < a.nsplit) mlp[r] = *(const float2 *)(a.ml + (p0 + s) * 2);
+        }
+    if (threadIdx.x < 128)
+#pragma unroll
+        for (int s = 0; s < MERGE_PRE; s++)
+            if (s < a.nsplit) pre[s] = *(const float4 *)(a.part + (p0 + s) * FDV + threadIdx.x * 4);
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return false;
     int keys;
@@ -363,17 +380,21 @@ static __device__ __forceinline__ bool merge_head(const dec_args &a, const dec_s
     if (ntiles <= 0) return false; /* an empty selection (backend.h: never; count >= 1) */
     int tps = (ntiles + S - 1) / S;
     S = (ntiles + tps - 1) / tps;
-    long p0 = ((long)t * H + h) * a.nsplit;
     if (threadIdx.x < 32) {
         int lane = threadIdx.x;
         float M = -INFINITY;
-        for (int s = lane; s < S; s += 32) M = fmaxf(M, a.ml[(p0 + s) * 2]);
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (lane + 32 * r < S) M = fmaxf(M, mlp[r].x);
         for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
         float L = 0.f;
-        for (int s = lane; s < S; s += 32) {
-            float w = expf(a.ml[(p0 + s) * 2] - M);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int s = lane + 32 * r;
+            if (s >= S) continue;
+            float w = expf(mlp[r].x - M);
             wsh[s] = w;
-            L += a.ml[(p0 + s) * 2 + 1] * w;
+            L += mlp[r].y * w;
         }
         for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
         if (lane == 0) *s_inv = 1.0f / L;
@@ -382,8 +403,18 @@ static __device__ __forceinline__ bool merge_head(const dec_args &a, const dec_s
     if (threadIdx.x < 128) {
         int c = threadIdx.x * 4; /* 128 threads x 4 = FDV columns */
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int s = 0; s < MERGE_PRE; s++) {
+            if (s >= S) break;
+            float w = wsh[s];
+            float4 v = pre[s];
+            acc.x += w * v.x;
+            acc.y += w * v.y;
+            acc.z += w * v.z;
+            acc.w += w * v.w;
+        }
 #pragma unroll 8
-        for (int s = 0; s < S; s++) {
+        for (int s = MERGE_PRE; s < S; s++) {
             float w = wsh[s];
             float4 v = *(const float4 *)(a.part + (p0 + s) * FDV + c);
             acc.x += w * v.x;
