@@ -177,6 +177,30 @@ __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16
     }
 }
 
+/* The two halves of k_rmsnorm_v8's per-piece arithmetic, shared with k_rope_kv_write's latent
+ * norm so both give the same bits: 8 bf16 -> fp32 with their squares added to ss in order; and
+ * the 8 outputs bf16(w[8i + e] * (v[e] * inv)), packed. */
+static __device__ __forceinline__ void norm8_in(uint4 u, float *v, float &ss) {
+    const bf16 *b = (const bf16 *)&u;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        v[e] = __bfloat162float(b[e]);
+        ss += v[e] * v[e];
+    }
+}
+
+static __device__ __forceinline__ uint4 norm8_out(const float *w, int i, const float *v, float inv) {
+    float4 w0 = ((const float4 *)w)[2 * i], w1 = ((const float4 *)w)[2 * i + 1];
+    const float wf[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    uint32_t pk[4];
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+        __nv_bfloat162 p2 = __floats2bfloat162_rn(wf[e] * (v[e] * inv), wf[e + 1] * (v[e + 1] * inv));
+        pk[e / 2] = *(const uint32_t *)&p2;
+    }
+    return make_uint4(pk[0], pk[1], pk[2], pk[3]);
+}
+
 __global__ void k_rmsnorm_v8(bf16 *out, long ldo, const bf16 *x, long ldx, const float *w, float eps, int D) {
     __shared__ float red[32];
     const int t = blockIdx.x, D8 = D >> 3;
@@ -186,13 +210,7 @@ __global__ void k_rmsnorm_v8(bf16 *out, long ldo, const bf16 *x, long ldx, const
     for (int q = 0; q < 2; q++) {
         int i = threadIdx.x + q * blockDim.x;
         if (i >= D8) continue;
-        uint4 u = *(const uint4 *)(x + (long)t * ldx + 8 * i);
-        const bf16 *b = (const bf16 *)&u;
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            v[q][e] = __bfloat162float(b[e]);
-            ss += v[q][e] * v[q][e];
-        }
+        norm8_in(*(const uint4 *)(x + (long)t * ldx + 8 * i), v[q], ss);
     }
     ss = block_sum(ss, red); /* its barriers also order an in-place row's reads before the writes */
     float inv = (float)(1.0 / sqrt((double)ss / D + (double)eps));
@@ -200,15 +218,7 @@ __global__ void k_rmsnorm_v8(bf16 *out, long ldo, const bf16 *x, long ldx, const
     for (int q = 0; q < 2; q++) {
         int i = threadIdx.x + q * blockDim.x;
         if (i >= D8) continue;
-        float4 w0 = ((const float4 *)w)[2 * i], w1 = ((const float4 *)w)[2 * i + 1];
-        const float wf[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-        uint32_t pk[4];
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-            __nv_bfloat162 p2 = __floats2bfloat162_rn(wf[e] * (v[q][e] * inv), wf[e + 1] * (v[q][e + 1] * inv));
-            pk[e / 2] = *(const uint32_t *)&p2;
-        }
-        *(uint4 *)(out + (long)t * ldo + 8 * i) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+        *(uint4 *)(out + (long)t * ldo + 8 * i) = norm8_out(w, i, v[q], inv);
     }
 }
 
@@ -434,12 +444,7 @@ __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *k
         for (int r = 0; r < 2; r++) {
             int i = tid + r * nvt;
             if (tid >= nvt || i >= D8) continue;
-            const bf16 *b = (const bf16 *)&nraw[r];
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                v[r][e] = __bfloat162float(b[e]);
-                ss += v[r][e] * v[r][e];
-            }
+            norm8_in(nraw[r], v[r], ss);
         }
         /* block_sum over the first nvt / 32 warps, in warp order */
         ss = warp_sum(ss);
@@ -453,15 +458,7 @@ __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *k
         for (int r = 0; r < 2; r++) {
             int i = tid + r * nvt;
             if (tid >= nvt || i >= D8) continue;
-            float4 w0 = ((const float4 *)nw)[2 * i], w1 = ((const float4 *)nw)[2 * i + 1];
-            const float wf[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-            uint32_t pk[4];
-#pragma unroll
-            for (int e = 0; e < 8; e += 2) {
-                __nv_bfloat162 p2 = __floats2bfloat162_rn(wf[e] * (v[r][e] * inv), wf[e + 1] * (v[r][e + 1] * inv));
-                pk[e / 2] = *(const uint32_t *)&p2;
-            }
-            uint4 o = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+            uint4 o = norm8_out(nw, i, v[r], inv);
             *(uint4 *)(krow + 8 * i) = o;
             if (crow) *(uint4 *)(crow + 8 * i) = o;
         }
