@@ -5,9 +5,10 @@
  * layout allows, fp32 arithmetic, bf16 activations. The residual stream h is fp32 (backend.h):
  * embed widens bf16 table rows into it, add / add_rmsnorm add bf16 deltas to it in fp32, and
  * gather_rows copies its rows; rope_kv_write is the latent's rmsnorm, rope(q), rope(k_pe) and
- * kv_write in one launch, with the same arithmetic. Semantics match the CPU backend (cpu_ops.c): RMSNorm statistics
- * in fp32, y = w * (x * inv) rounded once to bf16 (add_rmsnorm can also write y unrounded in
- * fp32, the router's input); RoPE angles are fp32 pos * inv_freq with cos/sin in double. */
+ * kv_write in one launch, with the same arithmetic. Semantics match the CPU backend
+ * (cpu_ops.c): RMSNorm statistics in fp32, y = w * (x * inv) rounded once to bf16 (add_rmsnorm
+ * can also write y unrounded in fp32, the router's input); RoPE angles are fp32 pos * inv_freq
+ * with cos/sin in double. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
