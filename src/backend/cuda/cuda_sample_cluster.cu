@@ -165,6 +165,17 @@ static __device__ unsigned long long cs_block_max(unsigned long long v, cs_smem 
     return S->ru;
 }
 
+/* The draw weight of logit y at id in a kept set: 0 unless its key reaches the cut kp and, with
+ * min-p, its probability reaches min_p. The sum pass and the draw pass both use it. */
+static __device__ __forceinline__ unsigned long long cs_kept_weight(float y, int id, uint64_t kp, float m,
+                                                                   float min_p) {
+    float pr;
+    if (key_of(y, id) < kp) return 0;
+    unsigned long long q = weight_of(y, m, &pr);
+    if (min_p > 0.0f && !(pr >= min_p)) q = 0;
+    return q;
+}
+
 /* exclusive scan over the block in thread order */
 static __device__ unsigned long long cs_block_excl(unsigned long long v, cs_smem *S) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -676,11 +687,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
         for (int j = 0; j < E; j++) {
             int id = gid0 + tid * E + j;
             if (id >= V) break;
-            float y = ys[j * CS_THREADS + tid], pr;
-            if (key_of(y, id) < kp) continue;
-            unsigned long long q = weight_of(y, m, &pr);
-            if (min_p > 0.0f && !(pr >= min_p)) q = 0;
-            own += q;
+            own += cs_kept_weight(ys[j * CS_THREADS + tid], id, kp, m, min_p);
         }
         unsigned long long before_block = 0;
         unsigned long long W = cs_cluster_sum(own, &before_block, &S, &xp, cl);
@@ -695,10 +702,7 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
                 for (int j = 0; j < E; j++) {
                     int id = gid0 + tid * E + j;
                     if (id >= V) break;
-                    float y = ys[j * CS_THREADS + tid], pr;
-                    if (key_of(y, id) < kp) continue;
-                    unsigned long long q = weight_of(y, m, &pr);
-                    if (min_p > 0.0f && !(pr >= min_p)) q = 0;
+                    unsigned long long q = cs_kept_weight(ys[j * CS_THREADS + tid], id, kp, m, min_p);
                     if (q && carry + q > tdraw) {
                         tokens[row] = id;
                         status[row] = DI_SAMPLE_OK;
