@@ -68,6 +68,15 @@ static __device__ __forceinline__ void pair_info(const int32_t *idx, int Tk, int
     *same_out = e >= 0 ? same : 0u;
 }
 
+/* Whether a K step issues its activation loads (x rows, A rows) together with its weight loads,
+ * before the first FMA (one round trip per step instead of one per chunk): bf16 at up to 2
+ * tokens, measured (docs/PERF.md 2026-12-02); more tokens or fp8's U = 4 would need too many
+ * registers (3-4 tokens measured slower, fp8 not measured). */
+template <bool FP8, int MT>
+struct acts_early {
+    static constexpr bool on = !FP8 && MT <= 2;
+};
+
 /* ------------------------------------------------------------------ gate + up ---- */
 
 /* blocks [0, Tk * gr): pair p = b / gr, rows i = (b % gr) * 8 + warp; then the shared blocks. */
@@ -112,7 +121,7 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
         return;
     }
     /* weights first (constant): their loads may start before the previous kernel has finished */
-    constexpr bool PRE = !FP8 && MT <= 2;
+    constexpr bool PRE = acts_early<FP8, MT>::on;
     float g[MT], u[MT];
 #pragma unroll
     for (int m = 0; m < MT; m++) g[m] = u[m] = 0.f;
@@ -128,9 +137,7 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
             pdl_wait();
             waited = true;
         }
-        /* bf16, up to 2 tokens: every x load of this step issued before the first weight is used (one
-         * round trip, not U; measured, docs/PERF.md 2026-12-02); more tokens or fp8's U = 4 would need
-         * too many registers (not measured) */
+        /* acts_early: this step's x loads before the first weight is used */
         uint4 xr[U][MT];
         if (PRE)
 #pragma unroll
@@ -183,7 +190,7 @@ static __device__ __forceinline__ void dot2_rows(const wview &W, int mat, int n0
                                                  const int *rows, int nm, int K, float (*acc)[MT]) {
     const int lane = threadIdx.x & 31;
     const bool ok0 = n0 < D, ok1 = n0 + 1 < D;
-    constexpr bool PRE = !FP8 && MT <= 2;
+    constexpr bool PRE = acts_early<FP8, MT>::on;
 #pragma unroll
     for (int m = 0; m < MT; m++) acc[0][m] = acc[1][m] = 0.f;
     for (int k0 = lane * 8; k0 < K; k0 += 256 * U) {
@@ -194,9 +201,7 @@ static __device__ __forceinline__ void dot2_rows(const wview &W, int mat, int n0
             w0[v] = wload<FP8>(W, mat, n0, kk, kk < K && ok0);
             w1[v] = wload<FP8>(W, mat, n0 + 1, kk, kk < K && ok1);
         }
-        /* bf16, up to 2 tokens: every A load of this step issued before the first weight is used (one
-         * round trip, not U; measured, docs/PERF.md 2026-12-02); more tokens or fp8's U = 4 would need
-         * too many registers (not measured) */
+        /* acts_early: this step's A loads before the first weight is used */
         float4 av[U][MT][2];
         if (PRE)
 #pragma unroll
