@@ -403,25 +403,19 @@ static __device__ __forceinline__ bool merge_head(const dec_args &a, const dec_s
     if (threadIdx.x < 128) {
         int c = threadIdx.x * 4; /* 128 threads x 4 = FDV columns */
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        auto add = [&](float w, float4 v) {
+            acc.x += w * v.x;
+            acc.y += w * v.y;
+            acc.z += w * v.z;
+            acc.w += w * v.w;
+        };
 #pragma unroll
         for (int s = 0; s < MERGE_PRE; s++) {
             if (s >= S) break;
-            float w = wsh[s];
-            float4 v = pre[s];
-            acc.x += w * v.x;
-            acc.y += w * v.y;
-            acc.z += w * v.z;
-            acc.w += w * v.w;
+            add(wsh[s], pre[s]);
         }
 #pragma unroll 8
-        for (int s = MERGE_PRE; s < S; s++) {
-            float w = wsh[s];
-            float4 v = *(const float4 *)(a.part + (p0 + s) * FDV + c);
-            acc.x += w * v.x;
-            acc.y += w * v.y;
-            acc.z += w * v.z;
-            acc.w += w * v.w;
-        }
+        for (int s = MERGE_PRE; s < S; s++) add(wsh[s], *(const float4 *)(a.part + (p0 + s) * FDV + c));
         float inv = *s_inv;
         uint2 o;
         o.x = pack_bf16(acc.x * inv, acc.y * inv);
