@@ -556,9 +556,14 @@ static void experts_case(const char *name, int E, int k, int D, int I, int T, in
     experts_case_r(name, E, E, k, D, I, T, fp8);
 }
 
+/* A second small-path backend with DEEPINFER_CUDA_DOWN_EARLY=0 (k_small_down reads the ids and
+ * loads its first weights after its wait): its results must be the same bits. */
+static di_backend *g_small_late;
+
 /* Routed (+ shared, Is > 0) experts of a 1-4-token step through the permutation-free path
  * (cuda_moe_small.cu): moe_experts, or moe_experts_shared against the CPU's moe_experts plus
- * the shared-expert matmuls; run twice, the two results must be bit-identical. */
+ * the shared-expert matmuls; run twice, the two results must be bit-identical, and the same
+ * bits again with k_small_down's early loads off (g_small_late). */
 static void experts_small_case(const char *name, int E, int k, int D, int I, int Is, int T, int fp8) {
     t_weight gu = t_weight_make(E, 2 * I, D, fp8, 0.05f), dn = t_weight_make(E, D, I, fp8, 0.05f);
     t_weight sgu = t_weight_make(1, 2 * (Is > 0 ? Is : 8), D, fp8, 0.05f), sdn = t_weight_make(1, D, Is > 0 ? Is : 8, fp8, 0.05f);
@@ -604,6 +609,17 @@ static void experts_small_case(const char *name, int E, int k, int D, int I, int
         T_CHECK(what, got, ref, (size_t)T * D, TOL_L2, TOL_MAX);
         CHECK_MSG(memcmp(first, second, (size_t)T * D * 2) == 0, "%s: two runs differ", what);
         free(got);
+        if (g_small_late) { /* the device buffers and weights are usable from either backend */
+            g_poison(dout, (size_t)T * D * 2);
+            CHECK_OK(g_gpu->sync(g_gpu)); /* the poison lands before the other stream's kernels */
+            int r2 = Is > 0 ? g_small_late->moe_experts_shared(g_small_late, dout, dx, di, dw, k, &gug, &dng, &sgug,
+                                                                &sdng, T, ds, sg)
+                            : (g_small_late->moe_experts(g_small_late, dout, dx, di, dw, k, &gug, &dng, T, ds, sg), 1);
+            CHECK_OK(g_small_late->sync(g_small_late));
+            CHECK_OK(g_gpu->download(g_gpu, second, dout, (size_t)T * D * 2));
+            CHECK_MSG(r2 && memcmp(first, second, (size_t)T * D * 2) == 0,
+                      "%s: differs with DEEPINFER_CUDA_DOWN_EARLY=0", what);
+        }
     }
     free(x); free(w); free(idx); free(hs); free(ref); free(first); free(second);
     g_free(ds); g_free(dx); g_free(di); g_free(dw); g_free(dout);
@@ -620,6 +636,9 @@ static void test_small(void) {
     setenv("DEEPINFER_CUDA_MOE_SMALL", "4", 1);
     di_backend *small = NULL, *save = g_gpu;
     CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &small));
+    setenv("DEEPINFER_CUDA_DOWN_EARLY", "0", 1);
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &g_small_late));
+    unsetenv("DEEPINFER_CUDA_DOWN_EARLY");
     unsetenv("DEEPINFER_CUDA_MOE_SMALL");
     if (!small) return;
     g_gpu = small;
@@ -635,6 +654,8 @@ static void test_small(void) {
     experts_small_case("tiny k8", 12, 8, 128, 40, 0, 4, 0);
     g_gpu = save;
     di_backend_free(small);
+    if (g_small_late) di_backend_free(g_small_late);
+    g_small_late = NULL;
 }
 
 static void test_experts(void) {

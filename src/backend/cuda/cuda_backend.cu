@@ -454,6 +454,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->mla_wgmma = mw && mw[0] >= '0' && mw[0] <= '2' && !mw[1] ? mw[0] - '0' : 1;
     const char *ms = getenv("DEEPINFER_CUDA_MOE_SMALL"), *pd = getenv("DEEPINFER_CUDA_PDL");
     st->moe_small = ms && ms[0] >= '0' && ms[0] <= '4' && !ms[1] ? ms[0] - '0' : 1;
+    const char *de = getenv("DEEPINFER_CUDA_DOWN_EARLY");
+    st->down_early = !(de && de[0] == '0');
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
     const char *sc = getenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");
     st->sample_cluster = sc && (!strcmp(sc, "0") || !strcmp(sc, "4") || !strcmp(sc, "8")) ? atoi(sc) : 1;

@@ -26,9 +26,10 @@
  * summation order (lane-strided partial sums, xor-shuffle tree), and each output by one thread
  * summing them in j order, so results are bit-reproducible run to run; no atomics. A token
  * picks an expert at most once (the router's top-k), so an expert has at most T tokens. Both
- * kernels use programmatic dependent launch (cuda_pdl.cuh): activations, ids and weights of
- * the step are read after pdl_wait() with coherent loads; only the shared experts' gate/up
- * weights are loaded before it. An expert id outside [0, E) contributes zero. The
+ * kernels use programmatic dependent launch (cuda_pdl.cuh): activations and routing weights
+ * of the step are read after pdl_wait() with coherent loads; before it, k_small_gu loads only
+ * the shared experts' gate/up weights, and k_small_down (a.early) the router's ids and each
+ * warp's first down weights (k_small_gu releases it only after its own wait, see there). An expert id outside [0, E) contributes zero. The
  * path is chosen from shapes only (T, k, dims, dtype, scratch size), so a CUDA graph captured
  * for a batch-size bucket replays the same kernels. Weights: bf16, or fp8 e4m3 with block scales
  * (block cols a multiple of 8, so a lane's 8 elements share one scale). Scratch: A [T*k, I] and
@@ -49,6 +50,7 @@ typedef struct small_args {
     wview sgu, sdn;         /* shared: [2Is][D], [D][Is] */
     float *A, *As;          /* [T*k][I], [T][Is] */
     bf16 *out;              /* [T, D] */
+    int early;              /* k_small_down loads its first weights before its wait (see there) */
 } small_args;
 
 static __device__ __forceinline__ float warp_sum(float v) {
@@ -82,7 +84,9 @@ struct acts_early {
 /* blocks [0, Tk * gr): pair p = b / gr, rows i = (b % gr) * 8 + warp; then the shared blocks. */
 template <int MT, bool FP8, int U>
 __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
-    pdl_launch_dependents();
+    /* early: dependents (k_small_down) released only once this block has waited, so that
+     * k_small_down starts after every block here saw the router's ids (it reads them early) */
+    if (!a.early) pdl_launch_dependents();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, Tk = a.T * a.k;
     int b = blockIdx.x;
     bool shared = b >= Tk * gr;
@@ -100,6 +104,7 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
         for (int m = 0; m < MT; m++) orow[m] = xrow[m] = m < a.T ? m : 0;
     } else {
         pdl_wait(); /* the expert ids come from the router */
+        if (a.early) pdl_launch_dependents();
         waited = true;
         int e;
         unsigned same;
@@ -118,6 +123,7 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
     }
     if (i >= I) {
         pdl_wait();
+        if (a.early) pdl_launch_dependents();
         return;
     }
     /* weights first (constant): their loads may start before the previous kernel has finished */
@@ -135,6 +141,7 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
         }
         if (!waited) {
             pdl_wait();
+            if (a.early) pdl_launch_dependents();
             waited = true;
         }
         /* acts_early: this step's x loads before the first weight is used */
@@ -167,7 +174,10 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
             }
         }
     }
-    if (!waited) pdl_wait();
+    if (!waited) {
+        pdl_wait();
+        if (a.early) pdl_launch_dependents();
+    }
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         g[m] = warp_sum(g[m]);
@@ -183,24 +193,32 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
 
 /* ------------------------------------------------------------------ down + combine ---- */
 
+/* The weights of one K step of dot2_rows (columns k0 + v * 256 of rows n0, n0 + 1). */
+template <bool FP8, int U>
+static __device__ __forceinline__ void dot2_load(const wview &W, int mat, int n0, int D, int K, int k0,
+                                                 wraw<FP8> (&w0)[U], wraw<FP8> (&w1)[U]) {
+    const bool ok0 = n0 < D, ok1 = n0 + 1 < D;
+#pragma unroll
+    for (int v = 0; v < U; v++) {
+        int kk = k0 + v * 256;
+        w0[v] = wload<FP8>(W, mat, n0, kk, kk < K && ok0);
+        w1[v] = wload<FP8>(W, mat, n0 + 1, kk, kk < K && ok1);
+    }
+}
+
 /* Rows n0 and n0 + 1 of matrix `mat` of W dotted with the fp32 rows src[rows[m]] (K wide):
- * acc[r][m], summed over the warp (lane-strided partial sums, then an xor tree). */
+ * acc[r][m], summed over the warp (lane-strided partial sums, then an xor tree). w0 / w1 hold
+ * the first K step's weights on entry (dot2_load at k0 = lane * 8). */
 template <int MT, bool FP8, int U>
 static __device__ __forceinline__ void dot2_rows(const wview &W, int mat, int n0, int D, const float *src,
-                                                 const int *rows, int nm, int K, float (*acc)[MT]) {
+                                                 const int *rows, int nm, int K, float (*acc)[MT],
+                                                 wraw<FP8> (&w0)[U], wraw<FP8> (&w1)[U]) {
     const int lane = threadIdx.x & 31;
-    const bool ok0 = n0 < D, ok1 = n0 + 1 < D;
     constexpr bool PRE = acts_early<FP8, MT>::on;
 #pragma unroll
     for (int m = 0; m < MT; m++) acc[0][m] = acc[1][m] = 0.f;
     for (int k0 = lane * 8; k0 < K; k0 += 256 * U) {
-        wraw<FP8> w0[U], w1[U];
-#pragma unroll
-        for (int v = 0; v < U; v++) {
-            int kk = k0 + v * 256;
-            w0[v] = wload<FP8>(W, mat, n0, kk, kk < K && ok0);
-            w1[v] = wload<FP8>(W, mat, n0 + 1, kk, kk < K && ok1);
-        }
+        if (k0 != lane * 8) dot2_load<FP8, U>(W, mat, n0, D, K, k0, w0, w1);
         /* acts_early: this step's A loads before the first weight is used */
         float4 av[U][MT][2];
         if (PRE)
@@ -243,28 +261,16 @@ static __device__ __forceinline__ void dot2_rows(const wview &W, int mat, int n0
     }
 }
 
-/* One block (8 warps) per pair of output rows n0, n0 + 1. The units of work are the distinct
- * routed experts (their first pairs in index order) and then the shared experts; warp w takes
- * units w, w + 8, ...: it streams the unit's two down rows once and dots them with the A rows
- * of every token of that unit, into shared memory. Then one thread per (token, row) sums its k
- * slots in j order, adds the shared experts, and rounds once. */
-template <int MT, bool FP8, int U>
-__global__ void __launch_bounds__(256) k_small_down(small_args a) {
-    __shared__ float pdot[SMALL_MAX_PAIRS][2], sdot[SMALL_MAX_T][2];
-    pdl_launch_dependents();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, Tk = a.T * a.k;
-    const int n0 = blockIdx.x * 2;
-    for (int i = threadIdx.x; i < SMALL_MAX_PAIRS * 2; i += blockDim.x) (&pdot[0][0])[i] = 0.f;
-    pdl_wait(); /* A, As, the expert ids and weights come from earlier kernels */
-    __syncthreads(); /* pdot zeroed before any warp stores its dots */
-    int e;
-    unsigned same;
-    pair_info(a.idx, Tk, a.E, lane, &e, &same);
-    unsigned firsts = __ballot_sync(0xffffffffu, same != 0u && (__ffs(same) - 1) == lane);
-    const int nf = __popc(firsts), nu = nf + (a.Is > 0 ? 1 : 0);
-    for (int u = warp; u < nu; u += 8) {
-        const bool shared = u >= nf;
-        int mat = 0, nm = 0, rows[MT];
+/* The unit of work u of k_small_down: the u-th distinct routed expert (its first pair in index
+ * order; `firsts` = mask of first pairs) or, for u = nf, the shared experts. */
+template <int MT>
+struct down_unit {
+    bool shared;
+    int mat, nm, rows[MT];
+    __device__ __forceinline__ down_unit(const small_args &a, int u, int nf, unsigned firsts, unsigned same, int e) {
+        shared = u >= nf;
+        mat = 0;
+        nm = 0;
         if (shared) {
             nm = a.T;
 #pragma unroll
@@ -282,14 +288,51 @@ __global__ void __launch_bounds__(256) k_small_down(small_args a) {
                 mine &= mine - 1u;
             }
         }
+    }
+};
+
+/* One block (8 warps) per pair of output rows n0, n0 + 1. The units of work are the distinct
+ * routed experts (their first pairs in index order) and then the shared experts; warp w takes
+ * units w, w + 8, ...: it streams the unit's two down rows once and dots them with the A rows
+ * of every token of that unit, into shared memory. Then one thread per (token, row) sums its k
+ * slots in j order, adds the shared experts, and rounds once.
+ * a.early: the expert ids come from the router, which finished before any k_small_gu block
+ * passed its wait, and k_small_gu releases this kernel only after that wait; so the ids are
+ * read, and each warp's first unit's first K step of weights loaded, before this kernel's
+ * wait, overlapping k_small_gu's tail. Only A / As (k_small_gu's output) and the routing
+ * weights are read after it. */
+template <int MT, bool FP8, int U>
+__global__ void __launch_bounds__(256) k_small_down(small_args a) {
+    __shared__ float pdot[SMALL_MAX_PAIRS][2], sdot[SMALL_MAX_T][2];
+    pdl_launch_dependents();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, Tk = a.T * a.k;
+    const int n0 = blockIdx.x * 2;
+    for (int i = threadIdx.x; i < SMALL_MAX_PAIRS * 2; i += blockDim.x) (&pdot[0][0])[i] = 0.f;
+    if (!a.early) pdl_wait(); /* A, As, the expert ids and weights come from earlier kernels */
+    int e;
+    unsigned same;
+    pair_info(a.idx, Tk, a.E, lane, &e, &same);
+    unsigned firsts = __ballot_sync(0xffffffffu, same != 0u && (__ffs(same) - 1) == lane);
+    const int nf = __popc(firsts), nu = nf + (a.Is > 0 ? 1 : 0);
+    wraw<FP8> w0[U], w1[U];
+    if (warp < nu) { /* the first unit's first weights */
+        down_unit<MT> du(a, warp, nf, firsts, same, e);
+        dot2_load<FP8, U>(du.shared ? a.sdn : a.dn, du.mat, n0, a.D, du.shared ? a.Is : a.I, lane * 8, w0, w1);
+    }
+    if (a.early) pdl_wait(); /* A and As come from k_small_gu */
+    __syncthreads(); /* pdot zeroed before any warp stores its dots */
+    for (int u = warp; u < nu; u += 8) {
+        down_unit<MT> du(a, u, nf, firsts, same, e);
+        const wview &W = du.shared ? a.sdn : a.dn;
+        const int K = du.shared ? a.Is : a.I;
+        if (u != warp) dot2_load<FP8, U>(W, du.mat, n0, a.D, K, lane * 8, w0, w1);
         float d[2][MT];
-        if (shared) dot2_rows<MT, FP8, U>(a.sdn, 0, n0, a.D, a.As, rows, nm, a.Is, d);
-        else dot2_rows<MT, FP8, U>(a.dn, mat, n0, a.D, a.A, rows, nm, a.I, d);
+        dot2_rows<MT, FP8, U>(W, du.mat, n0, a.D, du.shared ? a.As : a.A, du.rows, du.nm, K, d, w0, w1);
         if (lane == 0)
 #pragma unroll
             for (int m = 0; m < MT; m++) {
-                if (m >= nm) continue;
-                float *dst = shared ? sdot[rows[m]] : pdot[rows[m]];
+                if (m >= du.nm) continue;
+                float *dst = du.shared ? sdot[du.rows[m]] : pdot[du.rows[m]];
                 dst[0] = d[0][m];
                 dst[1] = d[1][m];
             }
@@ -371,6 +414,7 @@ void cuda_moe_small(cuda_state *st, void *out, const void *x, const int32_t *top
     a.A = (float *)scratch;
     a.As = (float *)((char *)scratch + align256((size_t)T * k * a.I * sizeof(float)));
     a.out = (bf16 *)out;
+    a.early = st->down_early;
     bool fp8 = gate_up->dtype == DI_DTYPE_F8_E4M3;
     if (T == 1) fp8 ? launch_small<1, true>(st, a) : launch_small<1, false>(st, a);
     else if (T == 2) fp8 ? launch_small<2, true>(st, a) : launch_small<2, false>(st, a);
