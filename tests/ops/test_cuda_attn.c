@@ -115,6 +115,10 @@ static void sel_free(selset *s) { free(s->pos); free(s->cnt); g_free(s->dpos); g
 
 /* ---------------------------------------------------------------- decode ---- */
 
+/* A backend made with DEEPINFER_CUDA_MLA_EARLY=0 (the decode kernel reads everything after its
+ * wait): decode_case_sel checks that it gives the same bits. */
+static di_backend *g_dec_late;
+
 /* mla_decode vs the CPU; K > 0: over a random selection of at most K positions per token */
 static void decode_case_sel(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d, int K, int sb,
                             int se) {
@@ -140,6 +144,19 @@ static void decode_case_sel(const char *name, int S, const int *q_len, const int
     else snprintf(what, sizeof what, "mla_decode %s H%d T%d", name, H, t1 - t0);
     T_CHECK(what, got + (size_t)t0 * H * r, ref + (size_t)t0 * H * r, (size_t)(t1 - t0) * H * r, ATOL_L2, ATOL_MAX);
     CHECK_MSG(untouched, "%s: tokens outside the sequence range were written", what);
+    if (g_dec_late) { /* device buffers are usable from either backend */
+        void *dl = g_alloc((size_t)T * H * r * 2);
+        g_poison(dl, (size_t)T * H * r * 2);
+        CHECK_OK(g_gpu->sync(g_gpu));
+        g_dec_late->mla_decode(g_dec_late, dl, dqt, (uint16_t *)dq + 128, ldq, hs, p.dcache, &p.dab, sb, se, &d);
+        CHECK_OK(g_dec_late->sync(g_dec_late));
+        size_t n = (size_t)T * H * r * 2;
+        unsigned char *ha = (unsigned char *)malloc(n), *hb = (unsigned char *)malloc(n);
+        CHECK_OK(g_gpu->download(g_gpu, ha, dout, n));
+        CHECK_OK(g_gpu->download(g_gpu, hb, dl, n));
+        CHECK_MSG(memcmp(ha, hb, n) == 0, "%s: differs with DEEPINFER_CUDA_MLA_EARLY=0", what);
+        free(ha); free(hb); g_free(dl);
+    }
     free(qt); free(q); free(ref); free(got); g_free(dqt); g_free(dq); g_free(dout);
     if (K > 0) sel_free(&sl);
     paged_free(&p);
@@ -235,9 +252,26 @@ static void decode_wg_cases(const char *tag) {
     decode_case(name, NB, qb, cb, h64, 0, NB);
 }
 
+/* A CUDA backend with DEEPINFER_CUDA_MLA_WGMMA / DEEPINFER_CUDA_MLA_EARLY set (NULL: default),
+ * reserved like the test's main backend (so the same split counts). */
+static di_backend *decode_backend(const char *wgmma, const char *early) {
+    if (wgmma) setenv("DEEPINFER_CUDA_MLA_WGMMA", wgmma, 1);
+    if (early) setenv("DEEPINFER_CUDA_MLA_EARLY", early, 1);
+    di_backend *be = NULL;
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be));
+    unsetenv("DEEPINFER_CUDA_MLA_WGMMA");
+    unsetenv("DEEPINFER_CUDA_MLA_EARLY");
+    if (be) {
+        di_backend_reserve r = {8192, 512, 129280, {128, 128, 64, 128, 512, 0.1f}};
+        CHECK_OK(be->reserve(be, &r));
+    }
+    return be;
+}
+
 static void test_decode(void) {
     int ql[5] = {1, 1, 3, 1, 2}, cx[5] = {1, 64, 65, 700, 3000};
     di_mla_dims v2 = {16, 128, 64, 128, 512, 0.1352f}, v3 = {128, 128, 64, 128, 512, 0.1352f};
+    g_dec_late = decode_backend(NULL, "0");
     decode_case("v2-lite (split-KV)", 5, ql, cx, v2, 0, 5);
     decode_case("v2-lite seqs 1..3", 5, ql, cx, v2, 1, 4);
     decode_case("v3 (split-KV)", 5, ql, cx, v3, 0, 5);
@@ -261,18 +295,19 @@ static void test_decode(void) {
     decode_wg_cases("");
     const char *modes[2] = {"2", "0"};
     for (int m = 0; m < 2; m++) {
-        setenv("DEEPINFER_CUDA_MLA_WGMMA", modes[m], 1);
-        di_backend *alt = NULL, *save = g_gpu;
-        CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &alt));
-        unsetenv("DEEPINFER_CUDA_MLA_WGMMA");
+        di_backend *alt = decode_backend(modes[m], NULL), *late = decode_backend(modes[m], "0");
+        di_backend *save = g_gpu, *save_late = g_dec_late;
         if (!alt) continue;
-        di_backend_reserve r = {8192, 512, 129280, {128, 128, 64, 128, 512, 0.1f}};
-        CHECK_OK(alt->reserve(alt, &r));
         g_gpu = alt;
+        g_dec_late = late; /* the same kernel with its early loads off */
         decode_wg_cases(m == 0 ? "[wgmma=2] " : "[wgmma=0] ");
         g_gpu = save;
+        g_dec_late = save_late;
         di_backend_free(alt);
+        if (late) di_backend_free(late);
     }
+    if (g_dec_late) di_backend_free(g_dec_late);
+    g_dec_late = NULL;
     test_decode_uv();
 }
 

@@ -77,6 +77,9 @@ typedef struct cuda_state {
     int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
                                     * at most N tokens without permutation (cuda_moe_small.cu);
                                     * measured faster than the permuted path only at one token */
+    int mla_early;                 /* DEEPINFER_CUDA_MLA_EARLY (default 1): the dense mma.sync MLA decode
+                                    * kernel, PDL-launched, reads the step's metadata and the cache rows
+                                    * of earlier steps before its wait */
     int down_early;                /* DEEPINFER_CUDA_DOWN_EARLY (default 1): k_small_down reads the expert
                                     * ids and loads its first weights before its PDL wait */
     int lane_priority;             /* DEEPINFER_CUDA_LANE_PRIORITY (default 1): main stream at the

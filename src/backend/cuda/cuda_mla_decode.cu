@@ -23,6 +23,10 @@
  *    k_mla_combine (its SP flavour counts the splits from the selection). Shapes the fast
  *    kernel does not take (or more than SP_MAXKEYS keys per split) go to the generic kernel
  *    walking the list.
+ *    Dense steps load early (DEEPINFER_CUDA_MLA_EARLY, default on; the kernel is then launched
+ *    with PDL): the step's metadata (sequence, context length, block table: uploaded before the
+ *    step's first kernel) and the first tile's rows of earlier steps' keys before the PDL wait,
+ *    q and the rows this step's rope_kv_write wrote after it. Same bits either way.
  *  - generic: one warp per (token, head), any shape (tiny test models); over the token's
  *    selected positions when there is a DSA selection.
  * Also mla_decode_uv (backend.h: decode + the W_UV bmm): at one token with split KV, k_mla_uv
@@ -136,7 +140,10 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
     static_assert(KPW % 8 == 0 && NJO % 2 == 0, "tile split");
     extern __shared__ __align__(16) unsigned char sm[];
     pdl_launch_dependents();
-    pdl_wait(); /* PDL (cuda_pdl.cuh): everything below reads the step's data */
+    /* early (dense only): the step's metadata (uploaded before its first kernel) and the cache
+     * rows of earlier steps are read before the wait; q and this step's cache rows after it */
+    const bool early = !SP && a.early;
+    if (!early) pdl_wait(); /* PDL (cuda_pdl.cuh): everything below reads the step's data */
     bf16 *Qs = (bf16 *)sm, *Ks0 = (bf16 *)(sm + L::q), *Ps = (bf16 *)(sm + L::q + 2 * L::k);
     float *redm = (float *)(sm + L::q + 2 * L::k + L::p), *redl = redm + CW * R;
 
@@ -145,14 +152,16 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
     const int H = a.n_heads, n_hg = H / R;
     const int hg = blockIdx.x % n_hg, split = (blockIdx.x / n_hg) % a.nsplit, t = blockIdx.x / (n_hg * a.nsplit);
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
-    if (seq < 0) return;
-    int nkeys = dec_nkeys<SP>(a, sp, seq, t), ntiles = (nkeys + FKT - 1) / FKT;
+    int nkeys = seq < 0 ? 0 : dec_nkeys<SP>(a, sp, seq, t), ntiles = (nkeys + FKT - 1) / FKT;
     int tps = (ntiles + a.nsplit - 1) / a.nsplit;
     int tb = split * tps, te = min(ntiles, tb + tps);
     const int h0 = hg * R;
     const int rg = warp % RW, cg = warp / RW;
 
-    if (tb >= te) return; /* split past the context: k_mla_combine skips it */
+    if (seq < 0 || tb >= te) { /* split past the context: k_mla_combine skips it */
+        if (early) pdl_wait();
+        return;
+    }
 
     int *slots = (int *)(sm + L::total); /* SP: cache slot of each key of this split */
     if (SP) {
@@ -164,23 +173,27 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
     }
 
     /* Q tile: q̃ (512) then q_pe (64) for R heads */
-    for (int c = tid; c < R * 72; c += NW * 32) {
-        int i = c / 72, ch = c % 72, h = h0 + i;
-        const bf16 *src = ch < 64 ? a.qt + ((long)t * H + h) * FDV + ch * 8
-                                  : a.qpe + (long)t * a.ldqpe + (long)h * a.hsqpe + (ch - 64) * 8;
-        cp_async16(Qs + i * FLD + ch * 8, src, 16);
-    }
-    auto load_tile = [&](int ti, int buf) {
+    auto load_q = [&]() {
+        for (int c = tid; c < R * 72; c += NW * 32) {
+            int i = c / 72, ch = c % 72, h = h0 + i;
+            const bf16 *src = ch < 64 ? a.qt + ((long)t * H + h) * FDV + ch * 8
+                                      : a.qpe + (long)t * a.ldqpe + (long)h * a.hsqpe + (ch - 64) * 8;
+            cp_async16(Qs + i * FLD + ch * 8, src, 16);
+        }
+    };
+    /* rows [r0, r1) of tile ti (rows past the context zero-filled) */
+    auto load_rows = [&](int ti, int buf, int r0, int r1) {
         bf16 *Ks = Ks0 + buf * FKT * FLD;
         int key0 = ti * FKT;
         long slot0 = cache_slot(a, seq, key0); /* a 32-key tile lies inside one 64-slot block */
-        for (int c = tid; c < FKT * 72; c += NW * 32) {
+        for (int c = tid + r0 * 72; c < r1 * 72; c += NW * 32) {
             int rr = c / 72, ch = c % 72;
             bool ok = key0 + rr < nkeys;
             const bf16 *src = a.cache + (slot0 + rr) * FD + ch * 8;
             cp_async16(Ks + rr * FLD + ch * 8, ok ? (const void *)src : (const void *)a.cache, ok ? 16 : 0);
         }
     };
+    auto load_tile = [&](int ti, int buf) { load_rows(ti, buf, 0, FKT); };
     auto load_tile_sp = [&](int ti, int buf) { /* rows from the resolved slots */
         bf16 *Ks = Ks0 + buf * FKT * FLD;
         int key0 = ti * FKT;
@@ -191,8 +204,20 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
             cp_async16(Ks + rr * FLD + ch * 8, src, ok ? 16 : 0);
         }
     };
-    if constexpr (SP) load_tile_sp(tb, 0);
-    else load_tile(tb, 0);
+    if constexpr (SP) {
+        load_q();
+        load_tile_sp(tb, 0);
+    } else if (early) { /* the first tile's rows of earlier steps, the wait, then the rest */
+        int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
+        int old = min(FKT, max(0, a.ctx_len[seq] - q_len - tb * FKT));
+        load_rows(tb, 0, 0, old);
+        pdl_wait();
+        load_q();
+        load_rows(tb, 0, old, FKT);
+    } else {
+        load_q();
+        load_tile(tb, 0);
+    }
     cp_async_commit();
 
     float o[NJO][4];
@@ -551,7 +576,8 @@ static void launch_fast(cuda_state *st, const dec_args &a, const dec_sel &sp, in
     }
     size_t smem = (size_t)L::total + (SP ? (size_t)sp_keys_per_split(sp.sel_stride, a.nsplit) * 4 : 0);
     unsigned blocks = (unsigned)(a.n_heads / R) * (unsigned)a.nsplit * (unsigned)n_tokens;
-    cuda_launch_pdl(st, st->pdl >= 2, k_mla_decode_fast<R, NW, SP>, dim3(blocks), dim3(NW * 32), smem, a, sp);
+    bool pdl = st->pdl >= 2 || (a.early && !SP && st->pdl >= 1);
+    cuda_launch_pdl(st, pdl, k_mla_decode_fast<R, NW, SP>, dim3(blocks), dim3(NW * 32), smem, a, sp);
     CUDA_LAUNCHED(st, SP ? "mla_decode_sparse" : "mla_decode");
 }
 
@@ -588,6 +614,7 @@ static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *q
     a.kt = FKT;
     a.part = NULL;
     a.ml = NULL;
+    a.early = st->mla_early;
     dec_sel sp = {ab->sel_pos, ab->sel_count, ab->sel_stride};
     int fast = d->kv_rank == FDV && d->rope_dim == FD - FDV && d->n_heads % 16 == 0 && ldqpe % 8 == 0 &&
                hsqpe % 8 == 0 && ((uintptr_t)qpe & 15) == 0 && ((uintptr_t)qt & 15) == 0;

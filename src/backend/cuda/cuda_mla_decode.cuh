@@ -19,6 +19,8 @@ typedef struct dec_args {
     int kt;      /* keys per tile of the kernel that wrote the partials (k_mla_combine's split math) */
     float *part; /* [n_tokens * H * nsplit][r] */
     float *ml;   /* [n_tokens * H * nsplit][2] */
+    int early;   /* k_mla_decode_fast (dense): metadata and earlier steps' cache rows before the PDL
+                  * wait, launched with PDL (DEEPINFER_CUDA_MLA_EARLY) */
 } dec_args;
 
 static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {

@@ -6,9 +6,14 @@
  * completes before its predecessor (the next kernel's wait then covers the whole chain). Only
  * constant data (weights) may be read before the wait: that is what overlaps the previous
  * kernel's tail and the launch latency. DEEPINFER_CUDA_PDL (st->pdl): 0 launches everything
- * plainly (the waits are then no-ops); 1 (default) the GEMV and small-expert kernels; 2 also
- * RoPE, the KV-cache write and MLA decode attention with its combine (measured: no gain at
- * batch 1, about 1-2% slower at batch 16-64; docs/PERF.md, "Small-batch decode").
+ * plainly (the waits are then no-ops); 1 (default) the GEMV and small-expert kernels, and the
+ * dense MLA decode kernel when it loads early (DEEPINFER_CUDA_MLA_EARLY); 2 also RoPE, the
+ * KV-cache write and MLA decode attention with its combine (measured: no gain at batch 1, about
+ * 1-2% slower at batch 16-64; docs/PERF.md, "Small-batch decode").
+ * A kernel may also read, before its wait, data written before the last plain (non-PDL) launch
+ * ahead of it: every kernel of a PDL chain can overlap only the chain back to that launch. The
+ * step's uploads (metadata), the KV cache of earlier steps and the router's ids seen by
+ * k_small_down (cuda_moe_small.cu) are read that way.
  *
  * Owner: cuda. griddepcontrol needs sm_90; CUDA graphs capture the launches as programmatic
  * dependency edges. */
