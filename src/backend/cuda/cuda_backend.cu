@@ -456,6 +456,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->moe_small = ms && ms[0] >= '0' && ms[0] <= '4' && !ms[1] ? ms[0] - '0' : 1;
     const char *de = getenv("DEEPINFER_CUDA_DOWN_EARLY");
     st->down_early = !(de && de[0] == '0');
+    const char *np = getenv("DEEPINFER_CUDA_NORM_PDL");
+    st->norm_pdl = !(np && np[0] == '0');
     const char *me = getenv("DEEPINFER_CUDA_MLA_EARLY");
     st->mla_early = !(me && me[0] == '0');
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;

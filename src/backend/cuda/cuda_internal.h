@@ -80,6 +80,9 @@ typedef struct cuda_state {
     int mla_early;                 /* DEEPINFER_CUDA_MLA_EARLY (default 1): the dense mma.sync MLA decode
                                     * kernel, PDL-launched, reads the step's metadata and the cache rows
                                     * of earlier steps before its wait */
+    int norm_pdl;                  /* DEEPINFER_CUDA_NORM_PDL (default 1): the vectorised RMSNorm kernels
+                                    * launched with PDL (k_add_rmsnorm_v4 loads its weights before
+                                    * the wait) */
     int down_early;                /* DEEPINFER_CUDA_DOWN_EARLY (default 1): k_small_down reads the expert
                                     * ids and loads its first weights before its PDL wait */
     int lane_priority;             /* DEEPINFER_CUDA_LANE_PRIORITY (default 1): main stream at the

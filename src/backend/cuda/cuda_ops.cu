@@ -138,18 +138,27 @@ __global__ void k_add_rmsnorm(bf16 *out, float *out_f32, float *h, const bf16 *d
 static __device__ __forceinline__ float sq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
 __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16 *delta, const float *w, float eps,
-                                 int D) {
+                                 int D, int pdl) {
     __shared__ float red[32];
     const int t = blockIdx.x, D4 = D >> 2;
     float4 *hr = (float4 *)(h + (long)t * D);
     float4 v[2], wv[2];
     float ss = 0.f;
+    if (pdl) { /* launched with PDL: the norm weights (constant) before the wait */
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            int i = threadIdx.x + q * blockDim.x;
+            if (i < D4) wv[q] = __ldg((const float4 *)w + i);
+        }
+        pdl_launch_dependents();
+        pdl_wait();
+    }
 #pragma unroll
     for (int q = 0; q < 2; q++) {
         int i = threadIdx.x + q * blockDim.x;
         if (i >= D4) continue;
         v[q] = hr[i];
-        wv[q] = ((const float4 *)w)[i];
+        if (!pdl) wv[q] = ((const float4 *)w)[i];
         if (delta) {
             uint2 u = *(const uint2 *)(delta + (long)t * D + 4 * i);
             const bf16 *b = (const bf16 *)&u;
@@ -202,8 +211,13 @@ static __device__ __forceinline__ uint4 norm8_out(const float *w, int i, const f
     return make_uint4(pk[0], pk[1], pk[2], pk[3]);
 }
 
-__global__ void k_rmsnorm_v8(bf16 *out, long ldo, const bf16 *x, long ldx, const float *w, float eps, int D) {
+__global__ void k_rmsnorm_v8(bf16 *out, long ldo, const bf16 *x, long ldx, const float *w, float eps, int D,
+                             int pdl) {
     __shared__ float red[32];
+    if (pdl) { /* launched with PDL (st->norm_pdl) */
+        pdl_launch_dependents();
+        pdl_wait();
+    }
     const int t = blockIdx.x, D8 = D >> 3;
     float v[2][8];
     float ss = 0.f;
@@ -231,6 +245,9 @@ static int norm_threads_vec(int n) {
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* The vectorised norms are PDL-launched (DEEPINFER_CUDA_NORM_PDL) unless PDL is off. */
+static bool norm_pdl(const cuda_state *st) { return st->pdl >= 1 && st->norm_pdl; }
+
 static int norm_threads(int D) {
     int t = 128;
     while (t < 1024 && t * 8 < D) t *= 2;
@@ -245,8 +262,8 @@ void cuda_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, co
     /* in place is fine: each thread reads its elements into `row` before any write */
     int vt = norm_threads_vec(D / 8);
     if (D % 8 == 0 && ldo % 8 == 0 && ldx % 8 == 0 && vt && aligned16(out) && aligned16(x) && aligned16(w->data))
-        k_rmsnorm_v8<<<T, vt, 0, st->stream>>>((bf16 *)out, ldo, (const bf16 *)x, ldx, (const float *)w->data, eps,
-                                              D);
+        cuda_launch_pdl(st, norm_pdl(st), k_rmsnorm_v8, dim3(T), dim3(vt), 0, (bf16 *)out, (long)ldo,
+                        (const bf16 *)x, (long)ldx, (const float *)w->data, eps, D, (int)norm_pdl(st));
     else
         k_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
             (bf16 *)out, ldo, (const bf16 *)x, ldx, (const float *)w->data, eps, D);
@@ -261,8 +278,8 @@ void cuda_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, fl
     int vt = norm_threads_vec(D / 4);
     if (D % 4 == 0 && vt && aligned16(h) && aligned16(w->data) && (!out_f32 || aligned16(out_f32)) &&
         ((uintptr_t)out & 7) == 0 && (!delta || ((uintptr_t)delta & 7) == 0))
-        k_add_rmsnorm_v4<<<T, vt, 0, st->stream>>>((bf16 *)out, out_f32, h, (const bf16 *)delta,
-                                                  (const float *)w->data, eps, D);
+        cuda_launch_pdl(st, norm_pdl(st), k_add_rmsnorm_v4, dim3(T), dim3(vt), 0, (bf16 *)out, out_f32, h,
+                        (const bf16 *)delta, (const float *)w->data, eps, D, (int)norm_pdl(st));
     else
         k_add_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
             (bf16 *)out, out_f32, h, (const bf16 *)delta, (const float *)w->data, eps, D);

@@ -6,8 +6,9 @@
  * completes before its predecessor (the next kernel's wait then covers the whole chain). Only
  * constant data (weights) may be read before the wait: that is what overlaps the previous
  * kernel's tail and the launch latency. DEEPINFER_CUDA_PDL (st->pdl): 0 launches everything
- * plainly (the waits are then no-ops); 1 (default) the GEMV and small-expert kernels, and the
- * dense MLA decode kernel when it loads early (DEEPINFER_CUDA_MLA_EARLY); 2 also RoPE, the
+ * plainly (the waits are then no-ops); 1 (default) the GEMV and small-expert kernels, the
+ * vectorised RMSNorms (DEEPINFER_CUDA_NORM_PDL) and the dense MLA decode kernel when it loads
+ * early (DEEPINFER_CUDA_MLA_EARLY); 2 also RoPE, the
  * KV-cache write and MLA decode attention with its combine (measured: no gain at batch 1, about
  * 1-2% slower at batch 16-64; docs/PERF.md, "Small-batch decode").
  * A kernel may also read, before its wait, data written before the last plain (non-PDL) launch
