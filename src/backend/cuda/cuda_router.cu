@@ -10,6 +10,7 @@
 #include <float.h>
 
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 /* Router logits in fp32: out[t, e] = Σ_d x[t, d] · W[e, d], x f32 [T, D], W bf16 [E, D].
  * One kernel for every T. A block of RT_Q = 4 warps computes EE experts x RT_TOK tokens; warp q,
@@ -75,8 +76,12 @@ static __device__ __forceinline__ void rt_reduce_store(float (&acc)[EE][TT], flo
 
 template <int EE, int UNROLL>
 __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T, int E,
-                                                             int D, int vec) {
+                                                             int D, int vec, int pdl) {
     __shared__ float part[RT_Q][EE][RT_TOK];
+    if (pdl) { /* launched with PDL; k_route (one block per 4 tokens) released at once (st->route_pdl) */
+        pdl_launch_dependents();
+        pdl_wait();
+    }
     const int lane = threadIdx.x & 31, q = threadIdx.x >> 5;
     int eb = blockIdx.y, tb = blockIdx.x;
     if (EE > 1) { /* expert groups vary fastest in launch order (see launch_router_logits) */
@@ -150,7 +155,8 @@ static void launch_router_logits(cuda_state *st, float *out, const float *x, con
     /* tokens on x (no 65535 limit), experts on y (E <= DI_MAX_EXPERTS) */
     if (T <= 32) {
         dim3 grid(ceil_div_i(T, RT_TOK), E);
-        k_router_logits<1, 4><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec);
+        bool pdl = st->pdl >= 1 && st->route_pdl;
+        cuda_launch_pdl(st, pdl, k_router_logits<1, 4>, grid, dim3(RT_Q * 32), 0, out, x, w, T, E, D, vec, (int)pdl);
     } else if (vec && st->router_smem && (long)RT_TOK * D * 4 <= 160 * 1024 && ceil_div_i(T, RT_TOK) >= 2 * st->n_sm) {
         /* large prefills only: a block walks every expert group, so it needs >= 2 blocks per SM
          * (2112 tokens on 132 SMs); below that the one-group blocks keep more SMs busy (measured:
@@ -172,7 +178,7 @@ static void launch_router_logits(cuda_state *st, float *out, const float *x, con
          * from HBM). The expert-group index is derived from the flat block index; the kernel's
          * arithmetic is unchanged. */
         dim3 grid(ceil_div_i(T, RT_TOK), ceil_div_i(E, 8));
-        k_router_logits<8, 1><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec);
+        k_router_logits<8, 1><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec, 0);
     }
     CUDA_LAUNCHED(st, "router_logits");
 }
@@ -208,6 +214,7 @@ static __device__ int warp_argmax(const float *v, const unsigned char *taken, in
 __global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
                         float *w_out) {
     extern __shared__ unsigned char smem[];
+    pdl_wait(); /* st->route_pdl: launched early; the logits come from the router-logits kernel */
     const int E = rp.n_experts, k = rp.top_k, G = rp.n_group > 0 ? rp.n_group : 1;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     size_t per_warp = ((size_t)E * 8 + (size_t)G * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
@@ -313,8 +320,9 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
     launch_router_logits(st, scratch, x, W_g, T);
     int warps = E > 512 ? 2 : 4;
     size_t per_warp = ((size_t)E * 8 + (size_t)G * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
-    k_route<<<ceil_div_i(T, warps), warps * 32, per_warp * warps, st->stream>>>(
-        scratch, bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w);
+    cuda_launch_pdl(st, st->pdl >= 1 && st->route_pdl && T <= 32, k_route, dim3(ceil_div_i(T, warps)),
+                    dim3(warps * 32), per_warp * warps, (const float *)scratch,
+                    bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w);
     CUDA_LAUNCHED(st, "moe_route");
 }
 
