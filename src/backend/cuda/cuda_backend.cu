@@ -458,6 +458,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->down_early = !(de && de[0] == '0');
     const char *np = getenv("DEEPINFER_CUDA_NORM_PDL");
     st->norm_pdl = !(np && np[0] == '0');
+    const char *spd = getenv("DEEPINFER_CUDA_SAMPLE_PDL");
+    st->sample_pdl = !(spd && spd[0] == '0');
     const char *rpl = getenv("DEEPINFER_CUDA_ROUTE_PDL");
     st->route_pdl = !(rpl && rpl[0] == '0');
     const char *me = getenv("DEEPINFER_CUDA_MLA_EARLY");

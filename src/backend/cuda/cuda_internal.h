@@ -85,6 +85,8 @@ typedef struct cuda_state {
                                     * the wait) */
     int route_pdl;                 /* DEEPINFER_CUDA_ROUTE_PDL (default 1): router logits of <= 32 tokens
                                     * PDL-launched, releasing k_route (PDL) at their start */
+    int sample_pdl;                /* DEEPINFER_CUDA_SAMPLE_PDL (default 1): the greedy and cluster samplers
+                                    * PDL-launched (row parameters read before the wait) */
     int down_early;                /* DEEPINFER_CUDA_DOWN_EARLY (default 1): k_small_down reads the expert
                                     * ids and loads its first weights before its PDL wait */
     int lane_priority;             /* DEEPINFER_CUDA_LANE_PRIORITY (default 1): main stream at the

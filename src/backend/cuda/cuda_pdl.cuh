@@ -7,8 +7,9 @@
  * constant data (weights) may be read before the wait: that is what overlaps the previous
  * kernel's tail and the launch latency. DEEPINFER_CUDA_PDL (st->pdl): 0 launches everything
  * plainly (the waits are then no-ops); 1 (default) the GEMV and small-expert kernels, the
- * vectorised RMSNorms (DEEPINFER_CUDA_NORM_PDL), the decode router pair (DEEPINFER_CUDA_ROUTE_PDL)
- * and the dense MLA decode kernel when it loads early (DEEPINFER_CUDA_MLA_EARLY); 2 also RoPE, the
+ * vectorised RMSNorms (DEEPINFER_CUDA_NORM_PDL), the decode router pair (DEEPINFER_CUDA_ROUTE_PDL),
+ * the samplers (DEEPINFER_CUDA_SAMPLE_PDL) and the dense MLA decode kernel when it loads early
+ * (DEEPINFER_CUDA_MLA_EARLY); 2 also RoPE, the
  * KV-cache write and MLA decode attention with its combine (measured: no gain at batch 1, about
  * 1-2% slower at batch 16-64; docs/PERF.md, "Small-batch decode").
  * Releasing a successor early pays when it has few blocks or weights to preload while the SMs

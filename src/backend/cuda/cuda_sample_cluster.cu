@@ -28,6 +28,7 @@
  * Counts and weights are exact integers, so no order of accumulation changes the result. */
 #include <cooperative_groups.h>
 
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_sample.cuh"
 
 namespace cg = cooperative_groups;
@@ -546,8 +547,9 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
     unsigned long long *lk = (unsigned long long *)dyn, *lw = lk + CS_CAP; /* block 0's candidates */
     float *ys = (float *)(lw + CS_CAP);                                  /* [slice]: this block's y */
     const float *x = logits + (long)row * V;
-    const di_sample_row P = rows[row];
+    const di_sample_row P = rows[row]; /* the step's upload: readable before the PDL wait */
     const bool greedy = P.temperature < 1e-5f;
+    pdl_wait(); /* st->sample_pdl: the logits (and the greedy kernel's rows) come from earlier kernels */
     if (greedy && skip_greedy) return; /* the whole cluster (same row): cuda_sample_greedy.cu has it */
     const float T = greedy ? 1.0f : P.temperature;
     int xp = 0;
@@ -752,13 +754,15 @@ int cuda_sample_cluster(cuda_state *st, int32_t *tokens, int32_t *status, const 
     cfg.blockDim = dim3(CS_THREADS);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st->stream;
-    cudaLaunchAttribute at[1];
+    cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeClusterDimension;
     at[0].val.clusterDim.x = (unsigned)nb;
     at[0].val.clusterDim.y = 1;
     at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = st->pdl >= 1 && st->sample_pdl;
     cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = 2;
     cuda_note(st, cudaLaunchKernelEx(&cfg, k_sample_cluster, logits, V, E, rows, tokens, status, skip_greedy), "sample_cluster launch");
     CUDA_LAUNCHED(st, "sample_cluster");
     return 1;

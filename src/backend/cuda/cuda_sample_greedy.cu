@@ -13,6 +13,7 @@
  * no longer occupies the GPU for several waves (docs/PERF.md, 2026-12-01 "before midnight"). */
 #include <cooperative_groups.h>
 
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_sample.cuh"
 
 namespace cg = cooperative_groups;
@@ -37,7 +38,10 @@ __global__ void __launch_bounds__(GR_THREADS)
     __shared__ gr_smem S;
     cg::cluster_group cl = cg::this_cluster();
     const int row = blockIdx.x / GR_BLOCKS, rank = (int)cl.block_rank(), tid = threadIdx.x;
-    if (!(rows[row].temperature < 1e-5f)) return; /* the whole cluster: same row */
+    pdl_launch_dependents(); /* st->sample_pdl: the cluster sampler (few blocks) may start */
+    const bool mine = rows[row].temperature < 1e-5f; /* the step's upload: before the wait */
+    pdl_wait(); /* the logits come from the lm_head GEMV */
+    if (!mine) return; /* the whole cluster: same row */
     const float *x = logits + (long)row * V;
     unsigned long long best = 0; /* below every key of a valid id */
     int bad = 0;
@@ -127,13 +131,15 @@ void cuda_sample_greedy(cuda_state *st, int32_t *tokens, int32_t *status, const 
     cfg.gridDim = dim3((unsigned)(n * GR_BLOCKS));
     cfg.blockDim = dim3(GR_THREADS);
     cfg.stream = st->stream;
-    cudaLaunchAttribute at[1];
+    cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeClusterDimension;
     at[0].val.clusterDim.x = GR_BLOCKS;
     at[0].val.clusterDim.y = 1;
     at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = st->pdl >= 1 && st->sample_pdl;
     cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = 2;
     cuda_note(st, cudaLaunchKernelEx(&cfg, k_sample_greedy, logits, V, rows, tokens, status), "sample_greedy launch");
     CUDA_LAUNCHED(st, "sample_greedy");
 }
