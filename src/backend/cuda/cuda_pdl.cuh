@@ -3,23 +3,23 @@
  * every block of that kernel has executed pdl_launch_dependents() (or exited). It must call
  * pdl_wait() before it reads anything an earlier kernel wrote and before it writes anything,
  * and every one of its threads calls pdl_wait() before exiting, so that the kernel never
- * completes before its predecessor (the next kernel's wait then covers the whole chain). Only
- * constant data (weights) may be read before the wait: that is what overlaps the previous
- * kernel's tail and the launch latency. DEEPINFER_CUDA_PDL (st->pdl): 0 launches everything
- * plainly (the waits are then no-ops); 1 (default) the GEMV and small-expert kernels, the
- * vectorised RMSNorms (DEEPINFER_CUDA_NORM_PDL), the decode router pair (DEEPINFER_CUDA_ROUTE_PDL),
- * the samplers (DEEPINFER_CUDA_SAMPLE_PDL) and the dense MLA decode kernel when it loads early
- * (DEEPINFER_CUDA_MLA_EARLY); 2 also RoPE, the
- * KV-cache write and MLA decode attention with its combine (measured: no gain at batch 1, about
- * 1-2% slower at batch 16-64; docs/PERF.md, "Small-batch decode").
+ * completes before its predecessor (the next kernel's wait then covers the whole chain). Before
+ * the wait a kernel may read only data that no kernel still running can be writing: constant
+ * data (weights), and data written before the PDL chain it belongs to began (a kernel of a PDL
+ * chain can overlap the whole chain back to its last plain launch or non-kernel operation): the
+ * step's uploads (metadata, copied before the step's first kernel), the KV cache of earlier
+ * steps, and the router's ids in k_small_down (cuda_moe_small.cu: k_small_gu releases it only
+ * after its own wait). That is what overlaps the previous kernel's tail and the launch latency.
+ * DEEPINFER_CUDA_PDL (st->pdl): 0 launches everything plainly (the waits are then no-ops); 1
+ * (default) the GEMV and small-expert kernels, the vectorised RMSNorms (DEEPINFER_CUDA_NORM_PDL),
+ * the decode router pair (DEEPINFER_CUDA_ROUTE_PDL), the samplers (DEEPINFER_CUDA_SAMPLE_PDL)
+ * and the dense MLA decode kernel when it loads early (DEEPINFER_CUDA_MLA_EARLY); 2 also RoPE,
+ * the KV-cache write and MLA decode attention with its combine (measured: no gain at batch 1,
+ * about 1-2% slower at batch 16-64; docs/PERF.md, "Small-batch decode").
  * Releasing a successor early pays when it has few blocks or weights to preload while the SMs
  * are not needed elsewhere; a successor of many blocks that wait resident takes the slots of
  * the work beside it (the side lane's kernels with PDL lost 7% at batch 1; docs/PERF.md,
  * 2026-12-02 morning), so k_route does not release k_small_gu early (not measured).
- * A kernel may also read, before its wait, data written before the last plain (non-PDL) launch
- * ahead of it: every kernel of a PDL chain can overlap only the chain back to that launch. The
- * step's uploads (metadata), the KV cache of earlier steps and the router's ids seen by
- * k_small_down (cuda_moe_small.cu) are read that way.
  *
  * Owner: cuda. griddepcontrol needs sm_90; CUDA graphs capture the launches as programmatic
  * dependency edges. */
