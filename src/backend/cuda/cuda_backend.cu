@@ -458,6 +458,9 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->down_early = !(de && de[0] == '0');
     const char *np = getenv("DEEPINFER_CUDA_NORM_PDL");
     st->norm_pdl = !(np && np[0] == '0');
+    const char *rop = getenv("DEEPINFER_CUDA_ROPE_PDL"), *slp = getenv("DEEPINFER_CUDA_SILU_PDL");
+    st->rope_pdl = !(rop && rop[0] == '0');
+    st->silu_pdl = !(slp && slp[0] == '0');
     const char *spd = getenv("DEEPINFER_CUDA_SAMPLE_PDL");
     st->sample_pdl = !(spd && spd[0] == '0');
     const char *rpl = getenv("DEEPINFER_CUDA_ROUTE_PDL");

@@ -12,14 +12,15 @@
  * after its own wait). That is what overlaps the previous kernel's tail and the launch latency.
  * DEEPINFER_CUDA_PDL (st->pdl): 0 launches everything plainly (the waits are then no-ops); 1
  * (default) the GEMV and small-expert kernels, the vectorised RMSNorms (DEEPINFER_CUDA_NORM_PDL),
- * the decode router pair (DEEPINFER_CUDA_ROUTE_PDL), the samplers (DEEPINFER_CUDA_SAMPLE_PDL)
- * and the dense MLA decode kernel when it loads early (DEEPINFER_CUDA_MLA_EARLY); 2 also RoPE,
+ * the decode router pair (DEEPINFER_CUDA_ROUTE_PDL), the samplers (DEEPINFER_CUDA_SAMPLE_PDL),
+ * silu_mul (DEEPINFER_CUDA_SILU_PDL), rope_kv_write of 2+ tokens (DEEPINFER_CUDA_ROPE_PDL) and
+ * the dense MLA decode kernel when it loads early (DEEPINFER_CUDA_MLA_EARLY); 2 also RoPE,
  * the KV-cache write and MLA decode attention with its combine (measured: no gain at batch 1,
  * about 1-2% slower at batch 16-64; docs/PERF.md, "Small-batch decode").
  * Releasing a successor early pays when it has few blocks or weights to preload while the SMs
  * are not needed elsewhere; a successor of many blocks that wait resident takes the slots of
- * the work beside it (the side lane's kernels with PDL lost 7% at batch 1; docs/PERF.md,
- * 2026-12-02 morning), so k_route does not release k_small_gu early (not measured).
+ * the work beside it: k_route releasing k_small_gu early lost 7% at batch 1, and so did
+ * silu_mul releasing the shared experts' down GEMV (docs/PERF.md, 2026-12-02 morning).
  *
  * Owner: cuda. griddepcontrol needs sm_90; CUDA graphs capture the launches as programmatic
  * dependency edges. */
