@@ -87,10 +87,10 @@ typedef struct cuda_state {
                                     * PDL-launched, releasing k_route (PDL) at their start */
     int sample_pdl;                /* DEEPINFER_CUDA_SAMPLE_PDL (default 1): the greedy and cluster samplers
                                     * PDL-launched (row parameters read before the wait) */
-    int rope_pdl;                  /* DEEPINFER_CUDA_ROPE_PDL (default 1): rope_kv_write of >= 2 tokens
+    int rope_pdl;                  /* DEEPINFER_CUDA_ROPE_PDL (default 1): rope_kv_write of 2-16 tokens
                                     * PDL-launched, its cos / sin table before the wait */
-    int silu_pdl;                  /* DEEPINFER_CUDA_SILU_PDL (default 1): silu_mul PDL-launched (waits,
-                                    * releases nothing early) */
+    int silu_pdl;                  /* DEEPINFER_CUDA_SILU_PDL (default 1): silu_mul of <= 4 tokens
+                                    * PDL-launched (waits, releases nothing early) */
     int down_early;                /* DEEPINFER_CUDA_DOWN_EARLY (default 1): k_small_down reads the expert
                                     * ids and loads its first weights before its PDL wait */
     int lane_priority;             /* DEEPINFER_CUDA_LANE_PRIORITY (default 1): main stream at the
