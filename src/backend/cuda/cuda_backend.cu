@@ -39,6 +39,12 @@ static di_status take_error(cuda_state *st) {
     return s;
 }
 
+/* A default-on switch: on unless the variable is set and starts with '0'. */
+static int env_on(const char *name) {
+    const char *v = getenv(name);
+    return !(v && v[0] == '0');
+}
+
 static di_status cuda_fail(cudaError_t e, const char *what) {
     return di_error(DI_ERR_BACKEND, "cuda backend: %s: %s", what, cudaGetErrorString(e));
 }
@@ -442,38 +448,28 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->n_sm = prop.multiProcessorCount;
     const char *aq = getenv("DEEPINFER_FP8_ACT_QUANT");
     st->fp8_act_quant = aq && aq[0] == '1';
-    const char *gv = getenv("DEEPINFER_CUDA_GEMV"), *lm = getenv("DEEPINFER_CUDA_LT_MIN_ROWS");
-    st->gemv = !(gv && gv[0] == '0');
+    const char *lm = getenv("DEEPINFER_CUDA_LT_MIN_ROWS");
+    st->gemv = env_on("DEEPINFER_CUDA_GEMV");
     const char *ml = getenv("DEEPINFER_CUDA_MOE_LT");
     st->moe_lt = ml && ml[0] >= '0' && ml[0] <= '4' && !ml[1] ? ml[0] - '0' : 2;
-    const char *rs = getenv("DEEPINFER_CUDA_ROUTER_SMEM");
-    st->router_smem = !(rs && rs[0] == '0');
-    const char *wg = getenv("DEEPINFER_CUDA_WGMMA");
-    st->wgmma = !(wg && wg[0] == '0');
+    st->router_smem = env_on("DEEPINFER_CUDA_ROUTER_SMEM");
+    st->wgmma = env_on("DEEPINFER_CUDA_WGMMA");
     const char *mw = getenv("DEEPINFER_CUDA_MLA_WGMMA");
     st->mla_wgmma = mw && mw[0] >= '0' && mw[0] <= '2' && !mw[1] ? mw[0] - '0' : 1;
     const char *ms = getenv("DEEPINFER_CUDA_MOE_SMALL"), *pd = getenv("DEEPINFER_CUDA_PDL");
     st->moe_small = ms && ms[0] >= '0' && ms[0] <= '4' && !ms[1] ? ms[0] - '0' : 1;
-    const char *de = getenv("DEEPINFER_CUDA_DOWN_EARLY");
-    st->down_early = !(de && de[0] == '0');
-    const char *np = getenv("DEEPINFER_CUDA_NORM_PDL");
-    st->norm_pdl = !(np && np[0] == '0');
-    const char *rop = getenv("DEEPINFER_CUDA_ROPE_PDL"), *slp = getenv("DEEPINFER_CUDA_SILU_PDL");
-    st->rope_pdl = !(rop && rop[0] == '0');
-    st->silu_pdl = !(slp && slp[0] == '0');
-    const char *spd = getenv("DEEPINFER_CUDA_SAMPLE_PDL");
-    st->sample_pdl = !(spd && spd[0] == '0');
-    const char *rpl = getenv("DEEPINFER_CUDA_ROUTE_PDL");
-    st->route_pdl = !(rpl && rpl[0] == '0');
-    const char *me = getenv("DEEPINFER_CUDA_MLA_EARLY");
-    st->mla_early = !(me && me[0] == '0');
+    st->down_early = env_on("DEEPINFER_CUDA_DOWN_EARLY");
+    st->norm_pdl = env_on("DEEPINFER_CUDA_NORM_PDL");
+    st->rope_pdl = env_on("DEEPINFER_CUDA_ROPE_PDL");
+    st->silu_pdl = env_on("DEEPINFER_CUDA_SILU_PDL");
+    st->sample_pdl = env_on("DEEPINFER_CUDA_SAMPLE_PDL");
+    st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");
+    st->mla_early = env_on("DEEPINFER_CUDA_MLA_EARLY");
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
     const char *sc = getenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");
     st->sample_cluster = sc && (!strcmp(sc, "0") || !strcmp(sc, "4") || !strcmp(sc, "8")) ? atoi(sc) : 1;
-    const char *sg = getenv("DEEPINFER_CUDA_SAMPLE_GREEDY");
-    st->sample_greedy = !(sg && sg[0] == '0');
-    const char *mu = getenv("DEEPINFER_CUDA_MLA_UV");
-    st->mla_uv = !(mu && mu[0] == '0');
+    st->sample_greedy = env_on("DEEPINFER_CUDA_SAMPLE_GREEDY");
+    st->mla_uv = env_on("DEEPINFER_CUDA_MLA_UV");
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
     st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 16;
     st->gemv_min_k = gk && atoi(gk) >= 256 ? atoi(gk) : 512;
@@ -484,10 +480,9 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     /* the main lane at the highest stream priority and the side lane at the lowest, so that
      * the critical path's blocks are scheduled first when both lanes have blocks waiting
      * (DEEPINFER_CUDA_LANE_PRIORITY=0: both at the default priority) */
-    const char *lp = getenv("DEEPINFER_CUDA_LANE_PRIORITY");
     int p_least = 0, p_greatest = 0;
-    st->lane_priority =
-        !(lp && lp[0] == '0') && cudaDeviceGetStreamPriorityRange(&p_least, &p_greatest) == cudaSuccess;
+    st->lane_priority = env_on("DEEPINFER_CUDA_LANE_PRIORITY") &&
+                        cudaDeviceGetStreamPriorityRange(&p_least, &p_greatest) == cudaSuccess;
     if (!st->lane_priority) p_least = p_greatest = 0;
     if ((e = cudaStreamCreateWithPriority(&st->main_stream, cudaStreamNonBlocking, p_greatest)) != cudaSuccess) {
         c_destroy(be);
@@ -497,7 +492,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     /* the side lane: DEEPINFER_CUDA_LANES=0 off, N > 1 used for steps of at most N tokens
      * (default: DEFAULT_LANES_MAX_T) */
     const char *ln = getenv("DEEPINFER_CUDA_LANES");
-    st->lanes = !(ln && ln[0] == '0');
+    st->lanes = env_on("DEEPINFER_CUDA_LANES");
     st->lanes_max_t = ln && atoi(ln) > 1 ? atoi(ln) : DEFAULT_LANES_MAX_T;
     if (st->lanes &&
         ((e = cudaStreamCreateWithPriority(&st->side_stream, cudaStreamNonBlocking, p_least)) != cudaSuccess ||
@@ -538,8 +533,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->bmm = cuda_bmm;
     be->rope = cuda_rope;
     be->kv_write = cuda_kv_write;
-    const char *rk = getenv("DEEPINFER_CUDA_ROPE_KV");
-    be->rope_kv_write = rk && rk[0] == '0' ? NULL : cuda_rope_kv_write; /* 0: four launches */
+    be->rope_kv_write = env_on("DEEPINFER_CUDA_ROPE_KV") ? cuda_rope_kv_write : NULL; /* 0: four launches */
     be->kv_copy_blocks = cuda_kv_copy_blocks;
     be->mla_prefill = cuda_mla_prefill;
     be->mla_prefill_scratch_bytes = cuda_mla_prefill_scratch_bytes;
