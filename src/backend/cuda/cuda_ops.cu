@@ -245,9 +245,6 @@ static int norm_threads_vec(int n) {
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* The vectorised norms are PDL-launched (DEEPINFER_CUDA_NORM_PDL) unless PDL is off. */
-static bool norm_pdl(const cuda_state *st) { return st->pdl >= 1 && st->norm_pdl; }
-
 static int norm_threads(int D) {
     int t = 128;
     while (t < 1024 && t * 8 < D) t *= 2;
@@ -261,9 +258,10 @@ void cuda_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, co
     if (T <= 0) return;
     /* in place is fine: each thread reads its elements into `row` before any write */
     int vt = norm_threads_vec(D / 8);
+    bool pdl = pdl_with(st, st->norm_pdl);
     if (D % 8 == 0 && ldo % 8 == 0 && ldx % 8 == 0 && vt && aligned16(out) && aligned16(x) && aligned16(w->data))
-        cuda_launch_pdl(st, norm_pdl(st), k_rmsnorm_v8, dim3(T), dim3(vt), 0, (bf16 *)out, (long)ldo,
-                        (const bf16 *)x, (long)ldx, (const float *)w->data, eps, D, (int)norm_pdl(st));
+        cuda_launch_pdl(st, pdl, k_rmsnorm_v8, dim3(T), dim3(vt), 0, (bf16 *)out, (long)ldo, (const bf16 *)x, (long)ldx,
+                        (const float *)w->data, eps, D, (int)pdl);
     else
         k_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
             (bf16 *)out, ldo, (const bf16 *)x, ldx, (const float *)w->data, eps, D);
@@ -276,10 +274,11 @@ void cuda_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, fl
     DI_ASSERT(w->dtype == DI_DTYPE_F32 && w->cols == D && out != (void *)h && out_f32 != h);
     if (T <= 0) return;
     int vt = norm_threads_vec(D / 4);
+    bool pdl = pdl_with(st, st->norm_pdl);
     if (D % 4 == 0 && vt && aligned16(h) && aligned16(w->data) && (!out_f32 || aligned16(out_f32)) &&
         ((uintptr_t)out & 7) == 0 && (!delta || ((uintptr_t)delta & 7) == 0))
-        cuda_launch_pdl(st, norm_pdl(st), k_add_rmsnorm_v4, dim3(T), dim3(vt), 0, (bf16 *)out, out_f32, h,
-                        (const bf16 *)delta, (const float *)w->data, eps, D, (int)norm_pdl(st));
+        cuda_launch_pdl(st, pdl, k_add_rmsnorm_v4, dim3(T), dim3(vt), 0, (bf16 *)out, out_f32, h, (const bf16 *)delta,
+                        (const float *)w->data, eps, D, (int)pdl);
     else
         k_add_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
             (bf16 *)out, out_f32, h, (const bf16 *)delta, (const float *)w->data, eps, D);
@@ -320,7 +319,7 @@ void cuda_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
     if (T <= 0 || I <= 0) return;
     if (I % 8 == 0 && aligned16(out) && aligned16(gu))
         /* PDL for the GEMV-sized steps (measured at one token; larger steps not measured) */
-        cuda_launch_pdl(st, st->pdl >= 1 && st->silu_pdl && T <= 4, k_silu_mul_v8,
+        cuda_launch_pdl(st, pdl_with(st, st->silu_pdl && T <= 4), k_silu_mul_v8,
                         dim3(grid_for((long)T * I / 8, 256)), dim3(256), 0, (bf16 *)out, (const bf16 *)gu, T, I / 8);
     else
         k_silu_mul<<<grid_for((long)T * I, 256), 256, 0, st->stream>>>((bf16 *)out, (const bf16 *)gu, T, I);
@@ -532,7 +531,7 @@ void cuda_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, 
         }
     }
     /* measured (v2lite-8l): -1.3% at one token, +1.1% at 16; larger steps not measured */
-    bool early = st->pdl >= 1 && st->rope_pdl && T >= 2 && T <= 16;
+    bool early = pdl_with(st, st->rope_pdl && T >= 2 && T <= 16);
     cuda_launch_pdl(st, st->pdl >= 2 || early, k_rope_kv_write, dim3(T), dim3(THREADS), (size_t)rp->dim * sizeof(float),
                     (bf16 *)q, (long)ldq, n_heads, hsq, (bf16 *)kv, (long)ldkv, kv_rope, (bf16 *)cache, slot_mapping, W,
                     positions, rp->dim, rp->interleave, rp->mscale, rp->inv_freq, nw, eps, nvt, (int)early);

@@ -28,6 +28,11 @@
 #define DI_BACKEND_CUDA_PDL_CUH
 #include "backend/cuda/cuda_internal.h"
 
+/* Whether a kernel with a PDL switch of its own (st->norm_pdl, st->route_pdl, ...) is launched
+ * with PDL: when that switch (and the launch's shape condition) says so and DEEPINFER_CUDA_PDL
+ * is not 0. */
+static inline bool pdl_with(const cuda_state *st, bool on) { return st->pdl >= 1 && on; }
+
 static __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 static __device__ __forceinline__ void pdl_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");

@@ -155,7 +155,7 @@ static void launch_router_logits(cuda_state *st, float *out, const float *x, con
     /* tokens on x (no 65535 limit), experts on y (E <= DI_MAX_EXPERTS) */
     if (T <= 32) {
         dim3 grid(ceil_div_i(T, RT_TOK), E);
-        bool pdl = st->pdl >= 1 && st->route_pdl;
+        bool pdl = pdl_with(st, st->route_pdl);
         cuda_launch_pdl(st, pdl, k_router_logits<1, 4>, grid, dim3(RT_Q * 32), 0, out, x, w, T, E, D, vec, (int)pdl);
     } else if (vec && st->router_smem && (long)RT_TOK * D * 4 <= 160 * 1024 && ceil_div_i(T, RT_TOK) >= 2 * st->n_sm) {
         /* large prefills only: a block walks every expert group, so it needs >= 2 blocks per SM
@@ -320,7 +320,7 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
     launch_router_logits(st, scratch, x, W_g, T);
     int warps = E > 512 ? 2 : 4;
     size_t per_warp = ((size_t)E * 8 + (size_t)G * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
-    cuda_launch_pdl(st, st->pdl >= 1 && st->route_pdl && T <= 32, k_route, dim3(ceil_div_i(T, warps)),
+    cuda_launch_pdl(st, pdl_with(st, st->route_pdl && T <= 32), k_route, dim3(ceil_div_i(T, warps)),
                     dim3(warps * 32), per_warp * warps, (const float *)scratch,
                     bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w);
     CUDA_LAUNCHED(st, "moe_route");

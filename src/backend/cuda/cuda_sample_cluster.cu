@@ -760,7 +760,7 @@ int cuda_sample_cluster(cuda_state *st, int32_t *tokens, int32_t *status, const 
     at[0].val.clusterDim.y = 1;
     at[0].val.clusterDim.z = 1;
     at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = st->pdl >= 1 && st->sample_pdl;
+    at[1].val.programmaticStreamSerializationAllowed = pdl_with(st, st->sample_pdl);
     cfg.attrs = at;
     cfg.numAttrs = 2;
     cuda_note(st, cudaLaunchKernelEx(&cfg, k_sample_cluster, logits, V, E, rows, tokens, status, skip_greedy), "sample_cluster launch");

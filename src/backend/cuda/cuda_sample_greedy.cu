@@ -137,7 +137,7 @@ void cuda_sample_greedy(cuda_state *st, int32_t *tokens, int32_t *status, const 
     at[0].val.clusterDim.y = 1;
     at[0].val.clusterDim.z = 1;
     at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = st->pdl >= 1 && st->sample_pdl;
+    at[1].val.programmaticStreamSerializationAllowed = pdl_with(st, st->sample_pdl);
     cfg.attrs = at;
     cfg.numAttrs = 2;
     cuda_note(st, cudaLaunchKernelEx(&cfg, k_sample_greedy, logits, V, rows, tokens, status), "sample_greedy launch");
