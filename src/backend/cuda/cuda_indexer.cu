@@ -136,8 +136,7 @@ __global__ void __launch_bounds__(IX_THREADS) k_indexer_topk(ix_args a) {
     const int t = a.t0 + blockIdx.x;
     const int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
-    const int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
-    const int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
+    const int pos = token_pos(a.seq_start, a.ctx_len, seq, t);
     const int K = a.topk, n = pos + 1, nh = a.nh, hd = a.hd, ldq = hd + 1;
     int32_t *out = a.sel_pos + (long)t * K;
     if (n <= K) { /* everything is selected */
@@ -227,8 +226,7 @@ __global__ void __launch_bounds__(IXF_THREADS) k_ix_scores(ix_args a) {
     const int t = a.t0 + blockIdx.y;
     const int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
-    const int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
-    const int n = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]) + 1, nh = a.nh;
+    const int n = token_pos(a.seq_start, a.ctx_len, seq, t) + 1, nh = a.nh;
     const int c0 = blockIdx.x * IXF_CH;
     if (n <= a.topk || c0 >= n) return;
     bf16 *Qs = (bf16 *)ixs, *Ks = Qs + nh * IXF_LD;
@@ -301,8 +299,7 @@ __global__ void __launch_bounds__(IXS_THREADS, 1) k_ix_select(ix_args a) {
     const int t = a.t0 + blockIdx.x;
     const int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
-    const int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
-    const int n = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]) + 1, K = a.topk;
+    const int n = token_pos(a.seq_start, a.ctx_len, seq, t) + 1, K = a.topk;
     int32_t *out = a.sel_pos + (long)t * K;
     if (n <= K) { /* everything is selected */
         for (int s = tid; s < n; s += IXS_THREADS) out[s] = s;

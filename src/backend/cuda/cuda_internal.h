@@ -152,6 +152,12 @@ static __device__ __forceinline__ int seq_of(const int32_t *seq_start, int lo, i
     return lo;
 }
 
+/* Context position of token t of sequence seq: a step's tokens of a sequence are the last
+ * seq_start[seq + 1] - seq_start[seq] positions of its context of ctx_len[seq]. */
+static __device__ __forceinline__ int token_pos(const int32_t *seq_start, const int32_t *ctx_len, int seq, int t) {
+    return ctx_len[seq] - (seq_start[seq + 1] - seq_start[seq]) + (t - seq_start[seq]);
+}
+
 /* ---- weight view ---- */
 /* Matrix `mat` of a weight as the kernels read it. */
 typedef struct wview {

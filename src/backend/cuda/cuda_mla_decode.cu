@@ -49,6 +49,13 @@ typedef struct dec_sel {
     int sel_stride;
 } dec_sel;
 
+/* Number of keys token t attends to: pos + 1 (dense) or its selection count (SP). */
+template <bool SP>
+static __device__ __forceinline__ int dec_nkeys(const dec_args &a, const dec_sel &sp, int seq, int t) {
+    if (SP) return sp.sel_count[t];
+    return token_pos(a.seq_start, a.ctx_len, seq, t) + 1;
+}
+
 /* ---------------------------------------------------------------- generic ---- */
 
 enum { GEN_MAXR = 16, GEN_MAXDR = 4 }; /* per-lane registers: r <= 512, rope <= 128 */
@@ -61,8 +68,7 @@ __global__ void k_mla_decode_generic(dec_args a, dec_sel sp) {
     int t = blockIdx.x, h = blockIdx.y * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0 || h >= a.n_heads) return;
-    int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
-    int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
+    int pos = token_pos(a.seq_start, a.ctx_len, seq, t);
     int r = a.r, dr = a.dr, W = r + dr, H = a.n_heads;
     float q[GEN_MAXR], qp[GEN_MAXDR], acc[GEN_MAXR];
 #pragma unroll
@@ -124,14 +130,6 @@ struct dec_smem {
     static constexpr int cw = NW / (R / 16);
     static constexpr int total = q + 2 * k + p + 2 * cw * R * 4;
 };
-
-/* Number of keys token t attends to: pos + 1 (dense) or its selection count (SP). */
-template <bool SP>
-static __device__ __forceinline__ int dec_nkeys(const dec_args &a, const dec_sel &sp, int seq, int t) {
-    if (SP) return sp.sel_count[t];
-    int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
-    return a.ctx_len[seq] - q_len + (t - a.seq_start[seq]) + 1;
-}
 
 template <int R, int NW, bool SP>
 __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_sel sp) {
@@ -208,8 +206,8 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
         load_q();
         load_tile_sp(tb, 0);
     } else if (early) { /* the first tile's rows of earlier steps, the wait, then the rest */
-        int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
-        int old = min(FKT, max(0, a.ctx_len[seq] - q_len - tb * FKT));
+        int first_new = token_pos(a.seq_start, a.ctx_len, seq, a.seq_start[seq]); /* this step's first key */
+        int old = min(FKT, max(0, first_new - tb * FKT));
         load_rows(tb, 0, 0, old);
         pdl_wait();
         load_q();
@@ -394,13 +392,7 @@ static __device__ __forceinline__ bool merge_head(const dec_args &a, const dec_s
             if (s < a.nsplit) pre[s] = *(const float4 *)(a.part + (p0 + s) * FDV + threadIdx.x * 4);
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return false;
-    int keys;
-    if (SP) {
-        keys = sp.sel_count[t];
-    } else {
-        int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
-        keys = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]) + 1;
-    }
+    int keys = dec_nkeys<SP>(a, sp, seq, t);
     int ntiles = (keys + a.kt - 1) / a.kt;
     if (ntiles <= 0) return false; /* an empty selection (backend.h: never; count >= 1) */
     int tps = (ntiles + S - 1) / S;

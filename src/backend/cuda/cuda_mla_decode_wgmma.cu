@@ -45,8 +45,7 @@ __global__ void __launch_bounds__(256, 1) k_mla_decode_wg(dec_args a) {
     const int hg = blockIdx.x % n_hg, split = (blockIdx.x / n_hg) % a.nsplit, t = blockIdx.x / (n_hg * a.nsplit);
     const int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
-    const int q_len = a.seq_start[seq + 1] - a.seq_start[seq];
-    const int pos = a.ctx_len[seq] - q_len + (t - a.seq_start[seq]);
+    const int pos = token_pos(a.seq_start, a.ctx_len, seq, t);
     const int nkeys = pos + 1, ntiles = (nkeys + MLA_WG_KT - 1) / MLA_WG_KT;
     const int tps = (ntiles + a.nsplit - 1) / a.nsplit;
     const int tb = split * tps, te = min(ntiles, tb + tps);
