@@ -144,12 +144,12 @@ __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16
     float4 *hr = (float4 *)(h + (long)t * D);
     float4 v[2], wv[2];
     float ss = 0.f;
-    if (pdl) { /* launched with PDL: the norm weights (constant) before the wait */
 #pragma unroll
-        for (int q = 0; q < 2; q++) {
-            int i = threadIdx.x + q * blockDim.x;
-            if (i < D4) wv[q] = __ldg((const float4 *)w + i);
-        }
+    for (int q = 0; q < 2; q++) { /* the norm weights (constant) first: before the wait under PDL */
+        int i = threadIdx.x + q * blockDim.x;
+        if (i < D4) wv[q] = __ldg((const float4 *)w + i);
+    }
+    if (pdl) {
         pdl_launch_dependents();
         pdl_wait();
     }
@@ -158,7 +158,6 @@ __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16
         int i = threadIdx.x + q * blockDim.x;
         if (i >= D4) continue;
         v[q] = hr[i];
-        if (!pdl) wv[q] = ((const float4 *)w)[i];
         if (delta) {
             uint2 u = *(const uint2 *)(delta + (long)t * D + 4 * i);
             const bf16 *b = (const bf16 *)&u;
