@@ -81,12 +81,18 @@ struct acts_early {
 
 /* ------------------------------------------------------------------ gate + up ---- */
 
+/* k_small_gu's PDL wait. With a.early its dependent (k_small_down) is released only here, once
+ * this block has waited, so that k_small_down starts after every block of this kernel saw the
+ * router's ids (k_small_down reads them before its own wait). */
+static __device__ __forceinline__ void gu_wait(const small_args &a) {
+    pdl_wait();
+    if (a.early) pdl_launch_dependents();
+}
+
 /* blocks [0, Tk * gr): pair p = b / gr, rows i = (b % gr) * 8 + warp; then the shared blocks. */
 template <int MT, bool FP8, int U>
 __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
-    /* early: dependents (k_small_down) released only once this block has waited, so that
-     * k_small_down starts after every block here saw the router's ids (it reads them early) */
-    if (!a.early) pdl_launch_dependents();
+    if (!a.early) pdl_launch_dependents(); /* early: released in gu_wait instead */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, Tk = a.T * a.k;
     int b = blockIdx.x;
     bool shared = b >= Tk * gr;
@@ -103,8 +109,7 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
 #pragma unroll
         for (int m = 0; m < MT; m++) orow[m] = xrow[m] = m < a.T ? m : 0;
     } else {
-        pdl_wait(); /* the expert ids come from the router */
-        if (a.early) pdl_launch_dependents();
+        gu_wait(a); /* the expert ids come from the router */
         waited = true;
         int e;
         unsigned same;
@@ -122,8 +127,7 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
         }
     }
     if (i >= I) {
-        pdl_wait();
-        if (a.early) pdl_launch_dependents();
+        gu_wait(a);
         return;
     }
     /* weights first (constant): their loads may start before the previous kernel has finished */
@@ -140,8 +144,7 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
             wu[v] = wload<FP8>(W, mat, I + i, kk, kk < K);
         }
         if (!waited) {
-            pdl_wait();
-            if (a.early) pdl_launch_dependents();
+            gu_wait(a);
             waited = true;
         }
         /* acts_early: this step's x loads before the first weight is used */
@@ -174,10 +177,7 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
             }
         }
     }
-    if (!waited) {
-        pdl_wait();
-        if (a.early) pdl_launch_dependents();
-    }
+    if (!waited) gu_wait(a);
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         g[m] = warp_sum(g[m]);
