@@ -4,12 +4,14 @@
  * same run, and the ratio to llama.cpp's numbers for the benchmark model (issue 6).
  *
  *   bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128]
- *                  [--prefill 512,8192|none] [--ceilings 0|1]
+ *                  [--prefill 512,8192|none] [--ceilings 0|1] [--trace K]
  *
  * Decode at batch B: B random prompts of --prompt tokens prefilled together, then --gen new
  * tokens each (the first from the prefill, the rest from decode steps of B tokens); tok/s =
  * B x timed steps / time, timing every step after the first two (eager warm-up and graph
- * capture). Prefill at L: one sequence of L tokens, logits of the last one; median of 3. */
+ * capture). Prefill at L: one sequence of L tokens, logits of the last one; median of 3.
+ * --trace K (builds with CUPTI): the last K decode steps of each batch are traced instead of
+ * timed, and the timeline of their GPU work is printed (cuda_trace.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,11 @@
 #ifdef DI_HAVE_CUDA
 #include "bench_cuda_util.h"
 #include "model/model.h"
+#ifdef DI_HAVE_CUPTI
+#include "cuda_trace.h"
+#endif
+
+static int g_trace_steps; /* --trace K */
 
 typedef struct counts {
     double attn, dense, router, shared, expert, head; /* parameters */
@@ -143,14 +150,26 @@ static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *pr
             sr[i].position = (uint32_t)ctx[i];
         }
         di_batch d = {B, ids, pos, slots, B, B, start, ctx, bt, nbs, B, rows};
+        int traced = step >= G - g_trace_steps && step > 2;
+#ifdef DI_HAVE_CUPTI
+        if (traced) trace_mark();
+#endif
         double a = di_now_s();
         s = di_model_forward_sample(m, &d, sr, tok);
-        if (step > 2) {
+        if (step > 2 && !traced) {
             t_dec += di_now_s() - a;
             timed++;
         }
     }
     if (s != DI_OK) fprintf(stderr, "decode B=%d: %s\n", B, di_last_error());
+#ifdef DI_HAVE_CUPTI
+    if (g_trace_steps > 0) {
+        trace_mark();
+        char what[48];
+        snprintf(what, sizeof what, "decode batch %d", B);
+        trace_report(stdout, what);
+    }
+#endif
     free(ids); free(pos); free(slots); free(start); free(ctx); free(rows); free(bt); free(tok); free(sr);
     return s == DI_OK && timed ? (double)B * timed / t_dec : -1;
 }
@@ -191,11 +210,20 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ceilings")) ceilings = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prompt")) P = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gen")) G = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--trace")) g_trace_steps = atoi(argv[i + 1]);
     }
-    if (!dir || P < 1 || G < 4) {
+    if (!dir || P < 1 || G < 4 || g_trace_steps < 0 || g_trace_steps > G - 8) {
         fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128] "
-                        "[--prefill 512,8192|none] [--ceilings 0|1]\n");
+                        "[--prefill 512,8192|none] [--ceilings 0|1] [--trace K (0..gen-8)]\n");
         return 2;
+    }
+    if (g_trace_steps > 0) {
+#ifdef DI_HAVE_CUPTI
+        if (!trace_init()) return 1;
+#else
+        fprintf(stderr, "bench_cuda_e2e: --trace needs a build with CUPTI\n");
+        return 2;
+#endif
     }
     di_backend *be = NULL;
     if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be) != DI_OK) {

@@ -3,7 +3,8 @@
 # the GPU machine needs into one ignored folder, DEST (default: .gpu in the repo root):
 #   DEST/bin/   deepinfer, the GPU tests (test_cuda_*), the CUDA benchmarks (bench_cuda_*),
 #               linked with RPATH $ORIGIN/../lib
-#   DEST/lib/   the Debian shared libraries they need (jansson, pcre2-8, utf8proc; found by ldd)
+#   DEST/lib/   the Debian shared libraries they need (jansson, pcre2-8, utf8proc; found by ldd), and
+#               CUPTI (bench_cuda_e2e --trace; the GPU machine's toolkit may lack it)
 #   DEST/src/   a source-tree stand-in: tests/data/golden, tests/data/golden_pycoder (manifest and
 #               the unpacked logits), tests/data/ppl/slice.json, scripts/gpu (remote.sh) and
 #               tools/golden/{hf_bf16_error,checksum}.py (remote.sh's `hf` step)
@@ -29,7 +30,7 @@ mkdir -p "$dest/bin" "$dest/lib" "$dest/src/tests/data" "$dest/src/scripts/gpu"
 cp "$build/bin/deepinfer" "$build"/gpu/test_cuda_* "$build"/bench/bench_cuda_* "$dest/bin/"
 # the Debian libraries any staged binary needs (the linker drops unused ones, so ask ldd)
 for bin in "$dest"/bin/*; do
-    ldd "$bin" | awk '$1 ~ /^lib(jansson|pcre2-8|utf8proc)\.so/ && $3 ~ /^\// { print $3 }'
+    ldd "$bin" | awk '$1 ~ /^lib(jansson|pcre2-8|utf8proc|cupti)\.so/ && $3 ~ /^\// { print $3 }'
 done | sort -u | while read -r path; do cp -L "$path" "$dest/lib/$(basename "$path")"; done
 [ -f "$dest/lib/libjansson.so.4" ] || { echo "build.sh: libjansson not found by ldd" >&2; exit 1; }
 cp -r "$root/tests/data/golden" "$dest/src/tests/data/"

@@ -21,6 +21,8 @@
 #          V3 shapes with DEEPINFER_CUDA_MLA_WGMMA=0 and =2: before / after in one call)
 #          smpbench (bench_cuda_ops sample: the device sampler, 1 / 16 / 64 / 256 rows, six settings)
 #          (default: info pycoder ops attn model bench e2e engine)
+#          trace: the GPU timeline of decode steps in graph replay (CUPTI; trace.txt; TRACE_BATCHES,
+#              TRACE_STEPS, TRACE_ENV: settings, several separated by '|')
 #          dkernel: ncu sections of the decode kernels matching DKERNEL (dkernel.txt);
 #          abvar: A/B of environment settings (AB_VARIANTS separated by '|', AB_ROUNDS, AB_ARGS,
 #          AB_DECODE=1 adds bench_cuda_decode moe), each variant's bench_cuda_e2e in alternation;
@@ -245,6 +247,19 @@ for s in $steps; do
                     run_step "decode.ab" bench.log env $v "$G/bin/bench_cuda_decode" moe
                 fi
             done
+        done
+        ;;
+    trace)
+        # the GPU timeline of decode steps in their real graph replay (CUPTI; bench/cuda_trace.h):
+        # TRACE_BATCHES (1,16), TRACE_STEPS (8 traced steps per batch), TRACE_ENV (settings; several
+        # separated by '|' trace once each)
+        v2lite || continue
+        IFS='|' read -r -a trv <<<"${TRACE_ENV:-DI_TRACE=1}"
+        for v in "${trv[@]}"; do
+            echo "(trace variant: $v)" >>"$OUT/trace.txt"
+            # shellcheck disable=SC2086
+            run_step "trace" trace.txt env $v "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" \
+                --batches "${TRACE_BATCHES:-1,16}" --prefill none --ceilings 0 --trace "${TRACE_STEPS:-8}"
         done
         ;;
     ropekv)
