@@ -452,6 +452,10 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->gemv = env_on("DEEPINFER_CUDA_GEMV");
     const char *ml = getenv("DEEPINFER_CUDA_MOE_LT");
     st->moe_lt = ml && ml[0] >= '0' && ml[0] <= '4' && !ml[1] ? ml[0] - '0' : 2;
+    const char *lp = getenv("DEEPINFER_CUDA_LT_PTR_ALGO");
+    st->lt_ptr_algo = lp && atoi(lp) > 0 && atoi(lp) < 8 ? atoi(lp) : 0;
+    const char *lg = getenv("DEEPINFER_CUDA_LT_LOG");
+    st->lt_log = lg && lg[0] == '1';
     st->router_smem = env_on("DEEPINFER_CUDA_ROUTER_SMEM");
     st->wgmma = env_on("DEEPINFER_CUDA_WGMMA");
     const char *mw = getenv("DEEPINFER_CUDA_MLA_WGMMA");
@@ -459,6 +463,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     const char *ms = getenv("DEEPINFER_CUDA_MOE_SMALL"), *pd = getenv("DEEPINFER_CUDA_PDL");
     st->moe_small = ms && ms[0] >= '0' && ms[0] <= '4' && !ms[1] ? ms[0] - '0' : 1;
     st->down_early = env_on("DEEPINFER_CUDA_DOWN_EARLY");
+    st->combine_pdl = env_on("DEEPINFER_CUDA_COMBINE_PDL");
     st->norm_pdl = env_on("DEEPINFER_CUDA_NORM_PDL");
     st->rope_pdl = env_on("DEEPINFER_CUDA_ROPE_PDL");
     st->silu_pdl = env_on("DEEPINFER_CUDA_SILU_PDL");

@@ -120,9 +120,11 @@ static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_b
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
     if (g->ptr_array) /* the weight pointers are the array's, aligned as lt_ptr's caller says */
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
-    cublasLtMatmulHeuristicResult_t res;
-    int n = 0;
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &n);
+    enum { NRES = 8 };
+    cublasLtMatmulHeuristicResult_t all[NRES];
+    int n = 0, pick = g->ptr_array ? st->lt_ptr_algo : 0;
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, p->op, p->a, p->b, p->c, p->c, pref,
+                                                       pick + 1 > NRES ? NRES : pick + 1, all, &n);
     cublasLtMatmulPreferenceDestroy(pref);
     if (hs != CUBLAS_STATUS_SUCCESS || n < 1) {
         if (g->ptr_array) /* host-only note: the caller falls back to the strided batch */
@@ -130,7 +132,27 @@ static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_b
                     g->N, g->K, g->T, g->batch, (int)hs);
         return 0;
     }
+    if (pick >= n) pick = n - 1; /* fewer results than asked for: the last */
+    const cublasLtMatmulHeuristicResult_t res = all[pick];
     p->algo = res.algo;
+    if (st->lt_log) {
+        int32_t id = -1, splitk = -1;
+        uint32_t tile = 0, red = 0, stages = 0;
+        uint16_t cluster = 0;
+        size_t w;
+        cublasLtMatmulAlgoConfigGetAttribute(&res.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&res.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&res.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&res.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&res.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&res.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster,
+                                             &w);
+        fprintf(stderr,
+                "deepinfer cuda: cuBLASLt plan N=%d K=%d T=%d batch=%d%s fp8=%d f32=%d: result %d of %d, algo %d tile %u "
+                "split-K %d reduction %u stages %u cluster %u, workspace %zu bytes, waves %.2f\n",
+                g->N, g->K, g->T, g->batch, g->ptr_array ? " (pointer array)" : "", g->fp8, g->f32, pick, n, (int)id,
+                tile, (int)splitk, red, stages, (unsigned)cluster, res.workspaceSize, (double)res.wavesCount);
+    }
     return 1;
 }
 

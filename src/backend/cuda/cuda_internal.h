@@ -58,6 +58,10 @@ typedef struct cuda_state {
     /* cuBLASLt */
     void *lt_ws;
     size_t lt_ws_bytes;
+    int lt_ptr_algo;               /* DEEPINFER_CUDA_LT_PTR_ALGO=i (default 0): pointer-array plans take the
+                                    * i-th of cuBLASLt's heuristic results (experiments) */
+    int lt_log;                    /* DEEPINFER_CUDA_LT_LOG=1: each plan's shape, algorithm configuration
+                                    * and workspace on stderr when built */
     lt_plan plans[LT_CACHE];
     int fp8_act_quant;             /* DEEPINFER_FP8_ACT_QUANT=1 (default 0): fp8 GEMMs with T % 4 == 0
                                     * and T > 32 quantize activations (1x128) and run cuBLASLt fp8 */
@@ -91,6 +95,8 @@ typedef struct cuda_state {
                                     * PDL-launched, its cos / sin table before the wait */
     int silu_pdl;                  /* DEEPINFER_CUDA_SILU_PDL (default 1): silu_mul of <= 4 tokens
                                     * PDL-launched (waits, releases nothing early) */
+    int combine_pdl;               /* DEEPINFER_CUDA_COMBINE_PDL (default 1): the routed experts' combine
+                                    * releases its dependent (the next layer's norm, PDL) at its start */
     int down_early;                /* DEEPINFER_CUDA_DOWN_EARLY (default 1): k_small_down reads the expert
                                     * ids and loads its first weights before its PDL wait */
     int lane_priority;             /* DEEPINFER_CUDA_LANE_PRIORITY (default 1): main stream at the

@@ -19,6 +19,7 @@
  * padded path's pointer arrays [6][E] and Xp / Hp / Ap / Yp [E*cap] x D / 2I / I / D bf16 (Hp and
  * Yp with cap spare rows more; cap = min(max_tokens, 128)). */
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 /* ---------------------------------------------------------------- experts ---- */
 
@@ -177,7 +178,9 @@ __global__ void k_moe_silu_rows(bf16 *Ap, const bf16 *Hp, const int32_t *slot_of
 }
 
 /* out[t, :] = sum_j w[t, j] * Y[slot_of[t*k + j], :] in j order (fp32). */
-__global__ void k_moe_combine(bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k, int D) {
+__global__ void k_moe_combine(bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k, int D,
+                              int release) {
+    if (release) pdl_launch_dependents(); /* st->combine_pdl: the next layer's norm (PDL) may launch */
     int t = blockIdx.x;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float acc = 0.f;
@@ -192,7 +195,9 @@ __global__ void k_moe_combine(bf16 *out, const bf16 *Y, const int32_t *slot_of, 
 /* The same with 8 columns per thread (D % 8 == 0): the k rows' 16-byte loads are all issued
  * before the sums, which run in j order as above (same bits). */
 enum { COMBINE_MAXK = 16 };
-__global__ void k_moe_combine_v8(bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k, int D) {
+__global__ void k_moe_combine_v8(bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k, int D,
+                                 int release) {
+    if (release) pdl_launch_dependents();
     int t = blockIdx.x, D8 = D / 8;
     for (int c = threadIdx.x; c < D8; c += blockDim.x) {
         uint4 r[COMBINE_MAXK];
@@ -221,9 +226,10 @@ __global__ void k_moe_combine_v8(bf16 *out, const bf16 *Y, const int32_t *slot_o
 static void launch_combine(cuda_state *st, bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k,
                            int D, int T) {
     if (D % 8 == 0 && k <= COMBINE_MAXK && ((uintptr_t)out & 15) == 0 && ((uintptr_t)Y & 15) == 0)
-        k_moe_combine_v8<<<T, D / 8 < 256 ? (D / 8 + 31) / 32 * 32 : 256, 0, st->stream>>>(out, Y, slot_of, w, k, D);
+        k_moe_combine_v8<<<T, D / 8 < 256 ? (D / 8 + 31) / 32 * 32 : 256, 0, st->stream>>>(out, Y, slot_of, w, k, D,
+                                                                                             st->combine_pdl);
     else
-        k_moe_combine<<<T, 256, 0, st->stream>>>(out, Y, slot_of, w, k, D);
+        k_moe_combine<<<T, 256, 0, st->stream>>>(out, Y, slot_of, w, k, D, st->combine_pdl);
     CUDA_LAUNCHED(st, "moe_combine");
 }
 

@@ -211,16 +211,22 @@ static __device__ int warp_argmax(const float *v, const unsigned char *taken, in
     return b.e;
 }
 
+/* k_route's shared memory per warp: s, sel [E] and gscore [G] and the selected weights [k]
+ * (floats), then taken [E] and gtaken [G] (bytes), rounded to 16 */
+static __host__ __device__ size_t route_smem_per_warp(int E, int G, int k) {
+    return ((size_t)E * 8 + (size_t)G * 4 + (size_t)k * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
+}
+
 __global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
                         float *w_out) {
     extern __shared__ unsigned char smem[];
     pdl_wait(); /* st->route_pdl: launched early; the logits come from the router-logits kernel */
     const int E = rp.n_experts, k = rp.top_k, G = rp.n_group > 0 ? rp.n_group : 1;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    size_t per_warp = ((size_t)E * 8 + (size_t)G * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
+    size_t per_warp = route_smem_per_warp(E, G, k);
     unsigned char *base = smem + per_warp * warp;
-    float *s = (float *)base, *sel = s + E, *gscore = sel + E;
-    unsigned char *taken = (unsigned char *)(gscore + G), *gtaken = taken + E;
+    float *s = (float *)base, *sel = s + E, *gscore = sel + E, *wsel = gscore + G;
+    unsigned char *taken = (unsigned char *)(wsel + k), *gtaken = taken + E;
     int t = blockIdx.x * (blockDim.x >> 5) + warp;
     if (t >= T) return;
     const float *lg = logits + (long)t * E;
@@ -291,18 +297,20 @@ __global__ void k_route(const float *logits, const float *bias, di_route_params 
             int r = n + __popc(m & ((1u << lane) - 1u));
             if (r < k) {
                 io[r] = e;
-                wo[r] = noaux ? s[e] : sel[e];
+                wsel[r] = noaux ? s[e] : sel[e];
             }
         }
         n += __popc(m);
     }
     __syncwarp();
+    /* the selected weights from shared memory (not read back from wo: one memory round trip
+     * less on the step's critical path), summed in rank order */
     if (lane == 0) {
         double sum = 0.0;
-        for (int i = 0; i < k; i++) sum += wo[i];
+        for (int i = 0; i < k; i++) sum += wsel[i];
         float denom = (float)sum + 1e-20f;
         for (int i = 0; i < k; i++) {
-            float w = wo[i];
+            float w = wsel[i];
             if (rp.norm_topk_prob) w /= denom;
             wo[i] = w * rp.routed_scaling_factor;
         }
@@ -319,7 +327,7 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
     if (T <= 0) return;
     launch_router_logits(st, scratch, x, W_g, T);
     int warps = E > 512 ? 2 : 4;
-    size_t per_warp = ((size_t)E * 8 + (size_t)G * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
+    size_t per_warp = route_smem_per_warp(E, G, k);
     cuda_launch_pdl(st, pdl_with(st, st->route_pdl && T <= 32), k_route, dim3(ceil_div_i(T, warps)),
                     dim3(warps * 32), per_warp * warps, (const float *)scratch,
                     bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w);
