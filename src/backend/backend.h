@@ -431,7 +431,9 @@ struct di_backend {
      *   kv_write(cache, kv, ldkv, slot_mapping, T, W);
      * q points at the rope slice of head 0 of row 0 (as for rope); kv_rope is the offset of
      * k_pe in a kv row (r), kv_rope + rp->dim <= W. kv's latent is normed and its k_pe rotated
-     * in place too. kv_norm: NULL, or an f32 weight of kv_rope columns. */
+     * in place too. kv_norm: NULL, or an f32 weight of kv_rope columns. Either half alone:
+     * n_heads = 0 (q unused) does only the kv part (norm, k_pe, cache write); kv = NULL (cache,
+     * kv_norm unused) only rotates q, with the same bits as the whole op. */
     void (*rope_kv_write)(di_backend *be, void *q, int ldq, int n_heads, int hsq, void *kv, int ldkv,
                           int kv_rope, void *cache, const int32_t *slot_mapping, int W,
                           const int32_t *positions, int T, const di_rope_params *rp, const di_weight *kv_norm,

@@ -98,6 +98,16 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     int side = be->side_begin && be->side_begin(be, T);
     be->matmul(be, m->kva, W, m->x, c->hidden_size, &ly->kv_a, T, 0);
     if (!be->rope_kv_write) be->rmsnorm(be, m->kva, W, m->kva, W, &ly->kv_a_norm, (float)c->rms_norm_eps, T, r);
+    /* split (a decode-only step of at most rope_split_max_t tokens, not V3.2, with the side lane
+     * and the fused op): the latent's norm, k_pe's RoPE and the cache write follow the latent
+     * GEMV on the side lane, and only q's RoPE waits for the query projection on the main lane;
+     * the lanes join before the attention reads the cache. Else the whole fused op after both
+     * (see below). */
+    int split = side && T <= m->rope_split_max_t && be->rope_kv_write && n_decode_tokens > 0 &&
+                n_decode_tokens == T && !m->v32;
+    if (split)
+        be->rope_kv_write(be, NULL, 0, 0, qk, m->kva, W, r, cache, ab->slot_mapping, W, ab->positions, T, &m->rope,
+                          &ly->kv_a_norm, (float)c->rms_norm_eps);
     if (side) be->side_end(be);
     /* queries: q = W_qb · rmsnorm_qa(W_qa x)  or  q = W_q x        [T, H, dn + dr] */
     if (c->q_lora_rank > 0) {
@@ -108,22 +118,29 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     } else {
         be->matmul(be, m->q, H * qk, m->x, c->hidden_size, &ly->q, T, 0);
     }
-    if (side) be->side_join(be);
-    /* RoPE on every head's q_pe and on the shared k_pe, then [c | k_pe] into the cache (one
-     * fused op with c's norm where the backend has it). In a decode-only step (not V3.2, whose
-     * indexer comes between) it runs on the side lane beside the W_UK absorption, which reads
-     * only q_nope. */
-    int side_rope =
-        n_decode_tokens > 0 && n_decode_tokens == T && !m->v32 && be->side_begin && be->side_begin(be, T);
-    if (be->rope_kv_write) {
-        be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, m->kva, W, r, cache, ab->slot_mapping, W,
-                          ab->positions, T, &m->rope, &ly->kv_a_norm, (float)c->rms_norm_eps);
+    int side_rope = 0;
+    if (split) {
+        be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, NULL, 0, 0, NULL, ab->slot_mapping, W,
+                          ab->positions, T, &m->rope, NULL, (float)c->rms_norm_eps);
+        side_rope = 1; /* the side lane is joined after the W_UK absorption below */
     } else {
-        be->rope(be, act_at(m, m->q, dn), H * qk, H, qk, ab->positions, T, &m->rope);
-        be->rope(be, act_at(m, m->kva, r), W, 1, W, ab->positions, T, &m->rope);
-        be->kv_write(be, cache, m->kva, W, ab->slot_mapping, T, W);
+        if (side) be->side_join(be);
+        /* RoPE on every head's q_pe and on the shared k_pe, then [c | k_pe] into the cache (one
+         * fused op with c's norm where the backend has it). In a decode-only step (not V3.2,
+         * whose indexer comes between) it runs on the side lane beside the W_UK absorption,
+         * which reads only q_nope. */
+        side_rope = n_decode_tokens > 0 && n_decode_tokens == T && !m->v32 && be->side_begin &&
+                    be->side_begin(be, T);
+        if (be->rope_kv_write) {
+            be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, m->kva, W, r, cache, ab->slot_mapping, W,
+                              ab->positions, T, &m->rope, &ly->kv_a_norm, (float)c->rms_norm_eps);
+        } else {
+            be->rope(be, act_at(m, m->q, dn), H * qk, H, qk, ab->positions, T, &m->rope);
+            be->rope(be, act_at(m, m->kva, r), W, 1, W, ab->positions, T, &m->rope);
+            be->kv_write(be, cache, m->kva, W, ab->slot_mapping, T, W);
+        }
+        if (side_rope) be->side_end(be);
     }
-    if (side_rope) be->side_end(be);
     /* V3.2: the lightning indexer picks the positions each token attends to */
     di_attn_batch sparse;
     if (m->v32) {

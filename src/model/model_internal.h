@@ -54,6 +54,10 @@ struct di_model {
     di_rope_params rope;           /* rope.inv_freq -> device buffer */
     di_rope_params rope_idx;       /* V3.2 indexer: same table, NeoX pairs */
     int v32;                       /* deepseek_v32: run the lightning indexer */
+    int rope_split_max_t;          /* decode steps of at most this many tokens with a side lane: the
+                                    * latent's norm + k_pe rope + cache write beside the query path,
+                                    * right after the latent GEMV, and q's rope on the main lane
+                                    * (DEEPINFER_ROPE_SPLIT=N, default 1; 0: never) */
     di_indexer_dims idx;
     float *inv_freq;
     /* KV pool: [n_layers + n_mtp][kv_blocks * 64][kv_width] act */

@@ -16,8 +16,10 @@
  * GPU's separate ops on the same inputs. q rows [T, H, dn + dr], kv rows [T, r + dr] (ld: a
  * row stride >= r + dr, e.g. one that is not a multiple of 8, which sends the norm to its own
  * launch); cache rows start random so a missed element shows; one token has a negative slot
- * (no cache write, its q and k_pe still rotated and its latent still normed). */
-static void rope_kv_case(int T, int H, int dn, int dr, int r, int il, int norm, int ld) {
+ * (no cache write, its q and k_pe still rotated and its latent still normed). split: the op in
+ * its two halves as the model's split issues them (n_heads = 0: the kv part; kv = NULL: q
+ * only), which must give the same bits. */
+static void rope_kv_case(int T, int H, int dn, int dr, int r, int il, int norm, int ld, int split) {
     int qk = dn + dr, ldq = H * qk, W = r + dr, nslots = 3 * 64, half = dr / 2;
     if (ld < W) ld = W;
     float *inv = (float *)malloc((size_t)half * 4);
@@ -44,9 +46,14 @@ static void rope_kv_case(int T, int H, int dn, int dr, int r, int il, int norm, 
     g_cpu->rope(g_cpu, kv + r, ld, 1, ld, pos, T, &rc);
     g_cpu->kv_write(g_cpu, cache, kv, ld, slots, T, W);
     CHECK_MSG(g_gpu->rope_kv_write != NULL, "cuda backend has no rope_kv_write");
-    if (g_gpu->rope_kv_write)
+    if (g_gpu->rope_kv_write && !split)
         g_gpu->rope_kv_write(g_gpu, (uint16_t *)dq + dn, ldq, H, qk, dkv, ld, r, dc, dsl, W, dpos, T, &rg,
                              norm ? &nwg : NULL, 1e-6f);
+    if (g_gpu->rope_kv_write && split) {
+        g_gpu->rope_kv_write(g_gpu, NULL, 0, 0, qk, dkv, ld, r, dc, dsl, W, dpos, T, &rg, norm ? &nwg : NULL, 1e-6f);
+        g_gpu->rope_kv_write(g_gpu, (uint16_t *)dq + dn, ldq, H, qk, NULL, 0, 0, NULL, dsl, W, dpos, T, &rg, NULL,
+                             1e-6f);
+    }
     if (norm) g_gpu->rmsnorm(g_gpu, dkv2, ld, dkv2, ld, &nwg, 1e-6f, T, r);
     g_gpu->rope(g_gpu, (uint16_t *)dq2 + dn, ldq, H, qk, dpos, T, &rg);
     g_gpu->rope(g_gpu, (uint16_t *)dkv2 + r, ld, 1, ld, dpos, T, &rg);
@@ -55,8 +62,8 @@ static void rope_kv_case(int T, int H, int dn, int dr, int r, int il, int norm, 
     struct { void *d, *d2; float *ref; size_t n; const char *name; } outs[3] = {
         {dq, dq2, q, (size_t)T * ldq, "q"}, {dkv, dkv2, kv, (size_t)T * ld, "kv"}, {dc, dc2, cache, (size_t)nslots * W, "cache"}};
     for (int o = 0; o < 3; o++) {
-        snprintf(what, sizeof what, "rope_kv_write %s T%d H%d dn%d dr%d r%d ld%d interleave %d norm %d", outs[o].name, T,
-                 H, dn, dr, r, ld, il, norm);
+        snprintf(what, sizeof what, "rope_kv_write%s %s T%d H%d dn%d dr%d r%d ld%d interleave %d norm %d",
+                 split ? " (two halves)" : "", outs[o].name, T, H, dn, dr, r, ld, il, norm);
         float *got = g_get_act(outs[o].d, outs[o].n);
         T_CHECK(what, got, outs[o].ref, outs[o].n, TOL_L2, TOL_MAX);
         uint16_t *a = (uint16_t *)malloc(outs[o].n * 2), *b = (uint16_t *)malloc(outs[o].n * 2);
@@ -209,13 +216,16 @@ static void test_rows(void) {
      * of 8), a latent of 1536 (three warps of norm threads) */
     for (int norm = 0; norm < 2; norm++) {
         for (int il = 0; il < 2; il++) {
-            rope_kv_case(1, 16, 128, 64, 512, il, norm, 0);
-            rope_kv_case(5, 128, 128, 64, 512, il, norm, 0);
-            rope_kv_case(3, 3, 8, 6, 20, il, norm, 0);
+            rope_kv_case(1, 16, 128, 64, 512, il, norm, 0, 0);
+            rope_kv_case(5, 128, 128, 64, 512, il, norm, 0, 0);
+            rope_kv_case(3, 3, 8, 6, 20, il, norm, 0, 0);
+            rope_kv_case(1, 16, 128, 64, 512, il, norm, 0, 1);
+            rope_kv_case(17, 128, 128, 64, 512, il, norm, 0, 1);
         }
-        rope_kv_case(33, 16, 128, 64, 512, 1, norm, 0);
-        rope_kv_case(4, 16, 128, 64, 512, 1, norm, 580);
-        rope_kv_case(2, 4, 64, 32, 1536, 0, norm, 0);
+        rope_kv_case(33, 16, 128, 64, 512, 1, norm, 0, 0);
+        rope_kv_case(4, 16, 128, 64, 512, 1, norm, 580, 0);
+        rope_kv_case(2, 4, 64, 32, 1536, 0, norm, 0, 0);
+        rope_kv_case(4, 16, 128, 64, 512, 1, norm, 580, 1);
     }
     /* kv_write (negative slot skipped) and kv_copy_blocks */
     {

@@ -412,8 +412,9 @@ __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *k
     __shared__ float red[32];
     pdl_launch_dependents();
     if (!early) pdl_wait();
-    const int t = blockIdx.x, half = dim / 2, tid = threadIdx.x, np = (n_heads + 1) * half;
-    bf16 *krow = kv + (long)t * ldkv;
+    /* kv == NULL: q only (nw and cache unused); n_heads == 0: the kv part only */
+    const int t = blockIdx.x, half = dim / 2, tid = threadIdx.x, np = (n_heads + (kv ? 1 : 0)) * half;
+    bf16 *krow = kv ? kv + (long)t * ldkv : NULL;
     /* a chunk of RKV_U rope pairs per thread (pair j: head j / half, or k_pe for the last) */
     bf16 *vp[RKV_U];
     int ia[RKV_U], ib[RKV_U], ii[RKV_U];
@@ -457,7 +458,7 @@ __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *k
             int i = tid + r * nvt;
             if (tid < nvt && i < D8) nraw[r] = *(const uint4 *)(krow + 8 * i);
         }
-    bf16 *crow = slot >= 0 ? cache + (long)slot * W : NULL;
+    bf16 *crow = kv && slot >= 0 ? cache + (long)slot * W : NULL;
     if (!early) cos_sin();
     const int copy_from = nw ? kv_rope : 0; /* the normed latent is written by the norm below */
     if (crow)
@@ -512,11 +513,12 @@ void cuda_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, 
                         void *cache, const int32_t *slot_mapping, int W, const int32_t *positions, int T,
                         const di_rope_params *rp, const di_weight *kv_norm, float eps) {
     cuda_state *st = cst(be);
-    DI_ASSERT(rp->dim % 2 == 0 && kv_rope >= 0 && kv_rope + rp->dim <= W);
+    DI_ASSERT(rp->dim % 2 == 0 && (!kv || (kv_rope >= 0 && kv_rope + rp->dim <= W)) && (kv || n_heads > 0));
     if (T <= 0) return;
     enum { THREADS = 256 };
     const float *nw = NULL;
     int nvt = 0;
+    if (!kv) kv_norm = NULL;
     if (kv_norm) {
         DI_ASSERT(kv_norm->dtype == DI_DTYPE_F32 && kv_norm->cols == kv_rope);
         /* in the launch when cuda_rmsnorm would take k_rmsnorm_v8 with at most THREADS threads;
@@ -529,8 +531,11 @@ void cuda_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, 
             nvt = 0;
         }
     }
-    /* measured (v2lite-8l): -1.3% at one token, +1.1% at 16; larger steps not measured */
-    bool early = pdl_with(st, st->rope_pdl && T >= 2 && T <= 16);
+    /* measured (v2lite-8l): the whole op forked onto the side lane after the query GEMV, -1.3%
+     * at one token, +1.1% at 16; a half (the model's split) follows its producer in the same
+     * lane, so it can start early at one token too; larger steps not measured */
+    bool half_op = !kv || n_heads == 0;
+    bool early = pdl_with(st, st->rope_pdl && T <= 16 && (T >= 2 || half_op));
     cuda_launch_pdl(st, st->pdl >= 2 || early, k_rope_kv_write, dim3(T), dim3(THREADS), (size_t)rp->dim * sizeof(float),
                     (bf16 *)q, (long)ldq, n_heads, hsq, (bf16 *)kv, (long)ldkv, kv_rope, (bf16 *)cache, slot_mapping, W,
                     positions, rp->dim, rp->interleave, rp->mscale, rp->inv_freq, nw, eps, nvt, (int)early);
