@@ -402,6 +402,57 @@ static void resid_fix_free(resid_fix *f) {
     free(f->w);
 }
 
+/* DEEPINFER_CUDA_GRAPH_FILL: a captured graph's small memset nodes become fill kernels. A
+ * backend with the switch captures memset(a, 0x3f, 4 KB), add(y += a as bf16), memset(big,
+ * 0, 256 KB: too big, stays a memset); each replay, after a and big are poisoned, must leave
+ * a's bytes 0x3f, y = y0 + bf16 0x3f3f (so the fill ran before the add) and big zeroed. */
+static void test_graph_fill(void) {
+    setenv("DEEPINFER_CUDA_GRAPH_FILL", "1", 1);
+    di_backend *be = NULL;
+    di_status st = di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be);
+    unsetenv("DEEPINFER_CUDA_GRAPH_FILL");
+    CHECK_OK(st);
+    if (st != DI_OK) return;
+    size_t n = 2048, nbig = 256 * 1024;
+    void *a = NULL, *y = NULL, *big = NULL, *graph = NULL;
+    CHECK_OK(be->alloc(be, n * 2, &a));
+    CHECK_OK(be->alloc(be, n * 4, &y));
+    CHECK_OK(be->alloc(be, nbig, &big));
+    CHECK_OK(be->graph_begin(be));
+    be->memset(be, a, 0x3f, n * 2);
+    be->add(be, (float *)y, a, n);
+    be->memset(be, big, 0, nbig);
+    CHECK_OK(be->graph_end(be, &graph));
+    CHECK(graph != NULL);
+    float *y0 = t_rand_f32(n, 1.0f), *yg = (float *)malloc(n * 4);
+    unsigned char *ab = (unsigned char *)malloc(n * 2), *bb = (unsigned char *)malloc(nbig);
+    const float add = di_bf16_to_f32(0x3f3f);
+    for (int rep = 0; rep < 2 && graph; rep++) {
+        memset(ab, 0xff, n * 2);
+        memset(bb, 0xff, nbig);
+        be->upload(be, a, ab, n * 2);
+        be->upload(be, big, bb, nbig);
+        be->upload(be, y, y0, n * 4);
+        CHECK_OK(be->graph_launch(be, graph));
+        CHECK_OK(be->download(be, yg, y, n * 4));
+        CHECK_OK(be->download(be, ab, a, n * 2));
+        CHECK_OK(be->download(be, bb, big, nbig));
+        size_t bad_a = 0, bad_b = 0, bad_y = 0;
+        for (size_t i = 0; i < n * 2; i++) bad_a += ab[i] != 0x3f;
+        for (size_t i = 0; i < nbig; i++) bad_b += bb[i] != 0;
+        for (size_t i = 0; i < n; i++) bad_y += yg[i] != y0[i] + add;
+        CHECK_MSG(bad_a == 0 && bad_b == 0 && bad_y == 0,
+                  "graph with memsets as fill kernels, replay %d: %zu bytes of the small memset, %zu of the large "
+                  "one and %zu sums wrong",
+                  rep, bad_a, bad_b, bad_y);
+    }
+    printf("  graph with DEEPINFER_CUDA_GRAPH_FILL=1 (a 4 KB and a 256 KB memset around an add): 2 replays checked\n");
+    free(y0); free(yg); free(ab); free(bb);
+    be->graph_free(be, graph);
+    be->free(be, a); be->free(be, y); be->free(be, big);
+    di_backend_free(be);
+}
+
 static void test_graph(void) {
     /* capture one residual step (add_rmsnorm with its f32 copy, the router, a projection
      * accumulated into h, add), replay on new inputs, compare with the eager result */
@@ -437,6 +488,7 @@ static void test_graph(void) {
 #undef STEP
     g_gpu->graph_free(g_gpu, graph);
     resid_fix_free(&f);
+    test_graph_fill();
 }
 
 /* ---------------------------------------------------------------- lanes ---- */

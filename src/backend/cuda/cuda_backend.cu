@@ -370,6 +370,7 @@ static di_status c_graph_end(di_backend *be, void **graph) {
     st->capturing = 0;
     di_status s = take_error(st);
     if (s == DI_OK && e != cudaSuccess) s = cuda_fail(e, "cudaStreamEndCapture");
+    if (s == DI_OK && st->graph_fill) cuda_graph_fill_memsets(g);
     cudaGraphExec_t x = NULL;
     if (s == DI_OK) {
         /* with lane priorities, the graph keeps each kernel's stream priority (node priority) */
@@ -454,8 +455,9 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->moe_lt = ml && ml[0] >= '0' && ml[0] <= '4' && !ml[1] ? ml[0] - '0' : 2;
     const char *lp = getenv("DEEPINFER_CUDA_LT_PTR_ALGO");
     st->lt_ptr_algo = lp && atoi(lp) > 0 && atoi(lp) < 8 ? atoi(lp) : 0;
-    const char *lg = getenv("DEEPINFER_CUDA_LT_LOG");
+    const char *lg = getenv("DEEPINFER_CUDA_LT_LOG"), *gf = getenv("DEEPINFER_CUDA_GRAPH_FILL");
     st->lt_log = lg && lg[0] == '1';
+    st->graph_fill = gf && gf[0] == '1';
     st->router_smem = env_on("DEEPINFER_CUDA_ROUTER_SMEM");
     st->wgmma = env_on("DEEPINFER_CUDA_WGMMA");
     const char *mw = getenv("DEEPINFER_CUDA_MLA_WGMMA");

@@ -62,6 +62,9 @@ typedef struct cuda_state {
                                     * i-th of cuBLASLt's heuristic results (experiments) */
     int lt_log;                    /* DEEPINFER_CUDA_LT_LOG=1: each plan's shape, algorithm configuration
                                     * and workspace on stderr when built */
+    int graph_fill;                /* DEEPINFER_CUDA_GRAPH_FILL=1 (default 0, not yet measured): captured
+                                    * graphs get their small memset nodes rewritten into fill kernels
+                                    * (cuda_graph_fill.cu) */
     lt_plan plans[LT_CACHE];
     int fp8_act_quant;             /* DEEPINFER_FP8_ACT_QUANT=1 (default 0): fp8 GEMMs with T % 4 == 0
                                     * and T > 32 quantize activations (1x128) and run cuBLASLt fp8 */
@@ -263,6 +266,9 @@ int lt_run(cuda_state *st, const lt_shape *g, const void *W, const void *x, void
 int lt_run_ptr(cuda_state *st, const lt_shape *g, const void *x_base, const void *y_base, const void *W_arr,
                const void *x_arr, void *y_arr);
 void lt_free_plans(cuda_state *st);
+
+/* cuda_graph_fill.cu: the small 1-D memset nodes of g as fill kernels; returns how many */
+int cuda_graph_fill_memsets(cudaGraph_t g);
 /* fp8 e4m3 activation quantization, DeepSeek act_quant (1x128 groups, amax clamp 1e-4). */
 void launch_act_quant(const bf16 *x, long ldx, int T, int K, uint8_t *q, float *scale, int scale_ld,
                       cudaStream_t s);
