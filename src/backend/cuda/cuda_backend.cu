@@ -404,6 +404,7 @@ static void c_destroy(di_backend *be) {
         if (st->main_stream) cudaStreamSynchronize(st->main_stream);
         if (st->side_stream) cudaStreamSynchronize(st->side_stream);
         if (st->lt_ws_side) cudaFree(st->lt_ws_side);
+        if (st->route_cnt) cudaFree(st->route_cnt);
         if (st->ev_fork) cudaEventDestroy(st->ev_fork);
         if (st->ev_join) cudaEventDestroy(st->ev_join);
         if (st->side_stream) cudaStreamDestroy(st->side_stream);
@@ -471,6 +472,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->silu_pdl = env_on("DEEPINFER_CUDA_SILU_PDL");
     st->sample_pdl = env_on("DEEPINFER_CUDA_SAMPLE_PDL");
     st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");
+    const char *rf = getenv("DEEPINFER_CUDA_ROUTE_FUSE");
+    st->route_fuse = rf && rf[0] == '1';
     st->mla_early = env_on("DEEPINFER_CUDA_MLA_EARLY");
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
     const char *sc = getenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");
@@ -512,6 +515,13 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
         st->lt = NULL;
         c_destroy(be);
         return di_error(DI_ERR_BACKEND, "cuda backend: cublasLtCreate failed");
+    }
+    /* the fused router's block counter (zero between launches); without it the two launches */
+    if (st->route_fuse && (cudaMalloc((void **)&st->route_cnt, sizeof(unsigned)) != cudaSuccess ||
+                           cudaMemset(st->route_cnt, 0, sizeof(unsigned)) != cudaSuccess)) {
+        if (st->route_cnt) cudaFree(st->route_cnt);
+        st->route_cnt = NULL;
+        cudaGetLastError();
     }
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);

@@ -90,6 +90,10 @@ typedef struct cuda_state {
     int norm_pdl;                  /* DEEPINFER_CUDA_NORM_PDL (default 1): the vectorised RMSNorm kernels
                                     * launched with PDL (k_add_rmsnorm_v4 loads its weights before
                                     * the wait) */
+    int route_fuse;                /* DEEPINFER_CUDA_ROUTE_FUSE=1 (default 0, not yet measured): steps of
+                                    * <= 4 tokens route in the router-logits launch's last block
+                                    * (k_router_logits_route), counting blocks on route_cnt */
+    unsigned *route_cnt;           /* device counter of that kernel, zero between launches */
     int route_pdl;                 /* DEEPINFER_CUDA_ROUTE_PDL (default 1): router logits of <= 32 tokens
                                     * PDL-launched, releasing k_route (PDL) at their start */
     int sample_pdl;                /* DEEPINFER_CUDA_SAMPLE_PDL (default 1): the greedy and cluster samplers
