@@ -45,6 +45,12 @@ static int env_on(const char *name) {
     return !(v && v[0] == '0');
 }
 
+/* A default-off switch: on only when the variable is set and starts with '1'. */
+static int env_set(const char *name) {
+    const char *v = getenv(name);
+    return v && v[0] == '1';
+}
+
 static di_status cuda_fail(cudaError_t e, const char *what) {
     return di_error(DI_ERR_BACKEND, "cuda backend: %s: %s", what, cudaGetErrorString(e));
 }
@@ -448,17 +454,15 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->impl = st;
     st->device = device_index;
     st->n_sm = prop.multiProcessorCount;
-    const char *aq = getenv("DEEPINFER_FP8_ACT_QUANT");
-    st->fp8_act_quant = aq && aq[0] == '1';
+    st->fp8_act_quant = env_set("DEEPINFER_FP8_ACT_QUANT");
     const char *lm = getenv("DEEPINFER_CUDA_LT_MIN_ROWS");
     st->gemv = env_on("DEEPINFER_CUDA_GEMV");
     const char *ml = getenv("DEEPINFER_CUDA_MOE_LT");
     st->moe_lt = ml && ml[0] >= '0' && ml[0] <= '4' && !ml[1] ? ml[0] - '0' : 2;
     const char *lp = getenv("DEEPINFER_CUDA_LT_PTR_ALGO");
     st->lt_ptr_algo = lp && atoi(lp) > 0 && atoi(lp) < 8 ? atoi(lp) : 0;
-    const char *lg = getenv("DEEPINFER_CUDA_LT_LOG"), *gf = getenv("DEEPINFER_CUDA_GRAPH_FILL");
-    st->lt_log = lg && lg[0] == '1';
-    st->graph_fill = gf && gf[0] == '1';
+    st->lt_log = env_set("DEEPINFER_CUDA_LT_LOG");
+    st->graph_fill = env_set("DEEPINFER_CUDA_GRAPH_FILL");
     st->router_smem = env_on("DEEPINFER_CUDA_ROUTER_SMEM");
     st->wgmma = env_on("DEEPINFER_CUDA_WGMMA");
     const char *mw = getenv("DEEPINFER_CUDA_MLA_WGMMA");
@@ -472,8 +476,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->silu_pdl = env_on("DEEPINFER_CUDA_SILU_PDL");
     st->sample_pdl = env_on("DEEPINFER_CUDA_SAMPLE_PDL");
     st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");
-    const char *rf = getenv("DEEPINFER_CUDA_ROUTE_FUSE");
-    st->route_fuse = rf && rf[0] == '1';
+    st->route_fuse = env_set("DEEPINFER_CUDA_ROUTE_FUSE");
     st->mla_early = env_on("DEEPINFER_CUDA_MLA_EARLY");
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
     const char *sc = getenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");

@@ -13,8 +13,9 @@
  * DEEPINFER_CUDA_PDL (st->pdl): 0 launches everything plainly (the waits are then no-ops); 1
  * (default) the GEMV and small-expert kernels, the vectorised RMSNorms (DEEPINFER_CUDA_NORM_PDL),
  * the decode router pair (DEEPINFER_CUDA_ROUTE_PDL), the samplers (DEEPINFER_CUDA_SAMPLE_PDL),
- * small steps' silu_mul (DEEPINFER_CUDA_SILU_PDL) and rope_kv_write (DEEPINFER_CUDA_ROPE_PDL) and
- * the dense MLA decode kernel when it loads early (DEEPINFER_CUDA_MLA_EARLY); 2 also RoPE,
+ * small steps' silu_mul (DEEPINFER_CUDA_SILU_PDL) and rope_kv_write (DEEPINFER_CUDA_ROPE_PDL), the
+ * dense MLA decode kernel when it loads early (DEEPINFER_CUDA_MLA_EARLY), and the routed experts'
+ * combine releasing the next norm (DEEPINFER_CUDA_COMBINE_PDL); 2 also RoPE,
  * the KV-cache write and MLA decode attention with its combine (measured: no gain at batch 1,
  * about 1-2% slower at batch 16-64; docs/PERF.md, "Small-batch decode").
  * Releasing a successor early pays when it has few blocks or weights to preload while the SMs

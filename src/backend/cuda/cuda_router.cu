@@ -156,9 +156,13 @@ __global__ void __launch_bounds__(RT_Q * 32) k_router_logits_smem(float *out, co
     }
 }
 
+/* Whether the router-logits kernels may take the vectorised column steps (float4 x, 4 bf16 of W). */
+static int router_vec(const float *x, const di_weight *W) {
+    return W->cols % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)W->data & 7) == 0;
+}
+
 static void launch_router_logits(cuda_state *st, float *out, const float *x, const di_weight *W, int T) {
-    int E = W->rows, D = W->cols;
-    int vec = D % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)W->data & 7) == 0;
+    int E = W->rows, D = W->cols, vec = router_vec(x, W);
     const bf16 *w = (const bf16 *)W->data;
     /* tokens on x (no 65535 limit), experts on y (E <= DI_MAX_EXPERTS) */
     if (T <= 32) {
@@ -363,12 +367,11 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
     DI_ASSERT(E <= DI_MAX_EXPERTS && k >= 1 && k <= E && E % G == 0);
     DI_ASSERT(!bias || (bias->cols == E && bias->dtype == DI_DTYPE_F32));
     if (T <= 0) return;
-    int vec = W_g->cols % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)W_g->data & 7) == 0;
     if (st->route_fuse && st->route_cnt && T <= RT_Q && E <= 512) {
         bool pdl = pdl_with(st, st->route_pdl);
         cuda_launch_pdl(st, pdl, k_router_logits_route, dim3(1, E), dim3(RT_Q * 32),
-                        route_smem_per_warp(E, G, k) * RT_Q, scratch, x, (const bf16 *)W_g->data, T, E, W_g->cols, vec,
-                        (int)pdl, st->route_cnt, bias ? (const float *)bias->data : NULL, *rp, topk_idx, topk_w);
+                        route_smem_per_warp(E, G, k) * RT_Q, scratch, x, (const bf16 *)W_g->data, T, E, W_g->cols,
+                        router_vec(x, W_g), (int)pdl, st->route_cnt, bias ? (const float *)bias->data : NULL, *rp, topk_idx, topk_w);
         CUDA_LAUNCHED(st, "router_logits_route");
         return;
     }
