@@ -95,16 +95,17 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     /* latent: [c | k_pe] = W_kva x; c = rmsnorm_kva(c)               [T, r + dr]
      * (on the backend's side lane where it has one: independent of the queries below; the
      * norm inside rope_kv_write where the backend has that) */
+    /* a decode-only step, not V3.2 (whose indexer comes between the rope and the attention):
+     * its rope may run beside the query path */
+    const int rope_beside = n_decode_tokens > 0 && n_decode_tokens == T && !m->v32;
     int side = be->side_begin && be->side_begin(be, T);
     be->matmul(be, m->kva, W, m->x, c->hidden_size, &ly->kv_a, T, 0);
     if (!be->rope_kv_write) be->rmsnorm(be, m->kva, W, m->kva, W, &ly->kv_a_norm, (float)c->rms_norm_eps, T, r);
-    /* split (a decode-only step of at most rope_split_max_t tokens, not V3.2, with the side lane
-     * and the fused op): the latent's norm, k_pe's RoPE and the cache write follow the latent
-     * GEMV on the side lane, and only q's RoPE waits for the query projection on the main lane;
-     * the lanes join before the attention reads the cache. Else the whole fused op after both
-     * (see below). */
-    int split = side && T <= m->rope_split_max_t && be->rope_kv_write && n_decode_tokens > 0 &&
-                n_decode_tokens == T && !m->v32;
+    /* split (rope_beside, at most rope_split_max_t tokens, with the side lane and the fused op):
+     * the latent's norm, k_pe's RoPE and the cache write follow the latent GEMV on the side
+     * lane, and only q's RoPE waits for the query projection on the main lane; the lanes join
+     * before the attention reads the cache. Else the whole fused op after both (see below). */
+    int split = side && rope_beside && T <= m->rope_split_max_t && be->rope_kv_write;
     if (split)
         be->rope_kv_write(be, NULL, 0, 0, qk, m->kva, W, r, cache, ab->slot_mapping, W, ab->positions, T, &m->rope,
                           &ly->kv_a_norm, (float)c->rms_norm_eps);
@@ -126,11 +127,9 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     } else {
         if (side) be->side_join(be);
         /* RoPE on every head's q_pe and on the shared k_pe, then [c | k_pe] into the cache (one
-         * fused op with c's norm where the backend has it). In a decode-only step (not V3.2,
-         * whose indexer comes between) it runs on the side lane beside the W_UK absorption,
-         * which reads only q_nope. */
-        side_rope = n_decode_tokens > 0 && n_decode_tokens == T && !m->v32 && be->side_begin &&
-                    be->side_begin(be, T);
+         * fused op with c's norm where the backend has it); when rope_beside, on the side lane
+         * beside the W_UK absorption, which reads only q_nope. */
+        side_rope = rope_beside && be->side_begin && be->side_begin(be, T);
         if (be->rope_kv_write) {
             be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, m->kva, W, r, cache, ab->slot_mapping, W,
                               ab->positions, T, &m->rope, &ly->kv_a_norm, (float)c->rms_norm_eps);
