@@ -217,6 +217,16 @@ static inline di_weight t_vec_upload(di_backend *be, const float *v, int n) {
     return out;
 }
 
+/* Another CUDA backend, created with the environment switch var=val (unset again afterwards,
+ * so the next backends see the default); NULL, with a failed check, if it cannot be made. */
+static inline di_backend *g_backend_with(const char *var, const char *val) {
+    setenv(var, val, 1);
+    di_backend *be = NULL;
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be));
+    unsetenv(var);
+    return be;
+}
+
 /* Creates both backends; returns 0 if there is no CUDA device (the caller fails the test). */
 static inline int t_backends(void) {
     if (di_backend_create(&(di_backend_options){DI_DEVICE_CPU, 0, 0}, &g_cpu) != DI_OK) return 0;

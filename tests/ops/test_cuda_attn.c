@@ -473,10 +473,7 @@ static void route_case(const char *name, di_route_params rp, int T, int D, float
 }
 
 static void test_route(void) {
-    setenv("DEEPINFER_CUDA_ROUTE_FUSE", "1", 1);
-    if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &g_route_fused) != DI_OK) g_route_fused = NULL;
-    unsetenv("DEEPINFER_CUDA_ROUTE_FUSE");
-    CHECK_MSG(g_route_fused != NULL, "no CUDA backend with DEEPINFER_CUDA_ROUTE_FUSE=1: %s", di_last_error());
+    g_route_fused = g_backend_with("DEEPINFER_CUDA_ROUTE_FUSE", "1");
     route_case("noaux_tc V3", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 50, 1024, 0.05f);
     route_case("noaux_tc tiny", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 33, 160, 0.3f);
     route_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 50, 2048, 0.0f);
@@ -541,14 +538,6 @@ static di_backend *g_gpu_alt[4] = {NULL};
 static int g_experts_strict = 0;
 
 /* A CUDA backend created with `var` = `val` (NULL on failure, reported). */
-static di_backend *backend_with(const char *var, const char *val) {
-    setenv(var, val, 1);
-    di_backend *be = NULL;
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be));
-    unsetenv(var);
-    return be;
-}
-
 /* Runs moe_experts on g_gpu (output poisoned first; with g_experts_strict the scratch too, and
  * a second run that must give the same bits) and returns the output as floats. */
 static float *experts_run(const char *what, void *dout, const void *dx, const int32_t *di, const float *dw, int k,
@@ -699,9 +688,7 @@ static void test_small(void) {
     setenv("DEEPINFER_CUDA_MOE_SMALL", "4", 1);
     di_backend *small = NULL, *save = g_gpu;
     CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &small));
-    setenv("DEEPINFER_CUDA_DOWN_EARLY", "0", 1);
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &g_small_late));
-    unsetenv("DEEPINFER_CUDA_DOWN_EARLY");
+    g_small_late = g_backend_with("DEEPINFER_CUDA_DOWN_EARLY", "0"); /* with MOE_SMALL=4 too */
     unsetenv("DEEPINFER_CUDA_MOE_SMALL");
     if (!small) return;
     g_gpu = small;
@@ -733,8 +720,10 @@ static void test_experts(void) {
      * each run twice. Odd T, T = 128, only 8 / 5 experts with tokens (most slots spare), T*k < E
      * (48 slots for 64 experts, <= 40 with tokens), tiny dims. Then 8 tokens through pointer
      * arrays (=3) and, on the same inputs, the default (grouped) path. */
-    di_backend *ptr = backend_with("DEEPINFER_CUDA_MOE_LT", "2"), *strided = backend_with("DEEPINFER_CUDA_MOE_LT", "1");
-    di_backend *ptr8 = backend_with("DEEPINFER_CUDA_MOE_LT", "3"), *ptrend = backend_with("DEEPINFER_CUDA_MOE_LT", "4");
+    di_backend *ptr = g_backend_with("DEEPINFER_CUDA_MOE_LT", "2");
+    di_backend *strided = g_backend_with("DEEPINFER_CUDA_MOE_LT", "1");
+    di_backend *ptr8 = g_backend_with("DEEPINFER_CUDA_MOE_LT", "3");
+    di_backend *ptrend = g_backend_with("DEEPINFER_CUDA_MOE_LT", "4");
     if (ptr && strided && ptr8 && ptrend) {
         g_experts_strict = 1;
         g_gpu = ptr;
@@ -761,7 +750,7 @@ static void test_experts(void) {
     if (ptr8) di_backend_free(ptr8);
     if (ptrend) di_backend_free(ptrend);
     /* the same sizes through our grouped kernels (DEEPINFER_CUDA_MOE_LT=0) */
-    di_backend *nolt = backend_with("DEEPINFER_CUDA_MOE_LT", "0");
+    di_backend *nolt = g_backend_with("DEEPINFER_CUDA_MOE_LT", "0");
     if (nolt) {
         g_gpu = nolt;
         experts_case("v2-lite no-lt", 64, 6, 2048, 1408, 16, 0);
@@ -770,10 +759,7 @@ static void test_experts(void) {
         di_backend_free(nolt);
     }
     /* 1-4 tokens through the permuted GEMV path (DEEPINFER_CUDA_MOE_SMALL=0) */
-    setenv("DEEPINFER_CUDA_MOE_SMALL", "0", 1);
-    di_backend *nosmall = NULL;
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &nosmall));
-    unsetenv("DEEPINFER_CUDA_MOE_SMALL");
+    di_backend *nosmall = g_backend_with("DEEPINFER_CUDA_MOE_SMALL", "0");
     if (nosmall) {
         g_gpu = nosmall;
         experts_case("v2-lite no-small", 64, 6, 2048, 1408, 1, 0);
@@ -785,10 +771,7 @@ static void test_experts(void) {
      * the wgmma kernel (cuda_gemm_wgmma.cu); each case also through the mma.sync tiled kernel
      * (DEEPINFER_CUDA_WGMMA=0). Partial tiles in M, N and K (D 328 / I 200: K not a multiple of
      * 64, N not of 256 / 128), experts without tokens (only the first 40 / 5 picked). */
-    setenv("DEEPINFER_CUDA_WGMMA", "0", 1);
-    di_backend *nowg = NULL;
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &nowg));
-    unsetenv("DEEPINFER_CUDA_WGMMA");
+    di_backend *nowg = g_backend_with("DEEPINFER_CUDA_WGMMA", "0");
     g_gpu_alt[0] = nowg;
     experts_case("v2-lite", 64, 6, 2048, 1408, 1024, 0);
     experts_case_r("v2-lite", 64, 40, 6, 2048, 1408, 1100, 0);
@@ -884,11 +867,7 @@ static void test_sample(void) {
     static const char *var[N_SMP_ALT] = {"DEEPINFER_CUDA_SAMPLE_CLUSTER", "DEEPINFER_CUDA_SAMPLE_CLUSTER",
                                          "DEEPINFER_CUDA_SAMPLE_GREEDY"};
     static const char *val[N_SMP_ALT] = {"0", "4", "0"};
-    for (int a = 0; a < N_SMP_ALT; a++) {
-        setenv(var[a], val[a], 1);
-        CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &g_smp_alt[a]));
-        unsetenv(var[a]);
-    }
+    for (int a = 0; a < N_SMP_ALT; a++) g_smp_alt[a] = g_backend_with(var[a], val[a]);
     /* 1. uniform rows with exact ties, a clear winner, -inf masks, all -inf, a NaN */
     int V = 129280, n = 14;
     float *lg = (float *)malloc((size_t)16 * 163840 * 4);

@@ -407,12 +407,8 @@ static void resid_fix_free(resid_fix *f) {
  * 0, 256 KB: too big, stays a memset); each replay, after a and big are poisoned, must leave
  * a's bytes 0x3f, y = y0 + bf16 0x3f3f (so the fill ran before the add) and big zeroed. */
 static void test_graph_fill(void) {
-    setenv("DEEPINFER_CUDA_GRAPH_FILL", "1", 1);
-    di_backend *be = NULL;
-    di_status st = di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be);
-    unsetenv("DEEPINFER_CUDA_GRAPH_FILL");
-    CHECK_OK(st);
-    if (st != DI_OK) return;
+    di_backend *be = g_backend_with("DEEPINFER_CUDA_GRAPH_FILL", "1");
+    if (!be) return;
     size_t n = 2048, nbig = 256 * 1024;
     void *a = NULL, *y = NULL, *big = NULL, *graph = NULL;
     CHECK_OK(be->alloc(be, n * 2, &a));
