@@ -30,6 +30,7 @@ typedef struct trace_rec {
     char name[64];
     int grid, block; /* blocks and threads per block (0 for copies) */
     unsigned stream; /* CUPTI's stream id */
+    double adv;      /* its advance in its step (us), set by trace_step */
 } trace_rec;
 
 static trace_rec *g_tr;
@@ -173,42 +174,39 @@ typedef struct trace_agg {
     double n, dur, adv; /* summed over the traced steps */
 } trace_agg;
 
-/* The step between marks s and s + 1: its records sorted by start (caller frees *out); returns
- * the count, and the GPU span / idle time / host time of the step in us. */
-static int trace_step(int s, trace_rec ***out, double *span_us, double *idle_us, double *host_us) {
+/* One traced step: its records sorted by start, its GPU span, idle time inside it and host
+ * time (us). */
+typedef struct trace_stepv {
+    trace_rec **v;
+    int n;
+    double span, idle, host;
+} trace_stepv;
+
+/* The step between marks s and s + 1, each record's advance set (see the top of the file). */
+static void trace_step(int s, trace_stepv *st) {
     uint64_t a = g_marks[s], b = g_marks[s + 1];
-    int n = 0;
     trace_rec **v = (trace_rec **)malloc((g_tr_n + 1) * sizeof *v);
+    int n = 0;
     for (size_t i = 0; i < g_tr_n; i++)
         if (g_tr[i].start >= a && g_tr[i].start < b) v[n++] = &g_tr[i];
     qsort(v, (size_t)n, sizeof *v, trace_cmp_start);
-    *host_us = (double)(b - a) / 1e3;
-    *span_us = *idle_us = 0;
-    if (n > 0) {
-        uint64_t cover = v[0]->start, idle = 0, last = v[0]->start;
-        for (int i = 0; i < n; i++) {
-            if (v[i]->start > cover) idle += v[i]->start - cover;
-            if (v[i]->end > cover) cover = v[i]->end;
-            if (v[i]->end > last) last = v[i]->end;
-        }
-        *span_us = (double)(last - v[0]->start) / 1e3;
-        *idle_us = (double)idle / 1e3;
+    *st = (trace_stepv){v, n, 0, 0, (double)(b - a) / 1e3};
+    if (n == 0) return;
+    uint64_t cover = v[0]->start, idle = 0, last = v[0]->start;
+    for (int i = 0; i < n; i++) {
+        if (v[i]->start > cover) idle += v[i]->start - cover;
+        if (v[i]->end > cover) cover = v[i]->end;
+        if (v[i]->end > last) last = v[i]->end;
     }
-    *out = v;
-    return n;
-}
-
-/* advance of each record of a step (same order as v), see the top of the file */
-static void trace_advances(trace_rec **v, int n, double *adv) {
-    trace_rec **e = (trace_rec **)malloc((size_t)(n + 1) * sizeof *e);
+    st->span = (double)(last - v[0]->start) / 1e3;
+    st->idle = (double)idle / 1e3;
+    trace_rec **e = (trace_rec **)malloc((size_t)n * sizeof *e); /* by end: the advances */
     memcpy(e, v, (size_t)n * sizeof *e);
     qsort(e, (size_t)n, sizeof *e, trace_cmp_end);
-    uint64_t front = n ? v[0]->start : 0;
+    uint64_t front = v[0]->start;
     for (int i = 0; i < n; i++) {
-        double d = e[i]->end > front ? (double)(e[i]->end - front) / 1e3 : 0;
+        e[i]->adv = e[i]->end > front ? (double)(e[i]->end - front) / 1e3 : 0;
         if (e[i]->end > front) front = e[i]->end;
-        for (int j = 0; j < n; j++)
-            if (v[j] == e[i]) adv[j] = d;
     }
     free(e);
 }
@@ -220,60 +218,45 @@ static void trace_report(FILE *f, const char *what) {
     cuptiActivityFlushAll(1);
     int steps = g_nmarks - 1;
     if (steps < 1) return;
-    double *spans = (double *)malloc((size_t)steps * sizeof(double));
+    trace_stepv *sv = (trace_stepv *)malloc((size_t)steps * sizeof *sv);
     fprintf(f, "trace %s: %d steps, %zu GPU activities recorded\n", what, steps, g_tr_n);
     for (int s = 0; s < steps; s++) {
-        trace_rec **v;
-        double span, idle, host;
-        int n = trace_step(s, &v, &span, &idle, &host);
-        spans[s] = span;
-        fprintf(f, "  step %d: %d activities, GPU span %.1f us (idle inside %.1f us), host call %.1f us\n", s, n, span,
-                idle, host);
-        free(v);
+        trace_step(s, &sv[s]);
+        fprintf(f, "  step %d: %d activities, GPU span %.1f us (idle inside %.1f us), host call %.1f us\n", s,
+                sv[s].n, sv[s].span, sv[s].idle, sv[s].host);
     }
     int med = 0; /* the step of median span */
     for (int s = 0; s < steps; s++) {
         int below = 0;
-        for (int t = 0; t < steps; t++) below += spans[t] < spans[s];
+        for (int t = 0; t < steps; t++) below += sv[t].span < sv[s].span;
         if (below == steps / 2) med = s;
     }
-    trace_rec **v;
-    double span, idle, host;
-    int n = trace_step(med, &v, &span, &idle, &host);
-    double *adv = (double *)calloc((size_t)n + 1, sizeof(double));
-    trace_advances(v, n, adv);
+    trace_rec **v = sv[med].v;
     fprintf(f, "  median step %d, in start order (us from its first start):\n", med);
     fprintf(f, "  %8s %8s %7s %7s  %-40s %6s %5s %6s\n", "start", "end", "dur", "advance", "kernel", "blocks", "thr",
             "stream");
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < sv[med].n; i++)
         fprintf(f, "  %8.1f %8.1f %7.1f %7.1f  %-40s %6d %5d %6u\n", (double)(v[i]->start - v[0]->start) / 1e3,
-                (double)(v[i]->end - v[0]->start) / 1e3, (double)(v[i]->end - v[i]->start) / 1e3, adv[i], v[i]->name,
-                v[i]->grid, v[i]->block, v[i]->stream);
-    free(adv);
-    free(v);
+                (double)(v[i]->end - v[0]->start) / 1e3, (double)(v[i]->end - v[i]->start) / 1e3, v[i]->adv,
+                v[i]->name, v[i]->grid, v[i]->block, v[i]->stream);
     /* totals per (name, grid) over every step */
     trace_agg *ag = (trace_agg *)calloc(g_tr_n + 1, sizeof *ag);
     int na = 0;
     double tot_adv = 0;
-    for (int s = 0; s < steps; s++) {
-        n = trace_step(s, &v, &span, &idle, &host);
-        adv = (double *)calloc((size_t)n + 1, sizeof(double));
-        trace_advances(v, n, adv);
-        for (int i = 0; i < n; i++) {
+    for (int s = 0; s < steps; s++)
+        for (int i = 0; i < sv[s].n; i++) {
+            const trace_rec *r = sv[s].v[i];
             int j = 0;
-            while (j < na && !(ag[j].grid == v[i]->grid && !strcmp(ag[j].name, v[i]->name))) j++;
+            while (j < na && !(ag[j].grid == r->grid && !strcmp(ag[j].name, r->name))) j++;
             if (j == na) {
-                memcpy(ag[na].name, v[i]->name, sizeof ag[na].name);
-                ag[na++].grid = v[i]->grid;
+                memcpy(ag[na].name, r->name, sizeof ag[na].name);
+                ag[na++].grid = r->grid;
             }
             ag[j].n += 1;
-            ag[j].dur += (double)(v[i]->end - v[i]->start) / 1e3;
-            ag[j].adv += adv[i];
-            tot_adv += adv[i];
+            ag[j].dur += (double)(r->end - r->start) / 1e3;
+            ag[j].adv += r->adv;
+            tot_adv += r->adv;
         }
-        free(adv);
-        free(v);
-    }
     for (int i = 1; i < na; i++) /* by advance, largest first */
         for (int j = i; j > 0 && ag[j].adv > ag[j - 1].adv; j--) {
             trace_agg t = ag[j];
@@ -286,7 +269,8 @@ static void trace_report(FILE *f, const char *what) {
         fprintf(f, "  %-40s %6d %6.1f %9.1f %9.1f %5.1f%%\n", ag[i].name, ag[i].grid, ag[i].n / steps,
                 ag[i].dur / steps, ag[i].adv / steps, tot_adv > 0 ? 100.0 * ag[i].adv / tot_adv : 0);
     free(ag);
-    free(spans);
+    for (int s = 0; s < steps; s++) free(sv[s].v);
+    free(sv);
     g_tr_n = 0;
     g_nmarks = 0;
 }
