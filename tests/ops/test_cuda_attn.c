@@ -391,11 +391,6 @@ static void test_prefill(void) {
 
 /* ---------------------------------------------------------------- MoE ---- */
 
-/* A backend with DEEPINFER_CUDA_ROUTE_FUSE=1 (router logits and routing of <= 4 tokens in one
- * launch); route_case checks its ids and weight bits against g_gpu's, twice in a row (its
- * block counter must be back at zero after each launch). NULL: not checked. */
-static di_backend *g_route_fused = NULL;
-
 static void route_case(const char *name, di_route_params rp, int T, int D, float bias_amp) {
     int E = rp.n_experts, k = rp.top_k;
     char what[160];
@@ -443,22 +438,6 @@ static void route_case(const char *name, di_route_params rp, int T, int D, float
     int32_t *ig = (int32_t *)malloc((size_t)T * k * 4);
     float *wgot = g_get_f32(dw, (size_t)T * k);
     g_gpu->download(g_gpu, ig, di, (size_t)T * k * 4);
-    for (int rep = 0; rep < 2 && g_route_fused; rep++) {
-        void *fi = g_alloc((size_t)T * k * 4), *fw = g_alloc((size_t)T * k * 4), *fs = g_alloc((size_t)T * 2 * E * 4);
-        g_poison(fi, (size_t)T * k * 4);
-        g_poison(fw, (size_t)T * k * 4);
-        CHECK_OK(g_gpu->sync(g_gpu)); /* the poison (g_gpu's stream) before the other backend's launch */
-        g_route_fused->moe_route(g_route_fused, fi, fw, (const float *)dx, &gg, bias_amp > 0 ? &bg : NULL, &rp, T, fs);
-        int32_t *i2 = (int32_t *)malloc((size_t)T * k * 4);
-        float *w2 = (float *)malloc((size_t)T * k * 4);
-        CHECK_OK(g_route_fused->download(g_route_fused, i2, fi, (size_t)T * k * 4));
-        CHECK_OK(g_route_fused->download(g_route_fused, w2, fw, (size_t)T * k * 4));
-        CHECK_MSG(!memcmp(i2, ig, (size_t)T * k * 4) && !memcmp(w2, wgot, (size_t)T * k * 4),
-                  "moe_route %s T%d: the fused router-logits + routing launch (run %d) differs from the two launches",
-                  name, T, rep + 1);
-        free(i2); free(w2);
-        g_free(fi); g_free(fw); g_free(fs);
-    }
     int mism = 0;
     for (int i = 0; i < T * k; i++) mism += ig[i] != ic[i];
     snprintf(what, sizeof what, "moe_route %s E%d k%d T%d: %d/%d indices differ", name, E, k, T, mism, T * k);
@@ -473,7 +452,6 @@ static void route_case(const char *name, di_route_params rp, int T, int D, float
 }
 
 static void test_route(void) {
-    g_route_fused = g_backend_with("DEEPINFER_CUDA_ROUTE_FUSE", "1");
     route_case("noaux_tc V3", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 50, 1024, 0.05f);
     route_case("noaux_tc tiny", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 33, 160, 0.3f);
     route_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 50, 2048, 0.0f);
@@ -505,8 +483,6 @@ static void test_route(void) {
     route_case("noaux_tc E128 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 128, 8, 8, 4, 1, 2.5f}, 2, 512, 0.05f);
     route_case("noaux_tc D4160 batch 3", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 3, 4160, 0.3f);
     route_case("greedy V2-Lite batch 4", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 4, 2048, 0.0f);
-    di_backend_free(g_route_fused);
-    g_route_fused = NULL;
 }
 
 /* A router's output for tests: per token k distinct experts in ascending order, one pick in

@@ -410,7 +410,6 @@ static void c_destroy(di_backend *be) {
         if (st->main_stream) cudaStreamSynchronize(st->main_stream);
         if (st->side_stream) cudaStreamSynchronize(st->side_stream);
         if (st->lt_ws_side) cudaFree(st->lt_ws_side);
-        if (st->route_cnt) cudaFree(st->route_cnt);
         if (st->ev_fork) cudaEventDestroy(st->ev_fork);
         if (st->ev_join) cudaEventDestroy(st->ev_join);
         if (st->side_stream) cudaStreamDestroy(st->side_stream);
@@ -462,7 +461,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     const char *lp = getenv("DEEPINFER_CUDA_LT_PTR_ALGO");
     st->lt_ptr_algo = lp && atoi(lp) > 0 && atoi(lp) < 8 ? atoi(lp) : 0;
     st->lt_log = env_set("DEEPINFER_CUDA_LT_LOG");
-    st->graph_fill = env_set("DEEPINFER_CUDA_GRAPH_FILL");
+    st->graph_fill = env_on("DEEPINFER_CUDA_GRAPH_FILL");
     st->router_smem = env_on("DEEPINFER_CUDA_ROUTER_SMEM");
     st->wgmma = env_on("DEEPINFER_CUDA_WGMMA");
     const char *mw = getenv("DEEPINFER_CUDA_MLA_WGMMA");
@@ -476,7 +475,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->silu_pdl = env_on("DEEPINFER_CUDA_SILU_PDL");
     st->sample_pdl = env_on("DEEPINFER_CUDA_SAMPLE_PDL");
     st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");
-    st->route_fuse = env_set("DEEPINFER_CUDA_ROUTE_FUSE");
     st->mla_early = env_on("DEEPINFER_CUDA_MLA_EARLY");
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
     const char *sc = getenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");
@@ -518,13 +516,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
         st->lt = NULL;
         c_destroy(be);
         return di_error(DI_ERR_BACKEND, "cuda backend: cublasLtCreate failed");
-    }
-    /* the fused router's block counter (zero between launches); without it the two launches */
-    if (st->route_fuse && (cudaMalloc((void **)&st->route_cnt, sizeof(unsigned)) != cudaSuccess ||
-                           cudaMemset(st->route_cnt, 0, sizeof(unsigned)) != cudaSuccess)) {
-        if (st->route_cnt) cudaFree(st->route_cnt);
-        st->route_cnt = NULL;
-        cudaGetLastError();
     }
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);

@@ -8,7 +8,7 @@
  * Owner: cuda. Invariants: only 1-D memsets of at most FILL_MAX_BYTES whose edges are all
  * plain (no programmatic or port data) are rewritten; anything else is left as it is, and any
  * failure before the graph changes leaves it unchanged. Switch: st->graph_fill
- * (DEEPINFER_CUDA_GRAPH_FILL). */
+ * (DEEPINFER_CUDA_GRAPH_FILL, default on). */
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_internal.h"

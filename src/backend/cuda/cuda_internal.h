@@ -62,8 +62,8 @@ typedef struct cuda_state {
                                     * i-th of cuBLASLt's heuristic results (experiments) */
     int lt_log;                    /* DEEPINFER_CUDA_LT_LOG=1: each plan's shape, algorithm configuration
                                     * and workspace on stderr when built */
-    int graph_fill;                /* DEEPINFER_CUDA_GRAPH_FILL=1 (default 0, not yet measured): captured
-                                    * graphs get their small memset nodes rewritten into fill kernels
+    int graph_fill;                /* DEEPINFER_CUDA_GRAPH_FILL (default 1): captured graphs get their
+                                    * small memset nodes rewritten into fill kernels
                                     * (cuda_graph_fill.cu) */
     lt_plan plans[LT_CACHE];
     int fp8_act_quant;             /* DEEPINFER_FP8_ACT_QUANT=1 (default 0): fp8 GEMMs with T % 4 == 0
@@ -90,10 +90,6 @@ typedef struct cuda_state {
     int norm_pdl;                  /* DEEPINFER_CUDA_NORM_PDL (default 1): the vectorised RMSNorm kernels
                                     * launched with PDL (k_add_rmsnorm_v4 loads its weights before
                                     * the wait) */
-    int route_fuse;                /* DEEPINFER_CUDA_ROUTE_FUSE=1 (default 0, not yet measured): steps of
-                                    * <= 4 tokens route in the router-logits launch's last block
-                                    * (k_router_logits_route), counting blocks on route_cnt */
-    unsigned *route_cnt;           /* device counter of that kernel, zero between launches */
     int route_pdl;                 /* DEEPINFER_CUDA_ROUTE_PDL (default 1): router logits of <= 32 tokens
                                     * PDL-launched, releasing k_route (PDL) at their start */
     int sample_pdl;                /* DEEPINFER_CUDA_SAMPLE_PDL (default 1): the greedy and cluster samplers

@@ -74,14 +74,12 @@ static __device__ __forceinline__ void rt_reduce_store(float (&acc)[EE][TT], flo
     if (REUSE) __syncthreads();
 }
 
-/* pdl: 0 plain launch; 1 PDL-launched, releasing k_route (one block per 4 tokens) at once
- * (st->route_pdl); 2 PDL-launched, releasing nothing early (k_router_logits_route) */
 template <int EE, int UNROLL>
-static __device__ __forceinline__ void router_logits_body(float *out, const float *x, const bf16 *W, int T, int E,
-                                                          int D, int vec, int pdl) {
+__global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T, int E,
+                                                             int D, int vec, int pdl) {
     __shared__ float part[RT_Q][EE][RT_TOK];
-    if (pdl) {
-        if (pdl == 1) pdl_launch_dependents();
+    if (pdl) { /* launched with PDL; k_route (one block per 4 tokens) released at once (st->route_pdl) */
+        pdl_launch_dependents();
         pdl_wait();
     }
     const int lane = threadIdx.x & 31, q = threadIdx.x >> 5;
@@ -118,12 +116,6 @@ static __device__ __forceinline__ void router_logits_body(float *out, const floa
         }
     }
     rt_reduce_store<EE, RT_TOK, false>(acc, part, out, E, e0, ne, t0, nt);
-}
-
-template <int EE, int UNROLL>
-__global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T, int E,
-                                                             int D, int vec, int pdl) {
-    router_logits_body<EE, UNROLL>(out, x, W, T, E, D, vec, pdl);
 }
 
 /* Prefill variant (T > 32, vec): a block stages its TT tokens' x rows in shared memory once
@@ -229,27 +221,31 @@ static __host__ __device__ size_t route_smem_per_warp(int E, int G, int k) {
     return ((size_t)E * 8 + (size_t)G * 4 + (size_t)k * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
 }
 
-/* Routes token t (its E logits at lg, read through L2: in k_router_logits_route other blocks
- * wrote them) with one warp and that warp's shared memory (route_smem_per_warp bytes at base):
- * sigmoid / softmax, correction bias, group-limited top-k, weights in ascending expert order. */
-static __device__ void route_token(const float *lg, const float *bias, const di_route_params &rp, int t,
-                                   int32_t *idx_out, float *w_out, unsigned char *base) {
+__global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
+                        float *w_out) {
+    extern __shared__ unsigned char smem[];
+    pdl_wait(); /* st->route_pdl: launched early; the logits come from the router-logits kernel */
     const int E = rp.n_experts, k = rp.top_k, G = rp.n_group > 0 ? rp.n_group : 1;
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    size_t per_warp = route_smem_per_warp(E, G, k);
+    unsigned char *base = smem + per_warp * warp;
     float *s = (float *)base, *sel = s + E, *gscore = sel + E, *wsel = gscore + G;
     unsigned char *taken = (unsigned char *)(wsel + k), *gtaken = taken + E;
+    int t = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (t >= T) return;
+    const float *lg = logits + (long)t * E;
     const bool noaux = rp.method == DI_ROUTE_NOAUX_TC;
     if (noaux) {
         for (int e = lane; e < E; e += 32) {
-            s[e] = 1.0f / (1.0f + expf(-__ldcg(lg + e)));
+            s[e] = 1.0f / (1.0f + expf(-lg[e]));
             sel[e] = s[e] + (bias ? bias[e] : 0.0f);
         }
     } else {
         float mx = -FLT_MAX;
-        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(lg + e));
+        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         double sum = 0.0;
-        for (int e = lane; e < E; e += 32) sum += (s[e] = expf(__ldcg(lg + e) - mx));
+        for (int e = lane; e < E; e += 32) sum += (s[e] = expf(lg[e] - mx));
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         for (int e = lane; e < E; e += 32) sel[e] = s[e] = (float)((double)s[e] / sum);
     }
@@ -323,40 +319,6 @@ static __device__ void route_token(const float *lg, const float *bias, const di_
             wo[i] = w * rp.routed_scaling_factor;
         }
     }
-    __syncwarp(); /* the warp's shared memory may route another token next */
-}
-
-__global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
-                        float *w_out) {
-    extern __shared__ unsigned char smem[];
-    pdl_wait(); /* st->route_pdl: launched early; the logits come from the router-logits kernel */
-    const int E = rp.n_experts, G = rp.n_group > 0 ? rp.n_group : 1, warp = threadIdx.x >> 5;
-    int t = blockIdx.x * (blockDim.x >> 5) + warp;
-    if (t >= T) return;
-    route_token(logits + (long)t * E, bias, rp, t, idx_out, w_out, smem + route_smem_per_warp(E, G, rp.top_k) * warp);
-}
-
-/* Router logits and routing of a step of at most RT_Q tokens in one launch (st->route_fuse):
- * every block computes its expert's logits as k_router_logits<1, 4> does, then counts itself
- * done on *cnt; the last block (all logits written and fenced) routes the step's tokens, one
- * warp each, with k_route's code, and resets *cnt for the next call. Same bits as the two
- * launches; the kernel boundary between them is gone. */
-__global__ void __launch_bounds__(RT_Q * 32)
-    k_router_logits_route(float *out, const float *x, const bf16 *W, int T, int E, int D, int vec, int pdl,
-                          unsigned *cnt, const float *bias, di_route_params rp, int32_t *idx_out, float *w_out) {
-    extern __shared__ unsigned char smem[];
-    __shared__ int last;
-    router_logits_body<1, 4>(out, x, W, T, E, D, vec, pdl ? 2 : 0);
-    __threadfence(); /* this block's logits, before it counts itself done */
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(cnt, 1u) == gridDim.x * gridDim.y - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence(); /* every other block's logits, after their counts */
-    const int G = rp.n_group > 0 ? rp.n_group : 1, warp = threadIdx.x >> 5;
-    for (int t = warp; t < T; t += RT_Q)
-        route_token(out + (long)t * E, bias, rp, t, idx_out, w_out, smem + route_smem_per_warp(E, G, rp.top_k) * warp);
-    if (threadIdx.x == 0) *cnt = 0u;
 }
 
 void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const float *x, const di_weight *W_g,
@@ -367,14 +329,6 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
     DI_ASSERT(E <= DI_MAX_EXPERTS && k >= 1 && k <= E && E % G == 0);
     DI_ASSERT(!bias || (bias->cols == E && bias->dtype == DI_DTYPE_F32));
     if (T <= 0) return;
-    if (st->route_fuse && st->route_cnt && T <= RT_Q && E <= 512) {
-        bool pdl = pdl_with(st, st->route_pdl);
-        cuda_launch_pdl(st, pdl, k_router_logits_route, dim3(1, E), dim3(RT_Q * 32),
-                        route_smem_per_warp(E, G, k) * RT_Q, scratch, x, (const bf16 *)W_g->data, T, E, W_g->cols,
-                        router_vec(x, W_g), (int)pdl, st->route_cnt, bias ? (const float *)bias->data : NULL, *rp, topk_idx, topk_w);
-        CUDA_LAUNCHED(st, "router_logits_route");
-        return;
-    }
     launch_router_logits(st, scratch, x, W_g, T);
     int warps = E > 512 ? 2 : 4;
     size_t per_warp = route_smem_per_warp(E, G, k);
