@@ -25,7 +25,8 @@
 #              TRACE_STEPS, TRACE_ENV: settings, several separated by '|')
 #          dkernel: ncu sections of the decode kernels matching DKERNEL (dkernel.txt);
 #          abvar: A/B of environment settings (AB_VARIANTS separated by '|', AB_ROUNDS, AB_ARGS,
-#          AB_DECODE=1 adds bench_cuda_decode moe), each variant's bench_cuda_e2e in alternation;
+#          AB_DECODE=1 adds bench_cuda_decode moe; AB_BASE: another staged tree's bench_cuda_e2e
+#          as the first variant), each variant's bench_cuda_e2e in alternation;
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
 #          model: test_cuda_model v32 (DeepSeek-V3.2 sparse attention), golden, generate and routing;
@@ -234,9 +235,26 @@ for s in $steps; do
         # "DEEPINFER_CUDA_GEMV_WANT=16|DEEPINFER_CUDA_GEMV_WANT=32"), each run AB_ROUNDS (2) times
         # in alternation: bench_cuda_e2e with AB_ARGS (default: batch-1 decode only), and
         # bench_cuda_decode moe when AB_DECODE=1
+        # AB_BASE (a staged tree, e.g. an older build carried as .gpu-baseN holding bundle.tar.xz
+        # or b.tar.xz with bin/bench_cuda_e2e and lib/) adds its bench_cuda_e2e as the first
+        # variant of every round, for before / after numbers of a code change in alternation
         v2lite || continue
         IFS='|' read -r -a abv <<<"${AB_VARIANTS:-DEEPINFER_CUDA_PDL=1}"
+        AB_B=${AB_BASE:-}
+        if [ -n "$AB_B" ]; then
+            case $AB_B in /*) ;; *) AB_B=$CALLER_PWD/$AB_B ;; esac
+            for pk in bundle.tar.xz b.tar.xz; do
+                if [ -f "$AB_B/$pk" ] && [ ! -x "$AB_B/bin/bench_cuda_e2e" ]; then tar -xJf "$AB_B/$pk" -C "$AB_B"; fi
+            done
+            [ -x "$AB_B/bin/bench_cuda_e2e" ] || { summary "abvar: AB_BASE $AB_B has no bin/bench_cuda_e2e"; AB_B=; }
+        fi
         for r in $(seq 1 "${AB_ROUNDS:-2}"); do
+            if [ -n "$AB_B" ]; then
+                echo "(variant: base $AB_BASE, round $r)" >>"$OUT/bench.log"
+                # shellcheck disable=SC2086
+                LD_LIBRARY_PATH="$AB_B/lib${lt:+:$(dirname "$lt")}" run_step "e2e.ab.base" bench.log \
+                    "$AB_B/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" ${AB_ARGS:---batches 1 --prefill none --ceilings 0}
+            fi
             for v in "${abv[@]}"; do
                 echo "(variant: $v, round $r)" >>"$OUT/bench.log"
                 # shellcheck disable=SC2086

@@ -20,16 +20,39 @@
 enum { N_BUCKETS = 14 };
 static const int k_buckets[N_BUCKETS] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256};
 
+/* A graph step's metadata, packed: one upload per step (each upload is a host API call and a
+ * copy on the GPU's timeline before the graph can start). Byte offsets into the host and device
+ * buffers for bucket B; every array 16-byte aligned. */
+typedef struct step_layout {
+    size_t ids, pos, slots, start, ctx, bt, rows, total;
+} step_layout;
+
+static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
+
+static step_layout layout_of(int B, int mb) {
+    step_layout L;
+    size_t i32 = sizeof(int32_t), at = 0;
+    L.ids = at, at = align16(at + (size_t)B * i32);
+    L.pos = at, at = align16(at + (size_t)B * i32);
+    L.slots = at, at = align16(at + (size_t)B * i32);
+    L.start = at, at = align16(at + (size_t)(B + 1) * i32);
+    L.ctx = at, at = align16(at + (size_t)B * i32);
+    L.bt = at, at = align16(at + (size_t)B * mb * i32);
+    L.rows = at, at = align16(at + (size_t)B * sizeof(di_sample_row));
+    L.total = at;
+    return L;
+}
+
 typedef struct di_step_state {
     int max_bucket;                 /* largest bucket this model can replay */
     int graphs_on;
+    int replays;                    /* PROBE DEEPINFER_STEP_REPLAYS=N: each graph launched N times */
+    unsigned char *d_meta, *h_meta; /* a graph step's packed metadata (step_layout), device / host */
     void *graph[N_BUCKETS];
     unsigned char warm[N_BUCKETS];
     int32_t *d_tokens, *d_status;   /* device [max_tokens] */
     di_sample_row *d_rows;          /* device [max_tokens] */
-    /* host staging of a padded decode batch */
-    int32_t *ids, *pos, *slots, *start, *ctx, *bt, *lrows, *tok, *status;
-    di_sample_row *rows;
+    int32_t *status;
     /* host fallback */
     float *h_logits;                /* [h_logits_rows, vocab] */
     int h_logits_rows;
@@ -52,24 +75,18 @@ di_status di_model_step_setup(di_model *m) {
     s->max_bucket = mb;
     const char *env = getenv("DEEPINFER_CUDA_GRAPHS");
     s->graphs_on = be->graph_begin && mb > 0 && !(env && env[0] == '0');
+    const char *rp = getenv("DEEPINFER_STEP_REPLAYS");
+    s->replays = rp && atoi(rp) > 1 ? atoi(rp) : 1;
     if (!be->sample) return DI_OK;
     size_t T = (size_t)m->max_tokens, B = (size_t)(mb > 0 ? mb : 1);
     DI_TRY(be->alloc(be, T * sizeof(int32_t), (void **)&s->d_tokens));
     DI_TRY(be->alloc(be, T * sizeof(int32_t), (void **)&s->d_status));
     DI_TRY(be->alloc(be, T * sizeof(di_sample_row), (void **)&s->d_rows));
-    s->ids = calloc(B, sizeof(int32_t));
-    s->pos = calloc(B, sizeof(int32_t));
-    s->slots = calloc(B, sizeof(int32_t));
-    s->start = calloc(B + 1, sizeof(int32_t));
-    s->ctx = calloc(B, sizeof(int32_t));
-    s->bt = calloc(B * (size_t)m->max_blocks_per_seq, sizeof(int32_t));
-    s->lrows = calloc(B, sizeof(int32_t));
-    s->tok = calloc(T, sizeof(int32_t));
+    size_t meta = layout_of((int)B, m->max_blocks_per_seq).total;
+    DI_TRY(be->alloc(be, meta, (void **)&s->d_meta));
+    s->h_meta = calloc(1, meta);
     s->status = calloc(T, sizeof(int32_t));
-    s->rows = calloc(T, sizeof(di_sample_row));
-    if (!s->ids || !s->pos || !s->slots || !s->start || !s->ctx || !s->bt || !s->lrows || !s->tok || !s->status ||
-        !s->rows)
-        return di_error(DI_ERR_NOMEM, "out of memory (step staging)");
+    if (!s->h_meta || !s->status) return di_error(DI_ERR_NOMEM, "out of memory (step staging)");
     return DI_OK;
 }
 
@@ -82,16 +99,9 @@ void di_model_step_free(di_model *m) {
     be->free(be, s->d_tokens);
     be->free(be, s->d_status);
     be->free(be, s->d_rows);
-    free(s->ids);
-    free(s->pos);
-    free(s->slots);
-    free(s->start);
-    free(s->ctx);
-    free(s->bt);
-    free(s->lrows);
-    free(s->tok);
+    be->free(be, s->d_meta);
+    free(s->h_meta);
     free(s->status);
-    free(s->rows);
     free(s->h_logits);
     di_sampler_free(s->sampler);
     free(s);
@@ -180,15 +190,16 @@ static di_status sample_host(di_model *m, const di_batch *b, const di_sample_row
 
 /* ---------------------------------------------------------------- device ---- */
 
-/* final norm + lm_head for batch rows 0..n-1 (all tokens, in order) and the sample op */
-static void logits_and_sample(di_model *m, int n) {
+/* final norm + lm_head for batch rows 0..n-1 (all tokens, in order) and the sample op with
+ * the rows' parameters at d_rows (device) */
+static void logits_and_sample(di_model *m, int n, const di_sample_row *d_rows) {
     di_backend *be = m->be;
     di_step_state *s = m->step;
     int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
     const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
     be->add_rmsnorm(be, m->h, NULL, m->x, NULL, &m->final_norm, (float)m->cfg.rms_norm_eps, n, D);
     be->matmul(be, m->logits, V, m->x, D, head, n, DI_MM_OUT_F32);
-    be->sample(be, s->d_tokens, s->d_status, m->logits, n, V, s->d_rows);
+    be->sample(be, s->d_tokens, s->d_status, m->logits, n, V, d_rows);
 }
 
 static int bucket_of(const di_step_state *s, int n) {
@@ -212,33 +223,40 @@ static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row 
     di_backend *be = m->be;
     di_step_state *s = m->step;
     int n = b->n_seqs, B = k_buckets[bi], mb = m->max_blocks_per_seq;
-    memcpy(s->ids, b->token_ids, (size_t)n * sizeof(int32_t));
-    memcpy(s->pos, b->positions, (size_t)n * sizeof(int32_t));
-    memcpy(s->slots, b->slot_mapping, (size_t)n * sizeof(int32_t));
-    memcpy(s->ctx, b->seq_ctx_len, (size_t)n * sizeof(int32_t));
-    memcpy(s->rows, rows, (size_t)n * sizeof(di_sample_row));
-    for (int i = 0; i <= B; i++) s->start[i] = i;
+    step_layout L = layout_of(B, mb);
+    unsigned char *h = s->h_meta, *d = s->d_meta;
+    int32_t *ids = (int32_t *)(h + L.ids), *pos = (int32_t *)(h + L.pos), *slots = (int32_t *)(h + L.slots);
+    int32_t *start = (int32_t *)(h + L.start), *ctx = (int32_t *)(h + L.ctx), *bt = (int32_t *)(h + L.bt);
+    di_sample_row *hrows = (di_sample_row *)(h + L.rows);
+    memcpy(ids, b->token_ids, (size_t)n * sizeof(int32_t));
+    memcpy(pos, b->positions, (size_t)n * sizeof(int32_t));
+    memcpy(slots, b->slot_mapping, (size_t)n * sizeof(int32_t));
+    memcpy(ctx, b->seq_ctx_len, (size_t)n * sizeof(int32_t));
+    memcpy(hrows, rows, (size_t)n * sizeof(di_sample_row));
+    for (int i = 0; i <= B; i++) start[i] = i;
     for (int i = 0; i < n; i++) {
         int used = (b->seq_ctx_len[i] + DI_KV_BLOCK_SIZE - 1) / DI_KV_BLOCK_SIZE;
-        memcpy(s->bt + (size_t)i * mb, b->block_table + (size_t)i * b->max_blocks, (size_t)used * sizeof(int32_t));
+        memcpy(bt + (size_t)i * mb, b->block_table + (size_t)i * b->max_blocks, (size_t)used * sizeof(int32_t));
     }
     for (int i = n; i < B; i++) { /* padding: no cache write, one position, greedy */
-        s->ids[i] = 0;
-        s->pos[i] = 0;
-        s->slots[i] = -1;
-        s->ctx[i] = 1;
-        s->bt[(size_t)i * mb] = 0;
-        s->rows[i] = (di_sample_row){0.0f, 1.0f, 0.0f, 0, 0, 0, 0};
+        ids[i] = 0;
+        pos[i] = 0;
+        slots[i] = -1;
+        ctx[i] = 1;
+        bt[(size_t)i * mb] = 0;
+        hrows[i] = (di_sample_row){0.0f, 1.0f, 0.0f, 0, 0, 0, 0};
     }
-    for (int i = 0; i < B; i++) s->lrows[i] = i;
-    di_batch pb = {B, s->ids, s->pos, s->slots, B, B, s->start, s->ctx, s->bt, mb, B, s->lrows};
-    di_attn_batch ab;
-    di_deepseek_upload_batch(m, &pb, &ab);
-    ab.max_ctx_len = mb * DI_KV_BLOCK_SIZE; /* a graph must not depend on the step's contexts */
-    be->upload(be, s->d_rows, s->rows, (size_t)B * sizeof(di_sample_row));
+    be->upload(be, d, h, L.total);
+    const int32_t *d_ids = (const int32_t *)(d + L.ids);
+    const di_sample_row *d_rows = (const di_sample_row *)(d + L.rows);
+    /* max_ctx_len: a graph must not depend on the step's contexts */
+    di_attn_batch ab = {.positions = (const int32_t *)(d + L.pos), .slot_mapping = (const int32_t *)(d + L.slots),
+                        .seq_start = (const int32_t *)(d + L.start), .seq_ctx_len = (const int32_t *)(d + L.ctx),
+                        .block_table = (const int32_t *)(d + L.bt), .n_tokens = B, .n_seqs = B, .max_blocks = mb,
+                        .max_q_len = 1, .max_ctx_len = mb * DI_KV_BLOCK_SIZE};
     if (!s->graph[bi] && s->warm[bi] && be->graph_begin(be) == DI_OK) {
-        di_deepseek_layers(m, &ab, B, B);
-        logits_and_sample(m, B);
+        di_deepseek_layers(m, d_ids, &ab, B, B);
+        logits_and_sample(m, B, d_rows);
         if (be->graph_end(be, &s->graph[bi]) != DI_OK) {
             s->graph[bi] = NULL;
             s->graphs_on = 0; /* capture failed (nothing ran): this and later steps run eagerly */
@@ -246,10 +264,10 @@ static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row 
         }
     }
     if (s->graph[bi]) {
-        DI_TRY(be->graph_launch(be, s->graph[bi]));
+        for (int r = 0; r < s->replays; r++) DI_TRY(be->graph_launch(be, s->graph[bi]));
     } else {
-        di_deepseek_layers(m, &ab, B, B);
-        logits_and_sample(m, B);
+        di_deepseek_layers(m, d_ids, &ab, B, B);
+        logits_and_sample(m, B, d_rows);
         s->warm[bi] = 1;
     }
     return fetch_tokens(m, tokens, status, n);
@@ -264,7 +282,7 @@ static di_status step_eager(di_model *m, const di_batch *b, const di_sample_row 
     const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
     di_attn_batch ab;
     di_deepseek_upload_batch(m, b, &ab);
-    di_deepseek_layers(m, &ab, b->n_decode_seqs, b->seq_start[b->n_decode_seqs]);
+    di_deepseek_layers(m, m->d_ids, &ab, b->n_decode_seqs, b->seq_start[b->n_decode_seqs]);
     be->upload(be, s->d_rows, rows, (size_t)b->n_logits * sizeof(di_sample_row));
     for (int r0 = 0; r0 < b->n_logits; r0 += m->logits_chunk) {
         int n = b->n_logits - r0 < m->logits_chunk ? b->n_logits - r0 : m->logits_chunk;

@@ -273,9 +273,11 @@ static di_status download_hidden(di_model *m, float *dst, const di_weight *norm,
 
 static int decode_tokens(const di_batch *b) { return b->seq_start[b->n_decode_seqs]; }
 
-/* h = the main model's residual stream after every layer, for the uploaded batch. */
-void di_deepseek_layers(di_model *m, const di_attn_batch *ab, int n_decode_seqs, int n_decode_tokens) {
-    m->be->embed(m->be, m->h, &m->embed, m->d_ids, ab->n_tokens);
+/* h = the main model's residual stream after every layer, for the uploaded batch (its token
+ * ids at ids, device). */
+void di_deepseek_layers(di_model *m, const int32_t *ids, const di_attn_batch *ab, int n_decode_seqs,
+                        int n_decode_tokens) {
+    m->be->embed(m->be, m->h, &m->embed, ids, ab->n_tokens);
     const void *delta = NULL;
     for (int l = 0; l < m->n_layers; l++) delta = decoder_layer(m, l, ab, n_decode_seqs, n_decode_tokens, delta);
     flush_delta(m, delta, ab->n_tokens);
@@ -286,7 +288,7 @@ di_status di_deepseek_forward(di_model *m, const di_batch *b, float *logits, flo
     di_attn_batch ab;
     di_deepseek_upload_batch(m, b, &ab);
     int T = b->n_tokens;
-    di_deepseek_layers(m, &ab, b->n_decode_seqs, decode_tokens(b));
+    di_deepseek_layers(m, m->d_ids, &ab, b->n_decode_seqs, decode_tokens(b));
     const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
     if (hidden) DI_TRY(download_hidden(m, hidden, &m->final_norm, T));
     if (logits) DI_TRY(emit_logits(m, b, &m->final_norm, head, logits));

@@ -62,6 +62,8 @@ typedef struct cuda_state {
                                     * i-th of cuBLASLt's heuristic results (experiments) */
     int lt_log;                    /* DEEPINFER_CUDA_LT_LOG=1: each plan's shape, algorithm configuration
                                     * and workspace on stderr when built */
+    int pin_down;                  /* DEEPINFER_CUDA_PIN_DOWN (default 1): small downloads through the
+                                    * pinned staging (c_download) */
     int graph_fill;                /* DEEPINFER_CUDA_GRAPH_FILL (default 1): captured graphs get their
                                     * small memset nodes rewritten into fill kernels
                                     * (cuda_graph_fill.cu) */
