@@ -148,16 +148,6 @@ static di_status c_download(di_backend *be, void *dst, const void *src, size_t b
     cuda_state *st = cst(be);
     if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: download() inside a graph capture");
     lanes_rejoin(st);
-    /* small downloads (a decode step's tokens) land in the pinned staging, a plain DMA the
-     * synchronisation waits for, and are copied out on the host; others (or with
-     * DEEPINFER_CUDA_PIN_DOWN=0) go straight into the caller's pageable memory */
-    if (bytes && st->pin && st->pin_down && st->pin_used + align256(bytes) <= st->pin_bytes) {
-        char *stage = st->pin + st->pin_used;
-        cuda_note(st, cudaMemcpyAsync(stage, src, bytes, cudaMemcpyDeviceToHost, st->stream), "download");
-        di_status r = c_sync(be);
-        if (r == DI_OK) memcpy(dst, stage, bytes);
-        return r;
-    }
     if (bytes) cuda_note(st, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream), "download");
     return c_sync(be);
 }
@@ -472,7 +462,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->lt_ptr_algo = lp && atoi(lp) > 0 && atoi(lp) < 8 ? atoi(lp) : 0;
     st->lt_log = env_set("DEEPINFER_CUDA_LT_LOG");
     st->graph_fill = env_on("DEEPINFER_CUDA_GRAPH_FILL");
-    st->pin_down = env_on("DEEPINFER_CUDA_PIN_DOWN");
     st->router_smem = env_on("DEEPINFER_CUDA_ROUTER_SMEM");
     st->wgmma = env_on("DEEPINFER_CUDA_WGMMA");
     const char *mw = getenv("DEEPINFER_CUDA_MLA_WGMMA");
@@ -487,6 +476,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->sample_pdl = env_on("DEEPINFER_CUDA_SAMPLE_PDL");
     st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");
     st->mla_early = env_on("DEEPINFER_CUDA_MLA_EARLY");
+    const char *mk = getenv("DEEPINFER_CUDA_MLA_MIN_KEYS");
+    st->mla_min_keys = mk && atoi(mk) > 0 ? atoi(mk) : 32;
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
     const char *sc = getenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");
     st->sample_cluster = sc && (!strcmp(sc, "0") || !strcmp(sc, "4") || !strcmp(sc, "8")) ? atoi(sc) : 1;

@@ -62,8 +62,6 @@ typedef struct cuda_state {
                                     * i-th of cuBLASLt's heuristic results (experiments) */
     int lt_log;                    /* DEEPINFER_CUDA_LT_LOG=1: each plan's shape, algorithm configuration
                                     * and workspace on stderr when built */
-    int pin_down;                  /* DEEPINFER_CUDA_PIN_DOWN (default 1): small downloads through the
-                                    * pinned staging (c_download) */
     int graph_fill;                /* DEEPINFER_CUDA_GRAPH_FILL (default 1): captured graphs get their
                                     * small memset nodes rewritten into fill kernels
                                     * (cuda_graph_fill.cu) */
@@ -86,6 +84,8 @@ typedef struct cuda_state {
     int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
                                     * at most N tokens without permutation (cuda_moe_small.cu);
                                     * measured faster than the permuted path only at one token */
+    int mla_min_keys;              /* DEEPINFER_CUDA_MLA_MIN_KEYS=N (default 32): dense split-KV MLA decode
+                                    * gives each split at least N keys (split_tps) */
     int mla_early;                 /* DEEPINFER_CUDA_MLA_EARLY (default 1): the dense mma.sync MLA decode
                                     * kernel, PDL-launched, reads the step's metadata and the cache rows
                                     * of earlier steps before its wait */
