@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
     const int hg = blockIdx.x % n_hg, split = (blockIdx.x / n_hg) % a.nsplit, t = blockIdx.x / (n_hg * a.nsplit);
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     int nkeys = seq < 0 ? 0 : dec_nkeys<SP>(a, sp, seq, t), ntiles = (nkeys + FKT - 1) / FKT;
-    int tps = split_tps(a, ntiles);
+    int tps = (ntiles + a.nsplit - 1) / a.nsplit;
     int tb = split * tps, te = min(ntiles, tb + tps);
     const int h0 = hg * R;
     const int rg = warp % RW, cg = warp / RW;
@@ -395,7 +395,7 @@ static __device__ __forceinline__ bool merge_head(const dec_args &a, const dec_s
     int keys = dec_nkeys<SP>(a, sp, seq, t);
     int ntiles = (keys + a.kt - 1) / a.kt;
     if (ntiles <= 0) return false; /* an empty selection (backend.h: never; count >= 1) */
-    int tps = split_tps(a, ntiles);
+    int tps = (ntiles + S - 1) / S;
     S = (ntiles + tps - 1) / tps;
     if (threadIdx.x < 32) {
         int lane = threadIdx.x;
@@ -607,7 +607,6 @@ static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *q
     a.part = NULL;
     a.ml = NULL;
     a.early = st->mla_early;
-    a.min_tps = 1;
     dec_sel sp = {ab->sel_pos, ab->sel_count, ab->sel_stride};
     int fast = d->kv_rank == FDV && d->rope_dim == FD - FDV && d->n_heads % 16 == 0 && ldqpe % 8 == 0 &&
                hsqpe % 8 == 0 && ((uintptr_t)qpe & 15) == 0 && ((uintptr_t)qt & 15) == 0;
@@ -642,9 +641,6 @@ static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *q
         CUDA_LAUNCHED(st, "mla_decode_generic");
         return 0;
     }
-    /* dense: splits of at least mla_min_keys keys, in the kernel's tiles */
-    int kt = wg ? (int)MLA_WG_KT : (int)FKT;
-    a.min_tps = st->mla_min_keys > kt ? st->mla_min_keys / kt : 1;
     if (wg) {
         a.kt = MLA_WG_KT;
         mla_decode_wg_launch(st, a, ab->n_tokens, st->mla_wgmma == 2);

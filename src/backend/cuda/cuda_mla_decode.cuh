@@ -21,17 +21,7 @@ typedef struct dec_args {
     float *ml;   /* [n_tokens * H * nsplit][2] */
     int early;   /* k_mla_decode_fast (dense): metadata and earlier steps' cache rows before the PDL
                   * wait, launched with PDL (DEEPINFER_CUDA_MLA_EARLY) */
-    int min_tps; /* tiles per split at least (dense: DEEPINFER_CUDA_MLA_MIN_KEYS / kt; sparse 1) */
 } dec_args;
-
-/* Tiles per split of a token with ntiles key tiles: an even share of the a.nsplit splits, but
- * at least a.min_tps, so a short context fills fewer splits (the rest find no keys and skip;
- * the merge reads only the splits that had keys). The decode kernels and the merge use it
- * alike; it depends on the context read on the device, so a graph's launches stay fixed. */
-static __device__ __forceinline__ int split_tps(const dec_args &a, int ntiles) {
-    int tps = (ntiles + a.nsplit - 1) / a.nsplit;
-    return tps < a.min_tps ? a.min_tps : tps;
-}
 
 static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {
     int blk = a.block_table[(long)seq * a.max_blocks + p / DI_KV_BLOCK_SIZE];
