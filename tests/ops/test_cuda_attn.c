@@ -391,12 +391,35 @@ static void test_prefill(void) {
 
 /* ---------------------------------------------------------------- MoE ---- */
 
-static void route_case(const char *name, di_route_params rp, int T, int D, float bias_amp) {
+static di_backend *g_route_argmax; /* DEEPINFER_CUDA_ROUTE_REDUX=0: k_route's picks by warp_argmax */
+
+/* route_case with inputs that stress k_route's tie, -INF and NaN rules. dup > 0: gate row e
+ * (and bias e) a copy of row e % dup, so experts share bit-identical logits (exact ties, which
+ * the lower index wins); bias_pow2 (with bias_amp > 0): each expert's bias 2^24 or 2^25, which
+ * swallows the sigmoid, so every noaux_tc selection score is exactly 2^24 or 2^25 (ties among
+ * experts and among group scores; the weights stay the unbiased sigmoid); nan_row >= 0: that
+ * gate row NaN (its logits NaN, with softmax every score NaN): the comparisons with the CPU are
+ * skipped (NaN picks are not specified) and only the two GPU paths are compared, whose ids and
+ * weight bits must match as everywhere. */
+static void route_case_x(const char *name, di_route_params rp, int T, int D, float bias_amp, int dup, int bias_pow2,
+                         int nan_row) {
     int E = rp.n_experts, k = rp.top_k;
     char what[160];
     t_weight wg = t_weight_make(1, E, D, 0, 0.05f);
+    for (int e = dup > 0 ? dup : E; e < E; e++) {
+        memcpy(wg.bf[0] + (size_t)e * D, wg.bf[0] + (size_t)(e % dup) * D, (size_t)D * 2);
+        memcpy(wg.deq + (size_t)e * D, wg.deq + (size_t)(e % dup) * D, (size_t)D * 4);
+    }
+    if (nan_row >= 0)
+        for (int d = 0; d < D; d++) {
+            wg.bf[0][(size_t)nan_row * D + d] = 0x7fc0; /* bf16 quiet NaN */
+            wg.deq[(size_t)nan_row * D + d] = NAN;
+        }
     di_weight gc = t_weight_upload(g_cpu, &wg, DI_WEIGHT_PLAIN), gg = t_weight_upload(g_gpu, &wg, DI_WEIGHT_PLAIN);
     float *bias = t_rand((size_t)E, bias_amp);
+    for (int e = dup > 0 ? dup : E; e < E; e++) bias[e] = bias[e % dup];
+    if (bias_pow2)
+        for (int e = 0; e < E; e++) bias[e] = t_int(2) ? 33554432.0f : 16777216.0f;
     di_weight bc = t_vec_upload(g_cpu, bias, E), bg = t_vec_upload(g_gpu, bias, E);
     float *x = t_rand_f32((size_t)T * D, 1.0f); /* the router input is f32: full precision */
     int32_t *ic = (int32_t *)malloc((size_t)T * k * 4);
@@ -411,7 +434,7 @@ static void route_case(const char *name, di_route_params rp, int T, int D, float
     /* the fp32 router logits themselves (scratch [T, E] first): fp32 summation order only */
     float *lg = g_get_f32(ds, (size_t)T * E);
     snprintf(what, sizeof what, "moe_route %s T%d D%d fp32 logits", name, T, D);
-    T_CHECK(what, lg, scr, (size_t)T * E, 1e-5, 1e-5);
+    if (nan_row < 0) T_CHECK(what, lg, scr, (size_t)T * E, 1e-5, 1e-5);
     if (T > 1) { /* batch invariance: the last token routed alone gets bit-identical logits */
         void *di1 = g_alloc((size_t)k * 4), *dw1 = g_alloc((size_t)k * 4), *ds1 = g_alloc((size_t)2 * E * 4);
         g_poison(ds1, (size_t)2 * E * 4);
@@ -438,20 +461,48 @@ static void route_case(const char *name, di_route_params rp, int T, int D, float
     int32_t *ig = (int32_t *)malloc((size_t)T * k * 4);
     float *wgot = g_get_f32(dw, (size_t)T * k);
     g_gpu->download(g_gpu, ig, di, (size_t)T * k * 4);
-    int mism = 0;
-    for (int i = 0; i < T * k; i++) mism += ig[i] != ic[i];
-    snprintf(what, sizeof what, "moe_route %s E%d k%d T%d: %d/%d indices differ", name, E, k, T, mism, T * k);
-    fprintf(stderr, "  %s\n", what);
-    CHECK_MSG(mism == 0, "%s", what);
-    snprintf(what, sizeof what, "moe_route %s weights", name);
-    T_CHECK(what, wgot, wc, (size_t)T * k, 1e-5, 1e-5);
+    if (g_route_argmax) { /* the same inputs through warp_argmax: the same ids, the same weight bits */
+        void *di0 = g_alloc((size_t)T * k * 4), *dw0 = g_alloc((size_t)T * k * 4);
+        void *ds0 = g_alloc((size_t)T * 2 * E * 4);
+        g_poison(di0, (size_t)T * k * 4);
+        g_poison(dw0, (size_t)T * k * 4);
+        CHECK_OK(g_gpu->sync(g_gpu)); /* the poison lands before the other backend's stream runs */
+        g_route_argmax->moe_route(g_route_argmax, di0, dw0, (const float *)dx, &gg, bias_amp > 0 ? &bg : NULL, &rp, T,
+                                  ds0);
+        CHECK_OK(g_route_argmax->sync(g_route_argmax));
+        int32_t *i0 = (int32_t *)malloc((size_t)T * k * 4);
+        float *w0 = (float *)malloc((size_t)T * k * 4);
+        g_gpu->download(g_gpu, i0, di0, (size_t)T * k * 4);
+        g_gpu->download(g_gpu, w0, dw0, (size_t)T * k * 4);
+        int same = !memcmp(i0, ig, (size_t)T * k * 4) && !memcmp(w0, wgot, (size_t)T * k * 4);
+        fprintf(stderr, "  moe_route %s: DEEPINFER_CUDA_ROUTE_REDUX=0: %s\n", name,
+                same ? "same ids and weight bits" : "DIFFERS");
+        CHECK_MSG(same, "moe_route %s: ids / weight bits differ with DEEPINFER_CUDA_ROUTE_REDUX=0", name);
+        free(i0); free(w0);
+        g_free(di0); g_free(dw0); g_free(ds0);
+    }
+    if (nan_row < 0) {
+        int mism = 0;
+        for (int i = 0; i < T * k; i++) mism += ig[i] != ic[i];
+        snprintf(what, sizeof what, "moe_route %s E%d k%d T%d: %d/%d indices differ", name, E, k, T, mism, T * k);
+        fprintf(stderr, "  %s\n", what);
+        CHECK_MSG(mism == 0, "%s", what);
+        snprintf(what, sizeof what, "moe_route %s weights", name);
+        T_CHECK(what, wgot, wc, (size_t)T * k, 1e-5, 1e-5);
+    }
     free(ic); free(wc); free(scr); free(ig); free(wgot); free(x); free(bias);
     g_free(dx); g_free(di); g_free(dw); g_free(ds);
     g_cpu->weight_free(g_cpu, &gc); g_gpu->weight_free(g_gpu, &gg);
     g_cpu->weight_free(g_cpu, &bc); g_gpu->weight_free(g_gpu, &bg); t_weight_free(&wg);
 }
 
+static void route_case(const char *name, di_route_params rp, int T, int D, float bias_amp) {
+    route_case_x(name, rp, T, D, bias_amp, 0, 0, -1);
+}
+
+/* every case also runs on a backend with DEEPINFER_CUDA_ROUTE_REDUX=0 (same ids, same bits) */
 static void test_route(void) {
+    g_route_argmax = g_backend_with("DEEPINFER_CUDA_ROUTE_REDUX", "0");
     route_case("noaux_tc V3", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 50, 1024, 0.05f);
     route_case("noaux_tc tiny", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 33, 160, 0.3f);
     route_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 50, 2048, 0.0f);
@@ -483,6 +534,28 @@ static void test_route(void) {
     route_case("noaux_tc E128 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 128, 8, 8, 4, 1, 2.5f}, 2, 512, 0.05f);
     route_case("noaux_tc D4160 batch 3", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 3, 4160, 0.3f);
     route_case("greedy V2-Lite batch 4", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 4, 2048, 0.0f);
+    /* ties, -INF / masked picks and NaN (route_case_x): duplicated gate rows (3 distinct rows
+     * among 64: each top-6 is one value's six lowest copies, across lanes and slots; V3 with
+     * 32 distinct rows: all group scores equal; 5 among 384; 7 among 1024), a bias that makes
+     * every noaux_tc score 2^24 or 2^25, more picks than unmasked experts (noaux_tc: -INF
+     * picked lowest index first; group_limited: masked zeros), one NaN gate row */
+    const di_route_params v2 = {DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, v3 = {DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f};
+    route_case_x("greedy V2-Lite dup rows", v2, 5, 2048, 0.0f, 3, 0, -1);
+    route_case_x("noaux_tc V3 dup rows", v3, 6, 1024, 0.05f, 32, 0, -1);
+    route_case_x("noaux_tc E384 dup rows", (di_route_params){DI_ROUTE_NOAUX_TC, 384, 8, 1, 1, 1, 2.827f}, 3, 512,
+                 0.05f, 5, 0, -1);
+    route_case_x("noaux_tc 1024 dup rows", (di_route_params){DI_ROUTE_NOAUX_TC, 1024, 8, 16, 4, 1, 2.5f}, 2, 256,
+                 0.05f, 7, 0, -1);
+    route_case_x("noaux_tc V3 bias ties", v3, 9, 1024, 1.0f, 0, 1, -1);
+    route_case_x("noaux_tc E72 bias ties", (di_route_params){DI_ROUTE_NOAUX_TC, 72, 6, 8, 3, 1, 2.5f}, 3, 512, 1.0f,
+                 0, 1, -1);
+    route_case("noaux_tc -inf picks", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 8, 1, 1, 2.5f}, 5, 160, 0.3f);
+    route_case("group_limited zero picks", (di_route_params){DI_ROUTE_GROUP_LIMITED_GREEDY, 16, 6, 4, 1, 0, 2.0f}, 5,
+               96, 0.0f);
+    route_case_x("noaux_tc V3 NaN row", v3, 3, 1024, 0.05f, 0, 0, 37);
+    route_case_x("greedy V2-Lite NaN row", v2, 2, 2048, 0.0f, 0, 0, 5);
+    if (g_route_argmax) di_backend_free(g_route_argmax);
+    g_route_argmax = NULL;
 }
 
 /* A router's output for tests: per token k distinct experts in ascending order, one pick in

@@ -475,9 +475,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->silu_pdl = env_on("DEEPINFER_CUDA_SILU_PDL");
     st->sample_pdl = env_on("DEEPINFER_CUDA_SAMPLE_PDL");
     st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");
+    st->route_redux = env_on("DEEPINFER_CUDA_ROUTE_REDUX");
     st->mla_early = env_on("DEEPINFER_CUDA_MLA_EARLY");
-    const char *mk = getenv("DEEPINFER_CUDA_MLA_MIN_KEYS");
-    st->mla_min_keys = mk && atoi(mk) > 0 ? atoi(mk) : 32;
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
     const char *sc = getenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");
     st->sample_cluster = sc && (!strcmp(sc, "0") || !strcmp(sc, "4") || !strcmp(sc, "8")) ? atoi(sc) : 1;

@@ -84,8 +84,6 @@ typedef struct cuda_state {
     int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
                                     * at most N tokens without permutation (cuda_moe_small.cu);
                                     * measured faster than the permuted path only at one token */
-    int mla_min_keys;              /* DEEPINFER_CUDA_MLA_MIN_KEYS=N (default 32): dense split-KV MLA decode
-                                    * gives each split at least N keys (split_tps) */
     int mla_early;                 /* DEEPINFER_CUDA_MLA_EARLY (default 1): the dense mma.sync MLA decode
                                     * kernel, PDL-launched, reads the step's metadata and the cache rows
                                     * of earlier steps before its wait */
@@ -94,6 +92,9 @@ typedef struct cuda_state {
                                     * the wait) */
     int route_pdl;                 /* DEEPINFER_CUDA_ROUTE_PDL (default 1): router logits of <= 32 tokens
                                     * PDL-launched, releasing k_route (PDL) at their start */
+    int route_redux;               /* DEEPINFER_CUDA_ROUTE_REDUX (default 1): k_route's top-k picks on warp
+                                    * reductions of register keys (warp_topk_redux); 0 warp_argmax
+                                    * (shared-memory scan + shuffle tree per pick); same ids and bits */
     int sample_pdl;                /* DEEPINFER_CUDA_SAMPLE_PDL (default 1): the greedy and cluster samplers
                                     * PDL-launched (row parameters read before the wait) */
     int rope_pdl;                  /* DEEPINFER_CUDA_ROPE_PDL (default 1): rope_kv_write of 2-16 tokens

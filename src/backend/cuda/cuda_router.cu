@@ -215,14 +215,91 @@ static __device__ int warp_argmax(const float *v, const unsigned char *taken, in
     return b.e;
 }
 
+/* Top-k on warp reductions (st->route_redux, DEEPINFER_CUDA_ROUTE_REDUX, default on): the k
+ * experts (or groups) that k warp_argmax calls with taken[] would pick, without a shared-memory
+ * scan and a 10-shuffle tree per pick.
+ * Keys: lane l holds its candidates v[l + 32 j], j < NJ, in registers as 32-bit keys whose
+ * unsigned order is the float order of `>`:
+ *     key(x) = bits(x) | 0x80000000 for x >= +0,  ~bits(x) for x < 0,  after -0.0 -> +0.0,
+ * so key(a) > key(b) exactly when a > b (IEEE compare; this build flushes no denormals, so they
+ * keep their order as under `>`), and key(-0.0) == key(+0.0) as -0.0 == +0.0 (a tie: the lower
+ * index wins, as in warp_argmax). A slot taken or past n reads as key 0, below every non-NaN
+ * value (key(-INF) = 0x007fffff): so an untaken -INF (an expert of a group that noaux_tc masked
+ * out) or 0 (one masked by group_limited_greedy) is still picked, lowest index first, once nothing
+ * larger is left, as warp_argmax accepts the first untaken element whatever its value.
+ * One pick: each lane's largest untaken key (the lowest j among equal keys, i.e. the lowest
+ * index, as warp_argmax's ascending scan with `>` keeps), __reduce_max_sync of those, then
+ * __reduce_min_sync of the index over the lanes holding that maximum; the owning lane sets the
+ * slot's bit in its pick mask. That is the largest value, lowest index among equal ones: what
+ * warp_argmax returns when no candidate is NaN (`>` is then a total preorder, so the shape of
+ * its shuffle tree does not matter).
+ * NaN: warp_argmax's answer then depends on where the NaN sits (a lane's first untaken NaN is
+ * never replaced by its scan, and `better` keeps the lower index against a NaN), which no
+ * max-reduction reproduces; so if any of the n candidates is NaN this returns false, having
+ * picked nothing, and the caller runs warp_argmax: the same ids and weight bits in every case.
+ * Returns true with *picked: bit j set when v[lane + 32 j] was picked (each lane its own bits). */
+static __device__ __forceinline__ unsigned route_key(float x) {
+    unsigned b = __float_as_uint(x);
+    if ((b << 1) == 0u) b = 0u; /* -0.0 -> +0.0 */
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+template <int NJ>
+static __device__ __forceinline__ bool warp_topk_redux_nj(const float *v, int n, int k, unsigned *picked) {
+    const int lane = threadIdx.x & 31;
+    unsigned key[NJ];
+    bool nan = false;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int i = lane + 32 * j;
+        const float x = i < n ? v[i] : 0.0f;
+        nan |= isnan(x);
+        key[j] = i < n ? route_key(x) : 0u;
+    }
+    if (__any_sync(0xffffffffu, nan)) return false;
+    unsigned mask = 0u;
+    for (int p = 0; p < k; p++) {
+        unsigned bk = 0u;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const unsigned kj = (mask >> j) & 1u ? 0u : key[j]; /* taken: 0 (keys stay read-only, */
+            if (kj > bk) {                                       /* so they stay in registers)    */
+                bk = kj;
+                bi = lane + 32 * j;
+            }
+        }
+        const unsigned mx = __reduce_max_sync(0xffffffffu, bk);
+        if (mx == 0u) break; /* nothing left (k > n): warp_argmax's -1 */
+        const int win = __reduce_min_sync(0xffffffffu, bk == mx ? bi : 0x7fffffff);
+        if ((win & 31) == lane) mask |= 1u << (win >> 5);
+    }
+    *picked = mask;
+    return true;
+}
+
+/* The top k of v[0..n), n <= 32 NJ (NJ a power of two), as k warp_argmax calls with taken[] would
+ * pick them; false (nothing picked) when a candidate is NaN. Runs with the fewest slots per lane
+ * that hold n (NJ halved while n fits). */
+template <int NJ>
+static __device__ __forceinline__ bool warp_topk_redux(const float *v, int n, int k, unsigned *picked) {
+    if constexpr (NJ > 1) {
+        if (n <= 16 * NJ) return warp_topk_redux<NJ / 2>(v, n, k, picked);
+    }
+    return warp_topk_redux_nj<NJ>(v, n, k, picked);
+}
+
 /* k_route's shared memory per warp: s, sel [E] and gscore [G] and the selected weights [k]
  * (floats), then taken [E] and gtaken [G] (bytes), rounded to 16 */
 static __host__ __device__ size_t route_smem_per_warp(int E, int G, int k) {
     return ((size_t)E * 8 + (size_t)G * 4 + (size_t)k * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
 }
 
+/* redux: st->route_redux, the picks through warp_topk_redux (warp_argmax when a value is NaN);
+ * NJ: its slots per lane, E <= 32 NJ (see cuda_moe_route) */
+template <int NJ>
 __global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
-                        float *w_out) {
+                        float *w_out, int redux) {
     extern __shared__ unsigned char smem[];
     pdl_wait(); /* st->route_pdl: launched early; the logits come from the router-logits kernel */
     const int E = rp.n_experts, k = rp.top_k, G = rp.n_group > 0 ? rp.n_group : 1;
@@ -274,28 +351,37 @@ __global__ void k_route(const float *logits, const float *bias, di_route_params 
             gtaken[gi] = 0;
         }
         __syncwarp();
-        for (int n = 0; n < rp.topk_group; n++) {
-            int best = warp_argmax(gscore, gtaken, G);
-            if (lane == 0 && best >= 0) gtaken[best] = 1;
+        unsigned gpick;
+        if (redux && warp_topk_redux<NJ>(gscore, G, rp.topk_group, &gpick)) {
+            for (int gi = lane; gi < G; gi += 32) gtaken[gi] = (gpick >> (gi >> 5)) & 1u;
             __syncwarp();
+        } else {
+            for (int n = 0; n < rp.topk_group; n++) {
+                int best = warp_argmax(gscore, gtaken, G);
+                if (lane == 0 && best >= 0) gtaken[best] = 1;
+                __syncwarp();
+            }
         }
         float fill = noaux ? -INFINITY : 0.0f;
         for (int e = lane; e < E; e += 32)
             if (!gtaken[e / gs]) sel[e] = fill;
         __syncwarp();
     }
-    for (int n = 0; n < k; n++) {
-        int best = warp_argmax(sel, taken, E);
-        if (lane == 0 && best >= 0) taken[best] = 1;
-        __syncwarp();
-    }
+    unsigned pick = 0u; /* the fast path's picks: bit j for expert lane + 32 j */
+    const bool fast = redux && warp_topk_redux<NJ>(sel, E, k, &pick);
+    if (!fast)
+        for (int n = 0; n < k; n++) {
+            int best = warp_argmax(sel, taken, E);
+            if (lane == 0 && best >= 0) taken[best] = 1;
+            __syncwarp();
+        }
     /* emit in ascending expert order */
     int32_t *io = idx_out + (long)t * k;
     float *wo = w_out + (long)t * k;
     int n = 0;
     for (int b0 = 0; b0 < E && n < k; b0 += 32) {
         int e = b0 + lane;
-        bool f = e < E && taken[e];
+        bool f = e < E && (fast ? ((pick >> (b0 >> 5)) & 1u) != 0u : taken[e] != 0);
         unsigned m = __ballot_sync(0xffffffffu, f);
         if (f) {
             int r = n + __popc(m & ((1u << lane) - 1u));
@@ -332,9 +418,13 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
     launch_router_logits(st, scratch, x, W_g, T);
     int warps = E > 512 ? 2 : 4;
     size_t per_warp = route_smem_per_warp(E, G, k);
-    cuda_launch_pdl(st, pdl_with(st, st->route_pdl && T <= 32), k_route, dim3(ceil_div_i(T, warps)),
+    /* the fewest register slots per lane for warp_topk_redux: the larger variants hold more
+     * registers (ptxas: 32 / 47 / 78 per thread), which would cut large prefills' occupancy */
+    static_assert(DI_MAX_EXPERTS <= 32 * 32, "k_route: at most 32 slots per lane (one 32-bit pick mask)");
+    auto route = E <= 256 ? k_route<8> : E <= 512 ? k_route<16> : k_route<32>;
+    cuda_launch_pdl(st, pdl_with(st, st->route_pdl && T <= 32), route, dim3(ceil_div_i(T, warps)),
                     dim3(warps * 32), per_warp * warps, (const float *)scratch,
-                    bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w);
+                    bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w, st->route_redux);
     CUDA_LAUNCHED(st, "moe_route");
 }
 
