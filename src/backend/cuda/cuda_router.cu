@@ -215,7 +215,7 @@ static __device__ int warp_argmax(const float *v, const unsigned char *taken, in
     return b.e;
 }
 
-/* Top-k on warp reductions (st->route_redux, DEEPINFER_CUDA_ROUTE_REDUX, default on): the k
+/* Top-k on warp reductions (steps of at most st->route_redux tokens, DEEPINFER_CUDA_ROUTE_REDUX): the k
  * experts (or groups) that k warp_argmax calls with taken[] would pick, without a shared-memory
  * scan and a 10-shuffle tree per pick.
  * Keys: lane l holds its candidates v[l + 32 j], j < NJ, in registers as 32-bit keys whose
@@ -295,7 +295,7 @@ static __host__ __device__ size_t route_smem_per_warp(int E, int G, int k) {
     return ((size_t)E * 8 + (size_t)G * 4 + (size_t)k * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
 }
 
-/* redux: st->route_redux, the picks through warp_topk_redux (warp_argmax when a value is NaN);
+/* redux: T <= st->route_redux, the picks through warp_topk_redux (warp_argmax when a value is NaN);
  * NJ: its slots per lane, E <= 32 NJ (see cuda_moe_route) */
 template <int NJ>
 __global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
@@ -424,7 +424,7 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
     auto route = E <= 256 ? k_route<8> : E <= 512 ? k_route<16> : k_route<32>;
     cuda_launch_pdl(st, pdl_with(st, st->route_pdl && T <= 32), route, dim3(ceil_div_i(T, warps)),
                     dim3(warps * 32), per_warp * warps, (const float *)scratch,
-                    bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w, st->route_redux);
+                    bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w, (int)(T <= st->route_redux));
     CUDA_LAUNCHED(st, "moe_route");
 }
 
