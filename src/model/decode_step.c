@@ -4,8 +4,8 @@
  *
  * Owner: cuda (model extension). A decode step of n sequences with one token each is padded to
  * the smallest bucket B >= n (padding tokens write no cache slot, attend to one position and
- * are sampled greedily, their results dropped), its metadata uploaded into the model's fixed
- * device buffers, and the bucket's graph launched. The first step of a bucket runs eagerly
+ * are sampled greedily, their results dropped), its metadata packed at the bucket's fixed
+ * offsets (step_layout) and uploaded with one copy, and the bucket's graph launched. The first step of a bucket runs eagerly
  * (creating every lazily built plan), the second captures the graph. Invariants: a graph
  * depends only on B, never on contexts or tokens (the ops read all of those from device
  * memory); everything here is allocated in di_model_step_setup at load. */
@@ -46,7 +46,8 @@ static step_layout layout_of(int B, int mb) {
 typedef struct di_step_state {
     int max_bucket;                 /* largest bucket this model can replay */
     int graphs_on;
-    int replays;                    /* PROBE DEEPINFER_STEP_REPLAYS=N: each graph launched N times */
+    int replays;                    /* DEEPINFER_STEP_REPLAYS=N (a measurement probe, default 1): each
+                                     * graph launched N times per step (docs/cuda.md) */
     unsigned char *d_meta, *h_meta; /* a graph step's packed metadata (step_layout), device / host */
     void *graph[N_BUCKETS];
     unsigned char warm[N_BUCKETS];
