@@ -5,10 +5,10 @@
  * Owner: cuda (model extension). A decode step of n sequences with one token each is padded to
  * the smallest bucket B >= n (padding tokens write no cache slot, attend to one position and
  * are sampled greedily, their results dropped), its metadata packed at the bucket's fixed
- * offsets (step_layout) and uploaded with one copy, and the bucket's graph launched. The first step of a bucket runs eagerly
- * (creating every lazily built plan), the second captures the graph. Invariants: a graph
- * depends only on B, never on contexts or tokens (the ops read all of those from device
- * memory); everything here is allocated in di_model_step_setup at load. */
+ * offsets (step_layout) and uploaded with one copy, and the bucket's graph launched. The first
+ * step of a bucket runs eagerly (creating every lazily built plan), the second captures the
+ * graph. Invariants: a graph depends only on B, never on contexts or tokens (the ops read all
+ * of those from device memory); everything here is allocated in di_model_step_setup at load. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
