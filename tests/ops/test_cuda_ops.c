@@ -403,9 +403,10 @@ static void resid_fix_free(resid_fix *f) {
 }
 
 /* DEEPINFER_CUDA_GRAPH_FILL (default on): a captured graph's small memset nodes become fill
- * kernels. A backend with the switch set explicitly captures memset(a, 0x3f, 4 KB), add(y += a as bf16), memset(big,
- * 0, 256 KB: too big, stays a memset); each replay, after a and big are poisoned, must leave
- * a's bytes 0x3f, y = y0 + bf16 0x3f3f (so the fill ran before the add) and big zeroed. */
+ * kernels. A backend with the switch set explicitly captures memset(a, 0x3f, 4 KB), add(y +=
+ * a as bf16), memset(big, 0, 256 KB: too big, stays a memset); each replay, after a and big
+ * are poisoned, must leave a's bytes 0x3f, y = y0 + bf16 0x3f3f (so the fill ran before the
+ * add) and big zeroed. */
 static void test_graph_fill(void) {
     di_backend *be = g_backend_with("DEEPINFER_CUDA_GRAPH_FILL", "1");
     if (!be) return;
