@@ -213,6 +213,8 @@ typedef struct di_backend_caps {
     int n_threads;            /* CPU threads (1 for CUDA) */
 } di_backend_caps;
 
+#define DI_BACKEND_FENCES 4
+
 struct di_backend {
     const char *name;         /* "cpu", "cuda" */
     di_device device;
@@ -232,6 +234,23 @@ struct di_backend {
     void (*memset)(di_backend *be, void *dst, int byte, size_t bytes);
     /* waits for every queued op; reports asynchronous failures */
     di_status (*sync)(di_backend *be);
+
+    /* ---- asynchronous copies (all five NULL: absent; steps then run synchronously) ----
+     * They let a step be queued while an earlier one runs, its metadata sent and its tokens
+     * fetched without the host waiting (model/decode_step.c, "asynchronous steps").
+     *   host_alloc / host_free: pinned host memory (startup only).
+     *   copy_in: host -> device on a copy lane that does NOT wait for queued ops; the main
+     *     lane's next ops wait for it. The caller guarantees that no queued op reads or writes
+     *     dst, and leaves src (pinned) unchanged until an op issued after it has completed.
+     *   copy_out: device -> host (pinned) after every op issued so far, on a copy lane;
+     *     fence f (0 <= f < DI_BACKEND_FENCES) marks its completion.
+     *   fence_wait: the host waits for the last copy_out marked f; reports asynchronous
+     *     failures like sync. */
+    di_status (*host_alloc)(di_backend *be, size_t bytes, void **out);
+    void (*host_free)(di_backend *be, void *ptr);                  /* free(NULL) ok */
+    void (*copy_in)(di_backend *be, void *dst, const void *src, size_t bytes);
+    void (*copy_out)(di_backend *be, void *dst, const void *src, size_t bytes, int fence);
+    di_status (*fence_wait)(di_backend *be, int fence);
 
     /* ---- weights (load time) ---- */
     /* Uploads n matrices: matrix i is the row-concatenation of parts[i * n_parts + 0 ..

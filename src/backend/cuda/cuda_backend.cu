@@ -152,6 +152,67 @@ static di_status c_download(di_backend *be, void *dst, const void *src, size_t b
     return c_sync(be);
 }
 
+/* ---------------------------------------------------------------- asynchronous copies ---- */
+
+static di_status c_host_alloc(di_backend *be, size_t bytes, void **out) {
+    (void)be;
+    *out = NULL;
+    cudaError_t e = cudaMallocHost(out, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *out = NULL;
+        return di_error(DI_ERR_NOMEM, "cuda backend: cudaMallocHost(%zu bytes): %s", bytes, cudaGetErrorString(e));
+    }
+    return DI_OK;
+}
+
+static void c_host_free(di_backend *be, void *ptr) {
+    (void)be;
+    if (ptr) cudaFreeHost(ptr);
+}
+
+/* host -> device on the in lane, not ordered after queued work; the main lane waits for it */
+static void c_copy_in(di_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = cst(be);
+    if (st->capturing) {
+        cuda_note_msg(st, "copy_in() inside a graph capture");
+        return;
+    }
+    if (!bytes) return;
+    lanes_rejoin(st);
+    cuda_note(st, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st->in_stream), "copy_in");
+    cuda_note(st, cudaEventRecord(st->ev_in, st->in_stream), "copy_in (record)");
+    cuda_note(st, cudaStreamWaitEvent(st->main_stream, st->ev_in, 0), "copy_in (wait)");
+}
+
+/* device -> host on the out lane after everything issued on the main lane; fence f after it */
+static void c_copy_out(di_backend *be, void *dst, const void *src, size_t bytes, int f) {
+    cuda_state *st = cst(be);
+    if (st->capturing) {
+        cuda_note_msg(st, "copy_out() inside a graph capture");
+        return;
+    }
+    if (f < 0 || f >= DI_BACKEND_FENCES) {
+        cuda_note_msg(st, "copy_out(): fence out of range");
+        return;
+    }
+    lanes_rejoin(st);
+    cuda_note(st, cudaEventRecord(st->ev_out, st->main_stream), "copy_out (record)");
+    cuda_note(st, cudaStreamWaitEvent(st->out_stream, st->ev_out, 0), "copy_out (wait)");
+    if (bytes) cuda_note(st, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->out_stream), "copy_out");
+    cuda_note(st, cudaEventRecord(st->fence[f], st->out_stream), "copy_out (fence)");
+}
+
+static di_status c_fence_wait(di_backend *be, int f) {
+    cuda_state *st = cst(be);
+    if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: fence_wait() inside a graph capture");
+    if (f < 0 || f >= DI_BACKEND_FENCES) return di_error(DI_ERR_INVALID_ARG, "cuda backend: fence %d out of range", f);
+    cuda_note(st, cudaEventSynchronize(st->fence[f]), "fence wait");
+    /* a kernel fault surfaces on the stream; a completed fence implies the ops before it ran */
+    cuda_note(st, cudaGetLastError(), "fence wait");
+    return take_error(st);
+}
+
 static void c_memset(di_backend *be, void *dst, int byte, size_t bytes) {
     cuda_state *st = cst(be);
     if (bytes) cuda_note(st, cudaMemsetAsync(dst, byte, bytes, st->stream), "memset");
@@ -413,6 +474,14 @@ static void c_destroy(di_backend *be) {
         if (st->ev_fork) cudaEventDestroy(st->ev_fork);
         if (st->ev_join) cudaEventDestroy(st->ev_join);
         if (st->side_stream) cudaStreamDestroy(st->side_stream);
+        if (st->in_stream) cudaStreamSynchronize(st->in_stream);
+        if (st->out_stream) cudaStreamSynchronize(st->out_stream);
+        for (int f = 0; f < DI_BACKEND_FENCES; f++)
+            if (st->fence[f]) cudaEventDestroy(st->fence[f]);
+        if (st->ev_in) cudaEventDestroy(st->ev_in);
+        if (st->ev_out) cudaEventDestroy(st->ev_out);
+        if (st->in_stream) cudaStreamDestroy(st->in_stream);
+        if (st->out_stream) cudaStreamDestroy(st->out_stream);
         lt_free_plans(st);
         if (st->lt) cublasLtDestroy(st->lt);
         if (st->lt_ws) cudaFree(st->lt_ws);
@@ -514,6 +583,19 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
         c_destroy(be);
         return cuda_fail(e, "creating the side lane");
     }
+    /* the copy lanes of asynchronous steps */
+    if ((e = cudaStreamCreateWithFlags(&st->in_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&st->out_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&st->ev_in, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&st->ev_out, cudaEventDisableTiming)) != cudaSuccess) {
+        c_destroy(be);
+        return cuda_fail(e, "creating the copy lanes");
+    }
+    for (int f = 0; f < DI_BACKEND_FENCES; f++)
+        if ((e = cudaEventCreateWithFlags(&st->fence[f], cudaEventDisableTiming)) != cudaSuccess) {
+            c_destroy(be);
+            return cuda_fail(e, "creating the copy fences");
+        }
     if (cublasLtCreate(&st->lt) != CUBLAS_STATUS_SUCCESS) {
         st->lt = NULL;
         c_destroy(be);
@@ -534,6 +616,13 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->download = c_download;
     be->memset = c_memset;
     be->sync = c_sync;
+    if (env_on("DEEPINFER_CUDA_ASYNC_COPIES")) {
+        be->host_alloc = c_host_alloc;
+        be->host_free = c_host_free;
+        be->copy_in = c_copy_in;
+        be->copy_out = c_copy_out;
+        be->fence_wait = c_fence_wait;
+    }
     be->weight_upload = c_weight_upload;
     be->weight_free = c_weight_free;
     be->embed = cuda_embed;

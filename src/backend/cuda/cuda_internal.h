@@ -46,6 +46,8 @@ typedef struct cuda_state {
                                     * between side_begin and side_end (cuda_backend.cu, lanes) */
     cudaStream_t main_stream, side_stream;
     cudaEvent_t ev_fork, ev_join;
+    cudaStream_t in_stream, out_stream; /* copy lanes of copy_in / copy_out (asynchronous steps) */
+    cudaEvent_t ev_in, ev_out, fence[DI_BACKEND_FENCES];
     int lanes;                     /* DEEPINFER_CUDA_LANES (default 1): 0 no side lane; else the
                                     * side lane is used for steps of at most lanes_max_t tokens */
     int lanes_max_t;

@@ -33,9 +33,12 @@ static __device__ float block_sum(float v, float *red) {
 /* ---------------------------------------------------------------- embed / gather ---- */
 
 /* One block per output row: out[t, :] = fp32(table[ids[t], :]) (exact widening). */
-__global__ void k_embed(float *out, const bf16 *table, const int32_t *ids, int D) {
+__global__ void k_embed(float *out, const bf16 *table, const int32_t *ids, int D, int rows) {
     int t = blockIdx.x;
-    const bf16 *s = table + (long)ids[t] * D;
+    /* an id outside the table (only a failed sample fed to the next step of an asynchronous
+     * chain, whose results the engine discards, can be one) reads row 0 */
+    unsigned id = (unsigned)ids[t];
+    const bf16 *s = table + (long)(id < (unsigned)rows ? id : 0u) * D;
     float *o = out + (long)t * D;
     if ((D & 7) == 0) {
         const uint4 *s4 = (const uint4 *)s;
@@ -58,7 +61,7 @@ void cuda_embed(di_backend *be, float *out, const di_weight *table, const int32_
     cuda_state *st = cst(be);
     DI_ASSERT(table->dtype == DI_DTYPE_BF16 && table->n == 1);
     if (T <= 0) return;
-    k_embed<<<T, 128, 0, st->stream>>>(out, (const bf16 *)table->data, ids, table->cols);
+    k_embed<<<T, 128, 0, st->stream>>>(out, (const bf16 *)table->data, ids, table->cols, table->rows);
     CUDA_LAUNCHED(st, "embed");
 }
 
