@@ -1,14 +1,23 @@
 /* decode_step.c - the sampling step of the model (di_model_forward_sample): logits sampled on
- * the device when the backend can (only tokens cross to the host), on the host otherwise; and
- * CUDA-graph replay of pure decode steps, one graph per batch-size bucket.
+ * the device when the backend can (only tokens cross to the host), on the host otherwise;
+ * CUDA-graph replay of pure decode steps, one graph per batch-size bucket and parity; and
+ * asynchronous steps (di_model_sample_launch / _collect).
  *
  * Owner: cuda (model extension). A decode step of n sequences with one token each is padded to
  * the smallest bucket B >= n (padding tokens write no cache slot, attend to one position and
  * are sampled greedily, their results dropped), its metadata packed at the bucket's fixed
- * offsets (step_layout) and uploaded with one copy, and the bucket's graph launched. The first
- * step of a bucket runs eagerly (creating every lazily built plan), the second captures the
- * graph. Invariants: a graph depends only on B, never on contexts or tokens (the ops read all
- * of those from device memory); everything here is allocated in di_model_step_setup at load. */
+ * offsets (step_layout) and uploaded with one copy, and the graph of (bucket, parity)
+ * launched. Graph steps alternate between two metadata buffers (the parity): a step of
+ * parity p reads meta[p] and its sampler writes the tokens and status into meta[1 - p]'s ids
+ * and stat fields, which are exactly where the next step (parity 1 - p) reads its input ids.
+ * So a chained step (row j's input = the token just sampled for row j) needs nothing from the
+ * host but the rest of its metadata, which goes in on the backend's copy lane while the
+ * previous step still runs; its tokens come back on the other copy lane under a fence.
+ * The first step of a (bucket, parity) runs eagerly (creating every lazily built plan), the
+ * next captures the graph. Invariants: a graph depends only on (B, parity), never on contexts
+ * or tokens (the ops read those from device memory); at most two steps are in flight, and
+ * meta[p] is rewritten only when the step that last read it has been collected; everything
+ * here is allocated in di_model_step_setup at load. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +33,7 @@ static const int k_buckets[N_BUCKETS] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128
  * copy on the GPU's timeline before the graph can start). Byte offsets into the host and device
  * buffers for bucket B; every array 16-byte aligned. */
 typedef struct step_layout {
-    size_t ids, pos, slots, start, ctx, bt, rows, total;
+    size_t ids, stat, pos, slots, start, ctx, bt, rows, total;
 } step_layout;
 
 static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
@@ -32,7 +41,8 @@ static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 static step_layout layout_of(int B, int mb) {
     step_layout L;
     size_t i32 = sizeof(int32_t), at = 0;
-    L.ids = at, at = align16(at + (size_t)B * i32);
+    L.ids = at, at = align16(at + (size_t)B * i32); /* ids, stat: written by the previous step's */
+    L.stat = at, at = align16(at + (size_t)B * i32); /* sampler (parity 1 - p) when chained */
     L.pos = at, at = align16(at + (size_t)B * i32);
     L.slots = at, at = align16(at + (size_t)B * i32);
     L.start = at, at = align16(at + (size_t)(B + 1) * i32);
@@ -43,15 +53,35 @@ static step_layout layout_of(int B, int mb) {
     return L;
 }
 
+/* A launched step not collected yet: its results arrive by copy_out under fence `slot`
+ * into h_out[slot] (device), or were stored in res_tok / res_stat[slot] at launch (host). */
+typedef struct pending_step {
+    int n;                          /* rows to report */
+    int device;
+    int slot;                       /* 0 / 1: ring position, the fence and result buffers */
+    size_t stat_off;                /* device: byte offset of the status in h_out[slot] */
+    int bucket, parity;             /* device: the graph step (a chained step must match it) */
+} pending_step;
+
 typedef struct di_step_state {
     int max_bucket;                 /* largest bucket this model can replay */
     int graphs_on;
+    int async_on;                   /* the backend has asynchronous copies (backend.h) */
     int replays;                    /* DEEPINFER_STEP_REPLAYS=N (a measurement probe, default 1): each
                                      * graph launched N times per step (docs/cuda.md) */
-    unsigned char *d_meta, *h_meta; /* a graph step's packed metadata (step_layout), device / host */
-    void *graph[N_BUCKETS];
-    unsigned char warm[N_BUCKETS];
-    int32_t *d_tokens, *d_status;   /* device [max_tokens] */
+    unsigned char *d_meta[2], *h_meta[2]; /* packed metadata (step_layout) per parity; h_meta pinned
+                                           * when async_on */
+    unsigned char *h_out[2];        /* pinned tokens + status of a device step in flight (async_on) */
+    unsigned char *h_res;           /* tokens + status of a synchronous graph step */
+    void *graph[N_BUCKETS][2];
+    unsigned char warm[N_BUCKETS][2];
+    int parity;                     /* of the next graph step */
+    pending_step q[2];              /* launched, not collected: q[(head + i) % 2], i < n_q */
+    int q_head, n_q;
+    int32_t *res_tok[2], *res_stat[2]; /* host results of synchronously run launches [max_tokens] */
+    int32_t *chain_ids;             /* [max_tokens] input ids of a chained step run synchronously */
+    int32_t *zero_ids;              /* [max_tokens] zeros: what a chained batch is validated with */
+    int32_t *d_tokens, *d_status;   /* device [max_tokens] (eager steps) */
     di_sample_row *d_rows;          /* device [max_tokens] */
     int32_t *status;
     /* host fallback */
@@ -78,16 +108,35 @@ di_status di_model_step_setup(di_model *m) {
     s->graphs_on = be->graph_begin && mb > 0 && !(env && env[0] == '0');
     const char *rp = getenv("DEEPINFER_STEP_REPLAYS");
     s->replays = rp && atoi(rp) > 1 ? atoi(rp) : 1;
+    size_t T = (size_t)m->max_tokens;
+    for (int k = 0; k < 2; k++) {
+        s->res_tok[k] = calloc(T, sizeof(int32_t));
+        s->res_stat[k] = calloc(T, sizeof(int32_t));
+        if (!s->res_tok[k] || !s->res_stat[k]) return di_error(DI_ERR_NOMEM, "out of memory (step results)");
+    }
+    s->chain_ids = calloc(T, sizeof(int32_t));
+    s->zero_ids = calloc(T, sizeof(int32_t));
+    if (!s->chain_ids || !s->zero_ids) return di_error(DI_ERR_NOMEM, "out of memory (step results)");
     if (!be->sample) return DI_OK;
-    size_t T = (size_t)m->max_tokens, B = (size_t)(mb > 0 ? mb : 1);
+    size_t B = (size_t)(mb > 0 ? mb : 1);
     DI_TRY(be->alloc(be, T * sizeof(int32_t), (void **)&s->d_tokens));
     DI_TRY(be->alloc(be, T * sizeof(int32_t), (void **)&s->d_status));
     DI_TRY(be->alloc(be, T * sizeof(di_sample_row), (void **)&s->d_rows));
-    size_t meta = layout_of((int)B, m->max_blocks_per_seq).total;
-    DI_TRY(be->alloc(be, meta, (void **)&s->d_meta));
-    s->h_meta = calloc(1, meta);
+    step_layout L = layout_of((int)B, m->max_blocks_per_seq);
+    s->async_on = s->graphs_on && be->host_alloc && be->copy_in && be->copy_out && be->fence_wait;
+    for (int k = 0; k < 2; k++) {
+        DI_TRY(be->alloc(be, L.total, (void **)&s->d_meta[k]));
+        if (s->async_on) {
+            DI_TRY(be->host_alloc(be, L.total, (void **)&s->h_meta[k]));
+            DI_TRY(be->host_alloc(be, L.pos, (void **)&s->h_out[k]));
+        } else {
+            s->h_meta[k] = calloc(1, L.total);
+            if (!s->h_meta[k]) return di_error(DI_ERR_NOMEM, "out of memory (step staging)");
+        }
+    }
+    s->h_res = calloc(1, L.pos);
     s->status = calloc(T, sizeof(int32_t));
-    if (!s->h_meta || !s->status) return di_error(DI_ERR_NOMEM, "out of memory (step staging)");
+    if (!s->h_res || !s->status) return di_error(DI_ERR_NOMEM, "out of memory (step staging)");
     return DI_OK;
 }
 
@@ -95,13 +144,33 @@ void di_model_step_free(di_model *m) {
     di_step_state *s = m->step;
     if (!s) return;
     di_backend *be = m->be;
+    if (s->n_q > 0 && be->sync) { /* launched and never collected: let it finish before freeing */
+        if (be->sync(be) != DI_OK) di_error_clear();
+        for (int i = 0; i < s->n_q; i++) {
+            const pending_step *p = &s->q[(s->q_head + i) % 2];
+            if (p->device && be->fence_wait(be, p->slot) != DI_OK) di_error_clear();
+        }
+    }
     for (int i = 0; i < N_BUCKETS; i++)
-        if (s->graph[i] && be->graph_free) be->graph_free(be, s->graph[i]);
+        for (int k = 0; k < 2; k++)
+            if (s->graph[i][k] && be->graph_free) be->graph_free(be, s->graph[i][k]);
     be->free(be, s->d_tokens);
     be->free(be, s->d_status);
     be->free(be, s->d_rows);
-    be->free(be, s->d_meta);
-    free(s->h_meta);
+    for (int k = 0; k < 2; k++) {
+        be->free(be, s->d_meta[k]);
+        if (s->async_on) {
+            be->host_free(be, s->h_meta[k]);
+            be->host_free(be, s->h_out[k]);
+        } else {
+            free(s->h_meta[k]);
+        }
+        free(s->res_tok[k]);
+        free(s->res_stat[k]);
+    }
+    free(s->chain_ids);
+    free(s->zero_ids);
+    free(s->h_res);
     free(s->status);
     free(s->h_logits);
     di_sampler_free(s->sampler);
@@ -192,15 +261,15 @@ static di_status sample_host(di_model *m, const di_batch *b, const di_sample_row
 /* ---------------------------------------------------------------- device ---- */
 
 /* final norm + lm_head for batch rows 0..n-1 (all tokens, in order) and the sample op with
- * the rows' parameters at d_rows (device) */
-static void logits_and_sample(di_model *m, int n, const di_sample_row *d_rows) {
+ * the rows' parameters at d_rows (device), into d_tokens / d_status (device) */
+static void logits_and_sample(di_model *m, int n, const di_sample_row *d_rows, int32_t *d_tokens,
+                              int32_t *d_status) {
     di_backend *be = m->be;
-    di_step_state *s = m->step;
     int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
     const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
     be->add_rmsnorm(be, m->h, NULL, m->x, NULL, &m->final_norm, (float)m->cfg.rms_norm_eps, n, D);
     be->matmul(be, m->logits, V, m->x, D, head, n, DI_MM_OUT_F32);
-    be->sample(be, s->d_tokens, s->d_status, m->logits, n, V, d_rows);
+    be->sample(be, d_tokens, d_status, m->logits, n, V, d_rows);
 }
 
 static int bucket_of(const di_step_state *s, int n) {
@@ -218,18 +287,21 @@ static int graph_eligible(const di_model *m, const di_batch *b) {
     return bucket_of(s, b->n_seqs) >= 0;
 }
 
-/* A decode step padded to bucket bi, replayed from (or captured into) its graph. */
-static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int32_t *tokens,
-                            int32_t *status, int bi) {
+/* Queues a decode step padded to bucket bi, replayed from (or captured into) the graph of
+ * (bi, parity); the parity then flips. Its tokens and status land in the other parity's
+ * meta (ids, stat). chained: the input ids are already there (the previous graph step's
+ * sampler wrote them), so only the rest of the metadata is sent. *parity: the parity used. */
+static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
+                            int *parity) {
     di_backend *be = m->be;
     di_step_state *s = m->step;
-    int n = b->n_seqs, B = k_buckets[bi], mb = m->max_blocks_per_seq;
+    int n = b->n_seqs, B = k_buckets[bi], mb = m->max_blocks_per_seq, p = s->parity;
     step_layout L = layout_of(B, mb);
-    unsigned char *h = s->h_meta, *d = s->d_meta;
+    unsigned char *h = s->h_meta[p], *d = s->d_meta[p];
     int32_t *ids = (int32_t *)(h + L.ids), *pos = (int32_t *)(h + L.pos), *slots = (int32_t *)(h + L.slots);
     int32_t *start = (int32_t *)(h + L.start), *ctx = (int32_t *)(h + L.ctx), *bt = (int32_t *)(h + L.bt);
     di_sample_row *hrows = (di_sample_row *)(h + L.rows);
-    memcpy(ids, b->token_ids, (size_t)n * sizeof(int32_t));
+    if (!chained) memcpy(ids, b->token_ids, (size_t)n * sizeof(int32_t));
     memcpy(pos, b->positions, (size_t)n * sizeof(int32_t));
     memcpy(slots, b->slot_mapping, (size_t)n * sizeof(int32_t));
     memcpy(ctx, b->seq_ctx_len, (size_t)n * sizeof(int32_t));
@@ -240,38 +312,57 @@ static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row 
         memcpy(bt + (size_t)i * mb, b->block_table + (size_t)i * b->max_blocks, (size_t)used * sizeof(int32_t));
     }
     for (int i = n; i < B; i++) { /* padding: no cache write, one position, greedy */
-        ids[i] = 0;
+        if (!chained) ids[i] = 0;
         pos[i] = 0;
         slots[i] = -1;
         ctx[i] = 1;
         bt[(size_t)i * mb] = 0;
         hrows[i] = (di_sample_row){0.0f, 1.0f, 0.0f, 0, 0, 0, 0};
     }
-    be->upload(be, d, h, L.total);
+    /* a chained step's metadata goes in on the copy lane while the previous step still runs
+     * (meta[p] is free: the step that read it last has been collected); any other step's
+     * upload is simply ordered after everything queued */
+    if (chained) be->copy_in(be, d + L.pos, h + L.pos, L.total - L.pos);
+    else be->upload(be, d, h, L.total);
     const int32_t *d_ids = (const int32_t *)(d + L.ids);
     const di_sample_row *d_rows = (const di_sample_row *)(d + L.rows);
+    unsigned char *out = s->d_meta[1 - p];
     /* max_ctx_len: a graph must not depend on the step's contexts */
     di_attn_batch ab = {.positions = (const int32_t *)(d + L.pos), .slot_mapping = (const int32_t *)(d + L.slots),
                         .seq_start = (const int32_t *)(d + L.start), .seq_ctx_len = (const int32_t *)(d + L.ctx),
                         .block_table = (const int32_t *)(d + L.bt), .n_tokens = B, .n_seqs = B, .max_blocks = mb,
                         .max_q_len = 1, .max_ctx_len = mb * DI_KV_BLOCK_SIZE};
-    if (!s->graph[bi] && s->warm[bi] && be->graph_begin(be) == DI_OK) {
+    void **g = &s->graph[bi][p];
+    if (!*g && s->warm[bi][p] && be->graph_begin(be) == DI_OK) {
         di_deepseek_layers(m, d_ids, &ab, B, B);
-        logits_and_sample(m, B, d_rows);
-        if (be->graph_end(be, &s->graph[bi]) != DI_OK) {
-            s->graph[bi] = NULL;
-            s->graphs_on = 0; /* capture failed (nothing ran): this and later steps run eagerly */
+        logits_and_sample(m, B, d_rows, (int32_t *)(out + L.ids), (int32_t *)(out + L.stat));
+        if (be->graph_end(be, g) != DI_OK) {
+            *g = NULL;
+            s->graphs_on = 0; /* capture failed (nothing ran): later steps run eagerly */
             di_error_clear();
         }
     }
-    if (s->graph[bi]) {
-        for (int r = 0; r < s->replays; r++) DI_TRY(be->graph_launch(be, s->graph[bi]));
+    if (*g) {
+        for (int r = 0; r < s->replays; r++) DI_TRY(be->graph_launch(be, *g));
     } else {
         di_deepseek_layers(m, d_ids, &ab, B, B);
-        logits_and_sample(m, B, d_rows);
-        s->warm[bi] = 1;
+        logits_and_sample(m, B, d_rows, (int32_t *)(out + L.ids), (int32_t *)(out + L.stat));
+        s->warm[bi][p] = 1;
     }
-    return fetch_tokens(m, tokens, status, n);
+    s->parity = 1 - p;
+    *parity = p;
+    return DI_OK;
+}
+
+/* The tokens / status of a graph step of parity p, n rows of bucket bi, copied from the
+ * other parity's meta (one synchronisation). */
+static di_status fetch_graph(di_model *m, int p, int bi, int n, int32_t *tokens, int32_t *status) {
+    di_step_state *s = m->step;
+    step_layout L = layout_of(k_buckets[bi], m->max_blocks_per_seq);
+    DI_TRY(m->be->download(m->be, s->h_res, s->d_meta[1 - p], L.stat + (size_t)n * sizeof(int32_t)));
+    memcpy(tokens, s->h_res + L.ids, (size_t)n * sizeof(int32_t));
+    memcpy(status ? status : s->status, s->h_res + L.stat, (size_t)n * sizeof(int32_t));
+    return status ? DI_OK : sample_status(s->status, n);
 }
 
 /* Any batch: eager forward, then per chunk of logits rows: gather, norm, lm_head, sample. */
@@ -301,17 +392,21 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
     if (!m) return di_error(DI_ERR_INVALID_ARG, "di_model_warmup_decode: NULL model");
     di_step_state *s = m->step;
     if (!s || !s->graphs_on || !m->be->sample || max_batch < 1) return DI_OK;
-    int32_t none = 0;
+    if (s->n_q > 0) return di_error(DI_ERR_INVALID_ARG, "di_model_warmup_decode: %d launched steps not collected", s->n_q);
+    int32_t none = 0, tok, st;
     di_sample_row no_row = {0.0f, 1.0f, 0.0f, 0, 0, 0, 0};
     /* zero real sequences: step_graph pads the whole bucket (slot -1, context 1, greedy) */
     di_batch b = {0, &none, &none, &none, 0, 0, &none, &none, &none, 1, 0, &none};
     int n = 0;
     for (int bi = 0; bi < N_BUCKETS && k_buckets[bi] <= s->max_bucket; bi++) {
-        for (int rep = 0; rep < 2 && !s->graph[bi] && s->graphs_on; rep++) {
-            di_status st = step_graph(m, &b, &no_row, &none, &none, bi);
-            if (st != DI_OK) return di_error_context(st, "warming up the decode graph of %d sequences", k_buckets[bi]);
+        /* both parities: an eager step and a capture each */
+        for (int rep = 0; rep < 4 && !(s->graph[bi][0] && s->graph[bi][1]) && s->graphs_on; rep++) {
+            int p = 0;
+            di_status st2 = step_graph(m, &b, &no_row, bi, 0, &p);
+            if (st2 == DI_OK) st2 = fetch_graph(m, p, bi, 0, &tok, &st);
+            if (st2 != DI_OK) return di_error_context(st2, "warming up the decode graph of %d sequences", k_buckets[bi]);
         }
-        n += s->graph[bi] != NULL;
+        n += s->graph[bi][0] && s->graph[bi][1];
         if (k_buckets[bi] >= max_batch) break;
     }
     if (m->be->sync) DI_TRY(m->be->sync(m->be));
@@ -319,16 +414,37 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
     return DI_OK;
 }
 
+/* Arguments and batch of a sampling step (nothing runs on error). */
+static di_status check_step(di_model *m, const di_batch *batch, const di_sample_row *rows, int need_tokens,
+                            const int32_t *tokens, const char *fn) {
+    if (!m || !batch || (batch->n_logits && (!rows || (need_tokens && !tokens))))
+        return di_error(DI_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    DI_TRY(di_model_validate_batch(m, batch));
+    return check_rows(rows, batch->n_logits);
+}
+
+/* One step run now, its tokens and status into tokens / status (status NULL: a failed row is
+ * an error). ids_override: the input ids instead of batch->token_ids (NULL: none). */
+static di_status run_step(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
+                          int32_t *status, const int32_t *ids_override) {
+    di_batch b = *batch;
+    if (ids_override) b.token_ids = ids_override;
+    if (b.n_logits == 0) return di_deepseek_forward(m, &b, NULL, NULL);
+    if (!m->be->sample) return sample_host(m, &b, rows, tokens, status);
+    if (graph_eligible(m, &b)) {
+        int bi = bucket_of(m->step, b.n_seqs), p = 0;
+        DI_TRY(step_graph(m, &b, rows, bi, 0, &p));
+        return fetch_graph(m, p, bi, b.n_seqs, tokens, status);
+    }
+    return step_eager(m, &b, rows, tokens, status);
+}
+
 static di_status forward_sample(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
                                 int32_t *status) {
-    if (!m || !batch || (batch->n_logits && (!rows || !tokens)))
-        return di_error(DI_ERR_INVALID_ARG, "di_model_forward_sample: NULL argument");
-    DI_TRY(di_model_validate_batch(m, batch));
-    DI_TRY(check_rows(rows, batch->n_logits));
-    if (batch->n_logits == 0) return di_deepseek_forward(m, batch, NULL, NULL);
-    if (!m->be->sample) return sample_host(m, batch, rows, tokens, status);
-    if (graph_eligible(m, batch)) return step_graph(m, batch, rows, tokens, status, bucket_of(m->step, batch->n_seqs));
-    return step_eager(m, batch, rows, tokens, status);
+    DI_TRY(check_step(m, batch, rows, 1, tokens, "di_model_forward_sample"));
+    if (m->step->n_q > 0)
+        return di_error(DI_ERR_INVALID_ARG, "di_model_forward_sample: %d launched steps not collected", m->step->n_q);
+    return run_step(m, batch, rows, tokens, status, NULL);
 }
 
 di_status di_model_forward_sample(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens) {
@@ -340,4 +456,91 @@ di_status di_model_forward_sample_rows(di_model *m, const di_batch *batch, const
     if (batch && batch->n_logits && !status)
         return di_error(DI_ERR_INVALID_ARG, "di_model_forward_sample_rows: NULL status");
     return forward_sample(m, batch, rows, tokens, status);
+}
+
+/* ---------------------------------------------------------------- asynchronous steps ---- */
+
+int di_model_sample_in_flight(const di_model *m) { return m && m->step ? m->step->n_q : 0; }
+
+/* Waits for device step p and moves its results into the host arrays of its slot. */
+static di_status settle(di_model *m, pending_step *p) {
+    di_step_state *s = m->step;
+    if (!p->device) return DI_OK;
+    di_status st = m->be->fence_wait(m->be, p->slot);
+    p->device = 0;
+    if (st != DI_OK) return st;
+    memcpy(s->res_tok[p->slot], s->h_out[p->slot], (size_t)p->n * sizeof(int32_t));
+    memcpy(s->res_stat[p->slot], s->h_out[p->slot] + p->stat_off, (size_t)p->n * sizeof(int32_t));
+    return DI_OK;
+}
+
+di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di_sample_row *rows, int chained) {
+    if (!m || !m->step || !batch_in) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: NULL argument");
+    di_step_state *s = m->step;
+    di_batch chained_batch = *batch_in; /* a chained step's ids are not the caller's: checked as zeros */
+    if (chained && batch_in->n_tokens >= 0 && batch_in->n_tokens <= m->max_tokens) chained_batch.token_ids = s->zero_ids;
+    const di_batch *batch = chained ? &chained_batch : batch_in;
+    DI_TRY(check_step(m, batch, rows, 0, NULL, "di_model_sample_launch"));
+    if (s->n_q == 2) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: two steps already in flight");
+    pending_step *prev = s->n_q > 0 ? &s->q[(s->q_head + s->n_q - 1) % 2] : NULL;
+    int n = batch->n_logits;
+    if (chained) {
+        if (!prev) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: chained, but no step in flight");
+        int decode = batch->n_decode_seqs == batch->n_seqs && batch->n_tokens == batch->n_seqs && n == batch->n_seqs;
+        for (int j = 0; decode && j < n; j++) decode = batch->logits_rows[j] == j;
+        if (!decode || n > prev->n)
+            return di_error(DI_ERR_INVALID_ARG,
+                            "di_model_sample_launch: a chained step must be a decode step of at most the previous "
+                            "step's %d rows (got %d sequences, %d tokens, %d logits rows)", prev->n, batch->n_seqs,
+                            batch->n_tokens, n);
+    } else if (prev) {
+        return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: an unchained step with %d steps in flight", s->n_q);
+    }
+    int slot = (s->q_head + s->n_q) % 2;
+    pending_step *p = &s->q[slot];
+    int device = s->async_on && m->be->sample && n > 0 && graph_eligible(m, batch);
+    int bi = device ? bucket_of(s, batch->n_seqs) : -1;
+    /* a chained device step continues a device step of the same bucket (ids in place) */
+    if (device && chained && !(prev->device && prev->bucket == bi && prev->parity == 1 - s->parity)) {
+        DI_TRY(settle(m, prev));
+        chained = 2; /* ids from the host */
+    }
+    if (!device && chained) DI_TRY(settle(m, prev));
+    const int32_t *ids = NULL;
+    if (chained == 2 || (!device && chained)) {
+        for (int j = 0; j < batch->n_seqs; j++) {
+            int32_t t = s->res_tok[prev->slot][j];
+            s->chain_ids[j] = t >= 0 && t < m->cfg.vocab_size ? t : 0;
+        }
+        ids = s->chain_ids;
+    }
+    if (device) {
+        di_batch b = *batch;
+        if (ids) b.token_ids = ids;
+        int par = 0;
+        DI_TRY(step_graph(m, &b, rows, bi, chained == 1, &par));
+        step_layout L = layout_of(k_buckets[bi], m->max_blocks_per_seq);
+        m->be->copy_out(m->be, s->h_out[slot], s->d_meta[1 - par], L.stat + (size_t)n * sizeof(int32_t), slot);
+        *p = (pending_step){n, 1, slot, L.stat, bi, par};
+    } else {
+        DI_TRY(run_step(m, batch, rows, s->res_tok[slot], s->res_stat[slot], ids));
+        *p = (pending_step){n, 0, slot, 0, -1, 0};
+    }
+    s->n_q++;
+    return DI_OK;
+}
+
+di_status di_model_sample_collect(di_model *m, int32_t *tokens, int32_t *status) {
+    if (!m || !m->step) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_collect: NULL model");
+    di_step_state *s = m->step;
+    if (s->n_q == 0) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_collect: no step in flight");
+    pending_step *p = &s->q[s->q_head];
+    if (p->n > 0 && (!tokens || !status)) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_collect: NULL argument");
+    di_status st = settle(m, p);
+    s->q_head = (s->q_head + 1) % 2;
+    s->n_q--;
+    if (st != DI_OK) return di_error_context(st, "di_model_sample_collect");
+    memcpy(tokens, s->res_tok[p->slot], (size_t)p->n * sizeof(int32_t));
+    memcpy(status, s->res_stat[p->slot], (size_t)p->n * sizeof(int32_t));
+    return DI_OK;
 }

@@ -328,6 +328,51 @@ static void test_bad_batches(void) {
     di_model_free(m);
 }
 
+/* Asynchronous steps (di_model_sample_launch / _collect): the misuse errors, and a chained
+ * pair of decode steps giving the tokens of the same two steps run one by one (on the CPU the
+ * launches run synchronously; the device path is tested by tests/ops/test_cuda_model.c). */
+static void test_async_steps(void) {
+    const char *dir = make_model("tiny-v3", 0);
+    di_model *m = load(dir, 8, 4, 0);
+    if (!m) return;
+    int32_t ids[2] = {5, 9}, pos0[2] = {0, 0}, pos1[2] = {1, 1}, slot0[2] = {64, 128}, slot1[2] = {65, 129};
+    int32_t bt[2] = {1, 2}, ss[3] = {0, 1, 2}, ctx0[2] = {1, 1}, ctx1[2] = {2, 2}, lrows[2] = {0, 1};
+    di_batch s0 = {2, ids, pos0, slot0, 2, 2, ss, ctx0, bt, 1, 2, lrows};
+    di_batch s1 = {2, NULL, pos1, slot1, 2, 2, ss, ctx1, bt, 1, 2, lrows};
+    di_sample_row rows0[2] = {{0.9f, 1.0f, 0.0f, 0, 42, 1, 0}, {0.0f, 1.0f, 0.0f, 0, 0, 1, 0}};
+    di_sample_row rows1[2] = {{0.9f, 1.0f, 0.0f, 0, 42, 2, 0}, {0.0f, 1.0f, 0.0f, 0, 0, 2, 0}};
+    int32_t ref0[2], ref1[2], st[2], t0[2] = {-7, -7}, t1[2] = {-7, -7};
+    CHECK_OK(di_model_forward_sample_rows(m, &s0, rows0, ref0, st));
+    s1.token_ids = ref0;
+    CHECK_OK(di_model_forward_sample_rows(m, &s1, rows1, ref1, st));
+    /* misuse */
+    CHECK(di_model_sample_collect(m, t0, st) == DI_ERR_INVALID_ARG);
+    CHECK(di_model_sample_launch(m, &s1, rows1, 1) == DI_ERR_INVALID_ARG); /* chained: nothing before */
+    CHECK_EQ_INT(di_model_sample_in_flight(m), 0);
+    CHECK_OK(di_model_sample_launch(m, &s0, rows0, 0));
+    CHECK(di_model_sample_launch(m, &s0, rows0, 0) == DI_ERR_INVALID_ARG); /* unchained with one in flight */
+    CHECK(di_model_forward_sample_rows(m, &s0, rows0, t0, st) == DI_ERR_INVALID_ARG);
+    di_batch pre = s1; /* a chained step must be a decode step: here one sequence of two tokens */
+    int32_t ss_pre[2] = {0, 2}, ctx_pre[1] = {2};
+    pre.n_seqs = 1, pre.n_decode_seqs = 0, pre.seq_start = ss_pre, pre.seq_ctx_len = ctx_pre, pre.n_logits = 1;
+    int32_t pos_pre[2] = {0, 1}, slot_pre[2] = {64, 65}, lrow_pre[1] = {1};
+    pre.positions = pos_pre, pre.slot_mapping = slot_pre, pre.logits_rows = lrow_pre, pre.token_ids = ids;
+    CHECK(di_model_sample_launch(m, &pre, rows1, 1) == DI_ERR_INVALID_ARG);
+    int32_t junk[2] = {-1, 1 << 30}; /* ignored when chained (invalid ids would be refused otherwise) */
+    s1.token_ids = junk;
+    CHECK_OK(di_model_sample_launch(m, &s1, rows1, 1));
+    CHECK_EQ_INT(di_model_sample_in_flight(m), 2);
+    CHECK(di_model_sample_launch(m, &s1, rows1, 1) == DI_ERR_INVALID_ARG); /* a third */
+    CHECK_OK(di_model_sample_collect(m, t0, st));
+    CHECK_OK(di_model_sample_collect(m, t1, st));
+    CHECK_EQ_INT(di_model_sample_in_flight(m), 0);
+    CHECK(t0[0] == ref0[0] && t0[1] == ref0[1] && t1[0] == ref1[0] && t1[1] == ref1[1]);
+    CHECK(st[0] == DI_SAMPLE_OK && st[1] == DI_SAMPLE_OK);
+    /* freed with a step in flight: no leak, no hang */
+    CHECK_OK(di_model_sample_launch(m, &s0, rows0, 0));
+    di_model_free(m);
+}
+
 /* Copies a checkpoint with one tensor dropped or one extra tensor, and loads it. */
 static void test_bad_checkpoints(void) {
     const char *dir = make_model("tiny-v3-nolora", 0);
@@ -378,4 +423,5 @@ static void test_bad_checkpoints(void) {
     CHECK(di_model_load("/nonexistent/model", NULL, &m) != DI_OK && m == NULL);
 }
 
-TEST_MAIN(test_presets, test_paging, test_v32_copy_blocks, test_mtp, test_bad_batches, test_bad_checkpoints)
+TEST_MAIN(test_presets, test_paging, test_v32_copy_blocks, test_mtp, test_bad_batches, test_async_steps,
+          test_bad_checkpoints)
