@@ -71,7 +71,13 @@ di_status di_engine_create_with(const di_engine_params *p, di_executor *ex, di_c
         e->srows = calloc((size_t)e->max_seqs, sizeof *e->srows);
         e->stokens = calloc((size_t)e->max_seqs, sizeof *e->stokens);
         e->sstatus = calloc((size_t)e->max_seqs, sizeof *e->sstatus);
-        if (!e->srows || !e->stokens || !e->sstatus) s = di_error(DI_ERR_NOMEM, "engine: out of memory");
+        e->row_ident = calloc((size_t)e->max_seqs, sizeof *e->row_ident);
+        if (!e->srows || !e->stokens || !e->sstatus || !e->row_ident) s = di_error(DI_ERR_NOMEM, "engine: out of memory");
+        for (int i = 0; s == DI_OK && i < e->max_seqs; i++) e->row_ident[i] = i;
+    }
+    if (s == DI_OK && !(e->ex.launch_sample && e->ex.collect_sample && e->ex.device_sampling)) {
+        e->ex.launch_sample = NULL; /* asynchronous steps only with both calls and executor sampling */
+        e->ex.collect_sample = NULL;
     }
     if (s != DI_OK) {
         di_engine_free(e);
@@ -124,6 +130,7 @@ void di_engine_free(di_engine *e) {
     free(e->outs);
     free(e->srows);
     free(e->stokens);
+    free(e->row_ident);
     free(e->sstatus);
     di_sampler_free(e->sampler);
     di_runner_free(e->runner);
@@ -436,29 +443,154 @@ static const char *sample_failure(int32_t code) {
                                           : "no token has a non-zero probability";
 }
 
-/* The step's forward with the sampling inside the executor; on success e->stokens[row] and
- * e->sstatus[row] hold each sampled row's outcome (rows numbered as the runner's row_of). */
-static di_status run_sampling_step(di_engine *e, const di_step_plan *plan, const int32_t **row_of) {
+/* The sampling parameters of the plan's sampled rows, in row order, into e->srows (the
+ * position keys the RNG: the index of the token being sampled). */
+static void fill_rows(di_engine *e, const di_step_plan *plan) {
     int k = 0;
     for (int i = 0; i < plan->n_seqs; i++) {
         if (!plan->sample[i]) continue;
         const di_seq *seq = plan->seqs[i];
         const di_req *q = seq->req;
         const di_sampling_params *p = &q->params;
-        e->srows[k++] = (di_sample_row){p->temperature, p->top_p, p->min_p, p->top_k, q->seed, (uint32_t)seq->len,
-                                        (uint32_t)seq->index};
+        e->srows[k++] = (di_sample_row){p->temperature, p->top_p, p->min_p, p->top_k, q->seed,
+                                        (uint32_t)(plan->start[i] + plan->n_new[i]), (uint32_t)seq->index};
     }
+}
+
+/* The step's forward with the sampling inside the executor; on success e->stokens[row] and
+ * e->sstatus[row] hold each sampled row's outcome (rows numbered as the runner's row_of). */
+static di_status run_sampling_step(di_engine *e, const di_step_plan *plan, const int32_t **row_of) {
+    fill_rows(e, plan);
     DI_TRY(di_runner_run_sample(e->runner, &e->ex, plan, e->srows, e->stokens, e->sstatus, row_of));
     return DI_OK;
+}
+
+/* Whether a plan's step may run asynchronously: the executor can launch steps, and every row
+ * is a decode row sampled in the executor (so the next step can be chained to it). */
+static int plan_async(const di_engine *e, const di_step_plan *plan) {
+    if (!e->ex.launch_sample || plan->n_decode != plan->n_seqs || plan->n_copies > 0) return 0;
+    for (int i = 0; i < plan->n_seqs; i++)
+        if (!plan->sample[i]) return 0;
+    return 1;
+}
+
+/* Whether the next decode step of plan's rows can be queued before plan's tokens are known:
+ * nothing waits that could be admitted, and every row goes on (not finished, its next token
+ * drawn in the executor, below max_new after the token in flight). */
+static int chain_ok(const di_engine *e, const di_step_plan *plan) {
+    if (di_scheduler_n_waiting(e->sched) > 0 && di_scheduler_free_seats(e->sched) > 0) return 0;
+    for (int i = 0; i < plan->n_seqs; i++) {
+        const di_seq *seq = plan->seqs[i];
+        const di_req *q = seq->req;
+        const di_sampling_params *p = &q->params;
+        const di_completion *c = &q->comp[seq->index];
+        if (c->finish != DI_FINISH_NONE || c->n_gen + 1 >= c->max_new) return 0;
+        if (p->logprobs >= 0 || di_penalties_active(p) || p->n_logit_bias > 0) return 0;
+        if (c->n_gen + 1 < p->min_tokens && (p->n_stop_token_ids > 0 || (!p->ignore_eos && e->ex.n_eos > 0))) return 0;
+        if (seq->index == 0 && q->n > 1 && !q->forked) return 0;
+    }
+    return 1;
+}
+
+/* Plans and launches the step after `plan` (in flight) chained to it; the chained plan, or
+ * NULL when it cannot be made (nothing changed then). */
+static const di_step_plan *launch_chained(di_engine *e, const di_step_plan *plan) {
+    if (!chain_ok(e, plan)) return NULL;
+    const di_step_plan *next = di_scheduler_schedule_chained(e->sched, plan);
+    if (!next) return NULL;
+    fill_rows(e, next);
+    if (di_runner_launch_sample(e->runner, &e->ex, next, e->srows, 1) != DI_OK) {
+        /* not queued: take the plan back; a device failure shows again at the collect */
+        DI_LOG_W("engine: chained step not launched: %s", di_last_error());
+        di_error_clear();
+        di_scheduler_unplan(e->sched, next);
+        return NULL;
+    }
+    e->steps_chained++;
+    return next;
+}
+
+/* After a step's forward: per planned sequence, registers filled blocks and appends its
+ * token (from the executor's e->stokens, or sampled here from the logits); a request that
+ * cannot continue is aborted and named in the returned error, the others go on. */
+static di_status process_step(di_engine *e, const di_step_plan *plan, const int32_t *row_of, const float *logits,
+                              int in_executor) {
+    di_status err = DI_OK;
+    e->stats.steps++;
+    if (in_executor) e->steps_sampled_in_executor++;
+    else e->steps_sampled_on_host++;
+    e->stats.computed_tokens += (uint64_t)plan->n_tokens;
+    e->stats.prefix_hit_tokens += (uint64_t)plan->prefix_hit_tokens;
+    uint64_t now = di_now_ns();
+    const int V = e->ex.vocab_size;
+    for (int i = 0; i < plan->n_seqs; i++) {
+        di_seq *seq = plan->seqs[i];
+        di_req *q = seq->req;
+        di_completion *c = di_seq_completion(seq);
+        if (di_scheduler_commit_due(plan, i)) di_scheduler_commit_entry(e->sched, plan, i); /* -> prefix cache */
+        if (!c->sched_seen) {
+            c->sched_seen = 1;
+            if (!q->first_sched_ns) {
+                q->first_sched_ns = now;
+                q->cached_tokens = seq->n_cached_first;
+            }
+        }
+        if (row_of[i] < 0 || c->finish != DI_FINISH_NONE) continue;
+        di_status s;
+        if (in_executor) {
+            s = e->stokens[row_of[i]] >= 0
+                    ? di_engine_append_token(e, q, c, e->stokens[row_of[i]], NULL, now)
+                    : di_error(DI_ERR_BACKEND, "sampling in the executor: %s", sample_failure(e->sstatus[row_of[i]]));
+        } else if (c->plain_greedy && c->n_gen >= c->min_tokens && !c->fork_pending) {
+            /* what di_sampler_sample would do for this row, without its per-row setup */
+            int32_t tok;
+            s = di_sampler_argmax(logits + (size_t)row_of[i] * V, V, &tok);
+            if (s == DI_OK) s = di_engine_append_token(e, q, c, tok, NULL, now);
+        } else {
+            s = sample_entry(e, seq, logits + (size_t)row_of[i] * V, now);
+        }
+        if (s != DI_OK) {
+            /* this request cannot continue; the others go on */
+            if (err == DI_OK) err = di_error_context(s, "engine: request %lld", (long long)q->id);
+            for (int k = 0; k < q->n; k++) di_engine_finish_completion(e, q, k, DI_FINISH_ABORT, now);
+        }
+    }
+    return err;
+}
+
+/* The in-flight step: the next one chained to it is launched first when it can be, then its
+ * tokens are collected and appended. A failed collect drops the chained step too and takes
+ * both plans back (nothing of them was computed as far as the engine knows). */
+static di_status finish_flight(di_engine *e) {
+    const di_step_plan *plan = e->flight;
+    const di_step_plan *next = launch_chained(e, plan);
+    e->flight = next;
+    di_status s = e->ex.collect_sample(e->ex.ctx, e->stokens, e->sstatus);
+    if (s != DI_OK) {
+        s = di_error_context(s, "engine: forward pass of step %llu", (unsigned long long)e->stats.steps);
+        if (next) {
+            if (e->ex.collect_sample(e->ex.ctx, e->stokens, e->sstatus) != DI_OK) di_error_clear();
+            di_scheduler_unplan(e->sched, next);
+            e->flight = NULL;
+        }
+        di_scheduler_unplan(e->sched, plan);
+        return s;
+    }
+    return process_step(e, plan, e->row_ident, NULL, 1);
 }
 
 di_status di_engine_step(di_engine *e, const di_request_output *const **outs, size_t *n_outs) {
     *outs = e->outs;
     *n_outs = 0;
+    di_status err = DI_OK;
+    if (e->flight) {
+        err = finish_flight(e);
+        reap(e); /* after the in-flight step, whose plan may name requests reported last step */
+        di_engine_report(e, n_outs);
+        return err;
+    }
     reap(e);
     const di_step_plan *plan = di_scheduler_schedule(e->sched);
-    uint64_t now = di_now_ns();
-    di_status err = DI_OK;
     if (plan->n_seqs == 0) {
         if (di_scheduler_n_waiting(e->sched) + di_scheduler_n_running(e->sched) > 0)
             return di_error(DI_ERR_INTERNAL, "engine: no sequence could be scheduled (%d waiting, %d running)",
@@ -467,51 +599,27 @@ di_status di_engine_step(di_engine *e, const di_request_output *const **outs, si
         const float *logits = NULL;
         const int32_t *row_of;
         const int in_executor = step_fits_executor(e, plan);
-        di_status s = in_executor ? run_sampling_step(e, plan, &row_of)
-                                  : di_runner_run(e->runner, &e->ex, plan, &logits, &row_of);
+        di_status s;
+        if (in_executor && plan_async(e, plan)) {
+            fill_rows(e, plan);
+            s = di_runner_launch_sample(e->runner, &e->ex, plan, e->srows, 0);
+            if (s == DI_OK) {
+                e->flight = plan;
+                err = finish_flight(e);
+                reap(e);
+                di_engine_report(e, n_outs);
+                return err;
+            }
+        } else {
+            s = in_executor ? run_sampling_step(e, plan, &row_of)
+                            : di_runner_run(e->runner, &e->ex, plan, &logits, &row_of);
+        }
         if (s != DI_OK) {
             /* nothing was computed: take back the plan's progress so the state stays consistent */
-            for (int i = 0; i < plan->n_seqs; i++) plan->seqs[i]->n_computed = plan->start[i];
+            di_scheduler_unplan(e->sched, plan);
             return di_error_context(s, "engine: forward pass of step %llu", (unsigned long long)e->stats.steps);
         }
-        e->stats.steps++;
-        if (in_executor) e->steps_sampled_in_executor++;
-        else e->steps_sampled_on_host++;
-        e->stats.computed_tokens += (uint64_t)plan->n_tokens;
-        e->stats.prefix_hit_tokens += (uint64_t)plan->prefix_hit_tokens;
-        now = di_now_ns();
-        const int V = e->ex.vocab_size;
-        for (int i = 0; i < plan->n_seqs; i++) {
-            di_seq *seq = plan->seqs[i];
-            di_req *q = seq->req;
-            di_completion *c = di_seq_completion(seq);
-            if (di_scheduler_commit_due(plan, i)) di_scheduler_commit_entry(e->sched, plan, i); /* -> prefix cache */
-            if (!c->sched_seen) {
-                c->sched_seen = 1;
-                if (!q->first_sched_ns) {
-                    q->first_sched_ns = now;
-                    q->cached_tokens = seq->n_cached_first;
-                }
-            }
-            if (row_of[i] < 0 || c->finish != DI_FINISH_NONE) continue;
-            if (in_executor) {
-                s = e->stokens[row_of[i]] >= 0
-                        ? di_engine_append_token(e, q, c, e->stokens[row_of[i]], NULL, now)
-                        : di_error(DI_ERR_BACKEND, "sampling in the executor: %s", sample_failure(e->sstatus[row_of[i]]));
-            } else if (c->plain_greedy && c->n_gen >= c->min_tokens && !c->fork_pending) {
-                /* what di_sampler_sample would do for this row, without its per-row setup */
-                int32_t tok;
-                s = di_sampler_argmax(logits + (size_t)row_of[i] * V, V, &tok);
-                if (s == DI_OK) s = di_engine_append_token(e, q, c, tok, NULL, now);
-            } else {
-                s = sample_entry(e, seq, logits + (size_t)row_of[i] * V, now);
-            }
-            if (s != DI_OK) {
-                /* this request cannot continue; the others go on */
-                if (err == DI_OK) err = di_error_context(s, "engine: request %lld", (long long)q->id);
-                for (int k = 0; k < q->n; k++) di_engine_finish_completion(e, q, k, DI_FINISH_ABORT, now);
-            }
-        }
+        err = process_step(e, plan, row_of, logits, in_executor);
     }
     di_engine_report(e, n_outs);
     return err;

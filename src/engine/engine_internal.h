@@ -110,7 +110,13 @@ struct di_engine {
     /* sampling inside the executor (ex.forward_sample, e.g. on the GPU): [max_seqs] each */
     di_sample_row *srows;
     int32_t *stokens, *sstatus;
+    int32_t *row_ident;              /* [max_seqs] 0, 1, 2, ...: row_of of an all-decode step */
+    /* asynchronous steps (ex.launch_sample): the plan of the step launched and not yet
+     * collected (NULL: none). Each di_engine_step collects one step; before that it launches
+     * the next decode step chained to it when the batch goes on unchanged (docs/engine.md) */
+    const di_step_plan *flight;
     uint64_t steps_sampled_in_executor, steps_sampled_on_host;
+    uint64_t steps_chained;          /* steps launched chained to the one in flight */
 };
 
 /* The engine's tokenizer (NULL without one). */

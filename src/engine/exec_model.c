@@ -3,7 +3,8 @@
  * engine samples inside the model (on CUDA: on the device, decode steps from CUDA graphs; see
  * executor.h), di_model_copy_blocks for copy-on-write. EOS ids come from config.json
  * (eos_token_id, an int or a list). device_sampling: on for CUDA; DEEPINFER_DEVICE_SAMPLING=0/1
- * overrides (read once here). With device sampling, the decode graphs of every batch size up to
+ * overrides (read once here). Asynchronous steps (launch / collect, model.h) unless
+ * DEEPINFER_ASYNC_STEPS=0. With device sampling, the decode graphs of every batch size up to
  * max_seqs are captured at create (di_model_warmup_decode), so no request's first steps pay
  * for them; DEEPINFER_GRAPH_WARMUP=0 leaves them to the first step of each size. */
 #include <stdlib.h>
@@ -29,6 +30,14 @@ static di_status m_forward(void *ctx, const di_batch *b, const float **logits) {
 static di_status m_forward_sample(void *ctx, const di_batch *b, const di_sample_row *rows, int32_t *tokens,
                                   int32_t *status) {
     return di_model_forward_sample_rows(((model_exec *)ctx)->m, b, rows, tokens, status);
+}
+
+static di_status m_launch(void *ctx, const di_batch *b, const di_sample_row *rows, int chained) {
+    return di_model_sample_launch(((model_exec *)ctx)->m, b, rows, chained);
+}
+
+static di_status m_collect(void *ctx, int32_t *tokens, int32_t *status) {
+    return di_model_sample_collect(((model_exec *)ctx)->m, tokens, status);
 }
 
 static di_status m_copy(void *ctx, const int32_t *src, const int32_t *dst, int n) {
@@ -68,6 +77,11 @@ di_status di_executor_model_create(const char *dir, const di_model_options *opts
     out->forward_sample = m_forward_sample;
     const char *env = getenv("DEEPINFER_DEVICE_SAMPLING");
     out->device_sampling = env && *env ? env[0] != '0' : opts->device == DI_DEVICE_CUDA;
+    const char *as = getenv("DEEPINFER_ASYNC_STEPS");
+    if (!(as && as[0] == '0')) {
+        out->launch_sample = m_launch;
+        out->collect_sample = m_collect;
+    }
     out->copy_blocks = m_copy;
     out->destroy = m_destroy;
     /* decode graphs of every batch-size bucket the engine can run, captured now rather than in

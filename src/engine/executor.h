@@ -4,7 +4,8 @@
  * Owner: engine. Three implementations:
  *   di_executor_model_create  the real model (model/model.h: di_model_forward, di_model_copy_blocks,
  *                             and di_model_forward_sample_rows: device sampling, on by default
- *                             on CUDA; DEEPINFER_DEVICE_SAMPLING=0 / 1 forces it off / on)
+ *                             on CUDA; DEEPINFER_DEVICE_SAMPLING=0 / 1 forces it off / on;
+ *                             asynchronous steps through di_model_sample_launch / _collect)
  *   di_executor_fake_create   a deterministic synthetic model with its own paged "KV pool" that
  *                             checks every slot / block-table entry and computes logits from the
  *                             whole context read back through the block table (tests)
@@ -37,6 +38,16 @@ typedef struct di_executor {
     di_status (*forward_sample)(void *ctx, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
                                 int32_t *status);
     int device_sampling;
+    /* Optional (both NULL: absent): asynchronous forward_sample steps, so that the engine can
+     * queue the next decode step before the current one's tokens are back (model.h
+     * di_model_sample_launch / _collect). launch_sample queues a step and returns;
+     * collect_sample waits for the oldest queued step and gives its tokens and status (as
+     * forward_sample). chained = 1: row j's input token is the token the previously launched
+     * step sampled for its row j (batch token ids ignored; a decode step of no more rows). At
+     * most two steps in flight; an unchained launch needs none. DEEPINFER_ASYNC_STEPS=0 turns
+     * them off for the real model. */
+    di_status (*launch_sample)(void *ctx, const di_batch *batch, const di_sample_row *rows, int chained);
+    di_status (*collect_sample)(void *ctx, int32_t *tokens, int32_t *status);
     di_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int n);
     void (*destroy)(void *ctx);
 } di_executor;

@@ -22,7 +22,8 @@ struct di_scheduler {
     int n_waiting, cap_waiting;
     di_seq **running;       /* [max_seqs] */
     int n_running, seats_used;
-    di_step_plan plan;
+    di_step_plan plans[2];  /* alternate: a plan stays valid while the next one is made */
+    di_step_plan *plan;     /* the current one */
     uint32_t stamp;
     uint64_t preemptions;
     uint64_t versions;      /* source of di_seq.table_version values */
@@ -39,18 +40,25 @@ di_status di_scheduler_create(const di_scheduler_config *cfg, di_block_manager *
     s->ref = di_block_manager_refcounts(bm);
     size_t m = (size_t)cfg->max_seqs;
     s->running = malloc(m * sizeof *s->running);
-    s->plan.seqs = malloc(m * sizeof *s->plan.seqs);
-    s->plan.start = malloc(m * sizeof *s->plan.start);
-    s->plan.n_new = malloc(m * sizeof *s->plan.n_new);
-    s->plan.sample = malloc(m);
-    s->plan.copy_src = malloc(m * sizeof *s->plan.copy_src);
-    s->plan.copy_dst = malloc(m * sizeof *s->plan.copy_dst);
-    s->plan.preempted = malloc(m * sizeof *s->plan.preempted);
-    if (!s->running || !s->plan.seqs || !s->plan.start || !s->plan.n_new || !s->plan.sample || !s->plan.copy_src ||
-        !s->plan.copy_dst || !s->plan.preempted) {
+    for (int k = 0; k < 2; k++) {
+        di_step_plan *p = &s->plans[k];
+        p->seqs = malloc(m * sizeof *p->seqs);
+        p->start = malloc(m * sizeof *p->start);
+        p->n_new = malloc(m * sizeof *p->n_new);
+        p->sample = malloc(m);
+        p->copy_src = malloc(m * sizeof *p->copy_src);
+        p->copy_dst = malloc(m * sizeof *p->copy_dst);
+        p->preempted = malloc(m * sizeof *p->preempted);
+        if (!p->seqs || !p->start || !p->n_new || !p->sample || !p->copy_src || !p->copy_dst || !p->preempted) {
+            di_scheduler_free(s);
+            return di_error(DI_ERR_NOMEM, "scheduler: out of memory for %d sequences", cfg->max_seqs);
+        }
+    }
+    if (!s->running) {
         di_scheduler_free(s);
         return di_error(DI_ERR_NOMEM, "scheduler: out of memory for %d sequences", cfg->max_seqs);
     }
+    s->plan = &s->plans[0];
     *out = s;
     return DI_OK;
 }
@@ -59,13 +67,16 @@ void di_scheduler_free(di_scheduler *s) {
     if (!s) return;
     free(s->waiting);
     free(s->running);
-    free(s->plan.seqs);
-    free(s->plan.start);
-    free(s->plan.n_new);
-    free(s->plan.sample);
-    free(s->plan.copy_src);
-    free(s->plan.copy_dst);
-    free(s->plan.preempted);
+    for (int k = 0; k < 2; k++) {
+        di_step_plan *p = &s->plans[k];
+        free(p->seqs);
+        free(p->start);
+        free(p->n_new);
+        free(p->sample);
+        free(p->copy_src);
+        free(p->copy_dst);
+        free(p->preempted);
+    }
     free(s);
 }
 
@@ -155,7 +166,7 @@ static int fit_tokens(const di_scheduler *s, const di_seq *q, int want, int avai
 
 /* Records plan entry (q, n) and advances n_computed (blocks already in place). */
 static inline void add_entry(di_scheduler *s, di_seq *q, int n) {
-    di_step_plan *p = &s->plan;
+    di_step_plan *p = s->plan;
     if (q->n_blocks > p->max_blocks) p->max_blocks = q->n_blocks;
     int k = p->n_seqs++;
     p->seqs[k] = q;
@@ -171,7 +182,7 @@ static inline void add_entry(di_scheduler *s, di_seq *q, int n) {
  * [n_computed, n_computed + n); the caller has checked they fit. Advances n_computed and
  * records the plan entry. */
 static void plan_tokens(di_scheduler *s, di_seq *q, int n, int cow) {
-    di_step_plan *p = &s->plan;
+    di_step_plan *p = s->plan;
     if (cow) {
         int j = q->n_computed / DI_BLOCK_TOKENS;
         int32_t nb = di_block_manager_alloc(s->bm);
@@ -232,7 +243,7 @@ static void preempt(di_scheduler *s, int running_index) {
     q->n_preempted++;
     q->state = DI_SEQ_WAITING;
     sorted_insert(s->waiting, &s->n_waiting, q); /* capacity: reserve_waiting covers all sequences */
-    s->plan.preempted[s->plan.n_preempted++] = q;
+    s->plan->preempted[s->plan->n_preempted++] = q;
     s->preemptions++;
 }
 
@@ -274,18 +285,61 @@ static int admit(di_scheduler *s, di_seq *q, int budget) {
     q->n_registered = hits;
     q->n_computed = hit_tokens;
     if (q->n_cached_first < 0) q->n_cached_first = hit_tokens;
-    s->plan.prefix_hit_tokens += hit_tokens;
+    s->plan->prefix_hit_tokens += hit_tokens;
     plan_tokens(s, q, n, needs_cow(s, q));
     return n;
 }
 
 /* ---- the plan ---- */
 
-const di_step_plan *di_scheduler_schedule(di_scheduler *s) {
-    di_step_plan *p = &s->plan;
+/* The other plan buffer, emptied, as the current plan (the previous one stays valid). */
+static di_step_plan *next_plan(di_scheduler *s) {
+    di_step_plan *p = s->plan = &s->plans[s->plan == &s->plans[0]];
     p->n_seqs = p->n_decode = p->n_tokens = p->n_copies = p->n_preempted = p->prefix_hit_tokens = 0;
     p->max_blocks = 1;
     s->stamp++;
+    return p;
+}
+
+const di_step_plan *di_scheduler_schedule_chained(di_scheduler *s, const di_step_plan *prev) {
+    if (prev != s->plan || prev->n_seqs == 0 || prev->n_decode != prev->n_seqs) return NULL;
+    /* check every row first, so that a refusal changes nothing */
+    int need = 0;
+    for (int i = 0; i < prev->n_seqs; i++) {
+        const di_seq *q = prev->seqs[i];
+        const int pos = q->n_computed, j = pos / DI_BLOCK_TOKENS;
+        if (q->state != DI_SEQ_RUNNING || !prev->sample[i] || pos != prev->start[i] + 1 || pos != q->len ||
+            pos + 1 >= q->cap)
+            return NULL;
+        if (j >= q->n_blocks) need++;
+        else if (pos % DI_BLOCK_TOKENS != 0 && q->tail_shared && s->ref[q->blocks[j]] > 1) return NULL; /* copy-on-write */
+    }
+    if (need > di_block_manager_n_free(s->bm)) return NULL;
+    di_step_plan *p = next_plan(s);
+    for (int i = 0; i < prev->n_seqs; i++) {
+        di_seq *q = prev->seqs[i];
+        if (q->n_computed / DI_BLOCK_TOKENS >= q->n_blocks) {
+            int32_t nb = di_block_manager_alloc(s->bm);
+            DI_ASSERT(nb >= 0);
+            q->blocks[q->n_blocks++] = nb;
+        }
+        add_entry(s, q, 1);
+        p->sample[p->n_seqs - 1] = 1; /* the in-flight token is the sequence's last */
+    }
+    p->n_decode = p->n_seqs;
+    return p;
+}
+
+void di_scheduler_unplan(di_scheduler *s, const di_step_plan *plan) {
+    (void)s;
+    for (int i = 0; i < plan->n_seqs; i++)
+        if (plan->seqs[i]->state == DI_SEQ_RUNNING) plan->seqs[i]->n_computed = plan->start[i];
+}
+
+int di_scheduler_free_seats(const di_scheduler *s) { return s->cfg.max_seqs - s->seats_used; }
+
+const di_step_plan *di_scheduler_schedule(di_scheduler *s) {
+    di_step_plan *p = next_plan(s);
     int budget = s->cfg.max_batch_tokens;
     di_block_manager *bm = s->bm;
 

@@ -17,10 +17,12 @@
  * Copy-on-write: a sequence about to write into a block shared with another sequence gets a
  * fresh block and the plan lists the copy (src -> dst) the runner performs before the forward.
  *
- * Overlap-ready: planning advances n_computed (and allocates blocks) as if the step ran, and
- * needs no token values of the step being planned; di_scheduler_commit (registering newly
- * full blocks in the prefix cache) uses the plan's own counts, so it can run after the next
- * plan has been made. See docs/engine.md "Step loop". */
+ * Overlap: planning advances n_computed (and allocates blocks) as if the step ran, and needs
+ * no token values of the step being planned; di_scheduler_commit (registering newly full
+ * blocks in the prefix cache) uses the plan's own counts, so it can run after the next plan
+ * has been made. di_scheduler_schedule_chained plans the next decode step of the same rows
+ * while the current one is still computing (its token in flight: n_computed = len + 1 until
+ * the engine appends it). See docs/engine.md "Step loop". */
 #ifndef DI_ENGINE_SCHEDULER_H
 #define DI_ENGINE_SCHEDULER_H
 #include <stdint.h>
@@ -35,7 +37,8 @@ typedef struct di_scheduler_config {
 } di_scheduler_config;
 
 /* One step's work. Sequences [0, n_decode) are decode (1 token each), the rest prefill
- * chunks. Arrays are owned by the scheduler and valid until the next schedule call. */
+ * chunks. Arrays are owned by the scheduler; the scheduler alternates between two plans, so
+ * a plan stays valid until the second schedule call after the one that made it. */
 typedef struct di_step_plan {
     int n_seqs, n_decode, n_tokens;
     di_seq **seqs;             /* [n_seqs] */
@@ -59,6 +62,17 @@ void di_scheduler_free(di_scheduler *s);
 di_status di_scheduler_add(di_scheduler *s, di_seq *seq);
 /* Plans the next step. */
 const di_step_plan *di_scheduler_schedule(di_scheduler *s);
+/* The next decode step of prev's sequences (prev: the latest plan, all decode rows, each
+ * sampling a token that is still being computed, i.e. not appended yet), one token further,
+ * in the same order, every row sampled. NULL, with nothing changed, when it cannot be made
+ * without preempting or copying: a row would need a free block and there are too few, would
+ * write into a shared block, is no longer running, or has no room for two more tokens. */
+const di_step_plan *di_scheduler_schedule_chained(di_scheduler *s, const di_step_plan *prev);
+/* Takes back a plan whose step did not run: n_computed of its running sequences returns to
+ * the plan's start (blocks it allocated stay with their sequences). */
+void di_scheduler_unplan(di_scheduler *s, const di_step_plan *plan);
+/* Running seats not taken (max_seqs - seats used). */
+int di_scheduler_free_seats(const di_scheduler *s);
 /* After the planned step's forward pass: registers blocks it filled in the prefix cache. */
 void di_scheduler_commit(di_scheduler *s, const di_step_plan *plan);
 /* The same for plan entry i only (to fuse with other per-sequence work; must run before the

@@ -12,7 +12,7 @@ di_status di_seq_init(di_seq *s, const int32_t *prompt, int prompt_len, int cap)
         return di_error(DI_ERR_INVALID_ARG, "sequence: prompt of %d tokens, capacity %d", prompt_len, cap);
     s->cap = cap;
     s->cap_blocks = (cap + DI_BLOCK_TOKENS - 1) / DI_BLOCK_TOKENS;
-    s->tokens = malloc((size_t)cap * sizeof *s->tokens);
+    s->tokens = calloc((size_t)cap, sizeof *s->tokens); /* zeroed: a chained step reads its unappended slot */
     s->blocks = malloc((size_t)s->cap_blocks * sizeof *s->blocks);
     s->hashes = malloc((size_t)s->cap_blocks * sizeof *s->hashes);
     if (!s->tokens || !s->blocks || !s->hashes) {

@@ -12,7 +12,11 @@
  *   - a mix with logprobs, penalties, logit bias, min_tokens and n = 3 that finish early: the
  *     steps they take part in fall back to the host, the later ones do not;
  *   - a row the executor fails to sample (status NaN, injected): only that request is aborted,
- *     with an error naming the reason, and the others finish unchanged.
+ *     with an error naming the reason, and the others finish unchanged (synchronous and
+ *     asynchronous steps);
+ *   - asynchronous steps (the next decode step launched chained to the one in flight,
+ *     executor.h launch_sample) give the tokens of synchronous ones, also with requests
+ *     arriving and aborted while a chained step is in flight.
  * The same comparison on the GPU (device sampler, CUDA graphs) is tests/ops/test_cuda_pycoder.c. */
 #include "core/status.h"
 #include "deepinfer.h"
@@ -78,7 +82,21 @@ static di_status failing_fs(void *ctx, const di_batch *b, const di_sample_row *r
     return DI_OK;
 }
 
-static di_engine *engine(int executor_sampling, int inject) {
+/* the same injection on the asynchronous path (the row of the next collected step) */
+static di_status (*g_orig_collect)(void *, int32_t *, int32_t *);
+static di_status failing_collect(void *ctx, int32_t *tok, int32_t *st) {
+    DI_TRY(g_orig_collect(ctx, tok, st));
+    if (g_fail_row >= 0) {
+        tok[g_fail_row] = -1;
+        st[g_fail_row] = DI_SAMPLE_ERR_NAN;
+        g_fail_row = -1;
+    }
+    return DI_OK;
+}
+
+/* An engine over the CPU model: executor_sampling on / off, a failure injected into the
+ * executor's sampling (inject), asynchronous launch / collect steps kept (async) or removed. */
+static di_engine *engine(int executor_sampling, int inject, int async) {
     di_model_options mo = {0};
     mo.device = DI_DEVICE_CPU;
     mo.max_batch_tokens = 512;
@@ -92,9 +110,15 @@ static di_engine *engine(int executor_sampling, int inject) {
     CHECK(ex.forward_sample != NULL);
     if (!getenv("DEEPINFER_DEVICE_SAMPLING")) CHECK_EQ_INT(ex.device_sampling, 0); /* off on the CPU by default */
     ex.device_sampling = executor_sampling;
+    CHECK(ex.launch_sample != NULL && ex.collect_sample != NULL);
+    if (!async) ex.launch_sample = NULL, ex.collect_sample = NULL;
     if (inject) {
         g_orig_fs = ex.forward_sample;
         ex.forward_sample = failing_fs;
+        if (async) {
+            g_orig_collect = ex.collect_sample;
+            ex.collect_sample = failing_collect;
+        }
     }
     di_engine_params ep;
     di_engine_params_init(&ep);
@@ -126,7 +150,7 @@ static void run_set(di_engine *e, int mixed, int32_t tok[N_REQ][3][MAX_NEW], int
 static void compare_paths(int mixed) {
     static int32_t ta[N_REQ][3][MAX_NEW], tb[N_REQ][3][MAX_NEW];
     int na[N_REQ][3], nb[N_REQ][3], fa[N_REQ][3], fb[N_REQ][3];
-    di_engine *a = engine(1, 0), *b = engine(0, 0);
+    di_engine *a = engine(1, 0, 0), *b = engine(0, 0, 0);
     if (!a || !b) {
         di_engine_free(a);
         di_engine_free(b);
@@ -165,8 +189,8 @@ static void compare_paths(int mixed) {
 static void test_same_tokens_executor_only(void) { compare_paths(0); }
 static void test_same_tokens_mixed(void) { compare_paths(1); }
 
-static void test_failed_row_aborts_one_request(void) {
-    di_engine *e = engine(1, 1), *ref = engine(1, 0);
+static void failed_row_aborts_one_request(int async) {
+    di_engine *e = engine(1, 1, async), *ref = engine(1, 0, 0);
     if (!e || !ref) {
         di_engine_free(e);
         di_engine_free(ref);
@@ -207,6 +231,102 @@ static void test_failed_row_aborts_one_request(void) {
     CHECK_EQ_INT(errors, 1);
     CHECK_EQ_INT(finished, 4);
     CHECK(aborted >= 0);
+    if (async) CHECK(e->steps_chained > 0);
+    di_engine_free(e);
+    di_engine_free(ref);
+}
+
+static void test_failed_row_aborts_one_request(void) { failed_row_aborts_one_request(0); }
+static void test_failed_row_aborts_one_request_async(void) { failed_row_aborts_one_request(1); }
+
+/* Asynchronous steps (the next decode step launched chained to the one in flight) give the
+ * tokens of synchronous ones: all-executor requests, greedy and seeded, half of them ending
+ * at EOS (so chained steps of finished rows are discarded). */
+static void test_async_same_tokens(void) {
+    static int32_t ta[N_REQ][3][MAX_NEW], tb[N_REQ][3][MAX_NEW];
+    int na[N_REQ][3], nb[N_REQ][3], fa[N_REQ][3], fb[N_REQ][3];
+    di_engine *a = engine(1, 0, 1), *b = engine(1, 0, 0);
+    if (!a || !b) {
+        di_engine_free(a);
+        di_engine_free(b);
+        return;
+    }
+    run_set(a, 0, ta, na, fa);
+    run_set(b, 0, tb, nb, fb);
+    int same = 0;
+    for (int r = 0; r < N_REQ; r++) {
+        int eq = na[r][0] == nb[r][0] && fa[r][0] == fb[r][0] && !memcmp(ta[r][0], tb[r][0], (size_t)na[r][0] * 4);
+        same += eq;
+        CHECK_MSG(eq, "request %d: async %d tokens (finish %d), sync %d (%d)", r, na[r][0], fa[r][0], nb[r][0], fb[r][0]);
+    }
+    fprintf(stderr, "  %d/%d identical; async engine: %llu steps, %llu of them chained; sync engine %llu steps\n", same,
+            N_REQ, (unsigned long long)a->stats.steps, (unsigned long long)a->steps_chained,
+            (unsigned long long)b->stats.steps);
+    CHECK(a->steps_chained > 0);
+    CHECK_EQ_INT(b->steps_chained, 0);
+    CHECK_EQ_INT(a->stats.steps, b->stats.steps); /* one step per call either way */
+    di_engine_free(a);
+    di_engine_free(b);
+}
+
+/* Requests arriving and aborted while a chained step is in flight: the others' tokens are
+ * those of an undisturbed run, an aborted request's tokens a prefix of its own. */
+static void test_async_arrivals_and_aborts(void) {
+    static int32_t tr[N_REQ][3][MAX_NEW];
+    int nr[N_REQ][3], fr[N_REQ][3];
+    di_engine *ref = engine(1, 0, 0), *e = engine(1, 0, 1);
+    if (!e || !ref) {
+        di_engine_free(e);
+        di_engine_free(ref);
+        return;
+    }
+    run_set(ref, 0, tr, nr, fr);
+    di_request_input in[N_REQ];
+    for (int r = 0; r < N_REQ; r++) request(r, 0, &in[r]);
+    int64_t id[N_REQ];
+    for (int r = 0; r < 4; r++) CHECK_OK(di_engine_add_request(e, &in[r], &id[r]));
+    int step = 0, finished = 0, next = 4, aborted[N_REQ] = {0};
+    int32_t got[N_REQ][MAX_NEW];
+    int ngot[N_REQ] = {0};
+    while ((di_engine_has_unfinished(e) || next < N_REQ) && step < 200) {
+        if (step >= 3 && step % 3 == 0 && next < N_REQ) {
+            CHECK_OK(di_engine_add_request(e, &in[next], &id[next]));
+            next++;
+        }
+        if (step == 4 || step == 9) { /* abort the oldest unfinished request */
+            for (int r = 0; r < next; r++)
+                if (ngot[r] < nr[r][0] && !aborted[r]) {
+                    CHECK_OK(di_engine_abort(e, id[r]));
+                    aborted[r] = 1;
+                    break;
+                }
+        }
+        const di_request_output *const *outs;
+        size_t n;
+        CHECK_OK(di_engine_step(e, &outs, &n));
+        for (size_t i = 0; i < n; i++) {
+            int r = -1;
+            for (int k = 0; k < next; k++)
+                if (id[k] == outs[i]->request_id) r = k;
+            if (r < 0) continue;
+            const di_completion_output *c = &outs[i]->choices[0];
+            ngot[r] = (int)c->n_tokens;
+            memcpy(got[r], c->token_ids, c->n_tokens * sizeof(int32_t));
+            finished += outs[i]->finished;
+        }
+        step++;
+    }
+    CHECK_EQ_INT(finished, N_REQ);
+    int n_aborted = 0;
+    for (int r = 0; r < N_REQ; r++) {
+        n_aborted += aborted[r];
+        int ok = aborted[r] ? ngot[r] <= nr[r][0] && !memcmp(got[r], tr[r][0], (size_t)ngot[r] * 4)
+                            : ngot[r] == nr[r][0] && !memcmp(got[r], tr[r][0], (size_t)ngot[r] * 4);
+        CHECK_MSG(ok, "request %d (%s): %d tokens, reference %d", r, aborted[r] ? "aborted" : "kept", ngot[r], nr[r][0]);
+    }
+    CHECK_EQ_INT(n_aborted, 2);
+    fprintf(stderr, "  %d steps, %llu chained, %d aborted\n", step, (unsigned long long)e->steps_chained, n_aborted);
+    CHECK(e->steps_chained > 0);
     di_engine_free(e);
     di_engine_free(ref);
 }
@@ -216,6 +336,9 @@ int main(void) {
     RUN(test_same_tokens_executor_only);
     RUN(test_same_tokens_mixed);
     RUN(test_failed_row_aborts_one_request);
+    RUN(test_failed_row_aborts_one_request_async);
+    RUN(test_async_same_tokens);
+    RUN(test_async_arrivals_and_aborts);
     fprintf(stderr, "%d checks, %d failures\n", g_test_checks, g_test_failures);
     return g_test_failures ? 1 : (g_test_checks ? 0 : 1);
 }
