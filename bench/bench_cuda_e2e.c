@@ -4,12 +4,17 @@
  * same run, and the ratio to llama.cpp's numbers for the benchmark model (issue 6).
  *
  *   bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128]
- *                  [--prefill 512,8192|none] [--ceilings 0|1] [--trace K]
+ *                  [--prefill 512,8192|none] [--ceilings 0|1] [--trace K] [--async 0|1]
  *
  * Decode at batch B: B random prompts of --prompt tokens prefilled together, then --gen new
  * tokens each (the first from the prefill, the rest from decode steps of B tokens); tok/s =
  * B x timed steps / time, timing every step after the first two (eager warm-up and graph
- * capture). Prefill at L: one sequence of L tokens, logits of the last one; median of 3.
+ * capture). --async 1 (the default, as the engine runs them): each decode step is launched
+ * chained to the one in flight before that one's tokens are collected (di_model_sample_launch,
+ * model.h), so the host's work overlaps the GPU's; the clock starts when the second step's
+ * tokens are back and stops at the last's. --async 0: one di_model_forward_sample per step,
+ * timed one by one (the default when DEEPINFER_ASYNC_STEPS=0). Prefill at L: one sequence of
+ * L tokens, logits of the last one; median of 3.
  * --trace K (builds with CUPTI): the last K decode steps of each batch are traced instead of
  * timed, and the timeline of their GPU work is printed (cuda_trace.h). */
 #include <math.h>
@@ -25,6 +30,7 @@
 #endif
 
 static int g_trace_steps; /* --trace K */
+static int g_async = 1;   /* --async 0|1 */
 
 typedef struct counts {
     double attn, dense, router, shared, expert, head; /* parameters */
@@ -139,6 +145,36 @@ static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *pr
     *prefill_s = di_now_s() - t0;
     double t_dec = 0;
     int timed = 0;
+    if (g_async && !g_trace_steps && s == DI_OK) {
+        memcpy(ids, tok, (size_t)B * 4); /* the first decode step's input; chained steps take theirs on the device */
+        int32_t *st = malloc((size_t)B * 4);
+        double ta = 0;
+        for (int step = 1; step < G && s == DI_OK; step++) {
+            for (int i = 0; i < B; i++) {
+                pos[i] = ctx[i];
+                slots[i] = bt[i * nbs + ctx[i] / 64] * 64 + ctx[i] % 64;
+                ctx[i]++;
+                start[i + 1] = i + 1;
+                rows[i] = i;
+                sr[i].position = (uint32_t)ctx[i];
+            }
+            di_batch d = {B, ids, pos, slots, B, B, start, ctx, bt, nbs, B, rows};
+            s = di_model_sample_launch(m, &d, sr, step > 1);
+            if (s != DI_OK || step == 1) continue;
+            s = di_model_sample_collect(m, tok, st); /* step - 1's tokens */
+            if (step == 3) ta = di_now_s();
+            else if (step > 3) timed++;
+        }
+        if (s == DI_OK) {
+            s = di_model_sample_collect(m, tok, st);
+            timed++;
+        }
+        t_dec = di_now_s() - ta;
+        while (di_model_sample_in_flight(m) > 0) /* after an error */
+            if (di_model_sample_collect(m, tok, st) != DI_OK) di_error_clear();
+        free(st);
+        G = 0; /* the synchronous loop below does nothing */
+    }
     for (int step = 1; step < G && s == DI_OK; step++) {
         for (int i = 0; i < B; i++) {
             ids[i] = tok[i];
@@ -203,6 +239,8 @@ static double bench_prefill(di_model *m, int L) {
 int main(int argc, char **argv) {
     const char *dir = NULL;
     int Bs[8] = {1, 16, 64, 256}, nB = 4, Ls[8] = {512, 8192}, nL = 2, P = 128, G = 128, ceilings = 1;
+    const char *as = getenv("DEEPINFER_ASYNC_STEPS"); /* the engine's switch sets the default too */
+    if (as && *as) g_async = as[0] != '0';
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) dir = argv[i + 1];
         else if (!strcmp(argv[i], "--batches")) nB = strcmp(argv[i + 1], "none") ? parse_list(argv[i + 1], Bs, 8) : 0;
@@ -211,10 +249,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--prompt")) P = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gen")) G = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--trace")) g_trace_steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--async")) g_async = atoi(argv[i + 1]);
     }
     if (!dir || P < 1 || G < 4 || g_trace_steps < 0 || g_trace_steps > G - 8) {
         fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128] "
-                        "[--prefill 512,8192|none] [--ceilings 0|1] [--trace K (0..gen-8)]\n");
+                        "[--prefill 512,8192|none] [--ceilings 0|1] [--trace K (0..gen-8)] [--async 0|1]\n");
         return 2;
     }
     if (g_trace_steps > 0) {
@@ -256,6 +295,7 @@ int main(int argc, char **argv) {
     const di_model_config *c = di_model_config_of(m);
     printf("model %s: %d layers, hidden %d, %d experts top-%d, vocab %d; loaded in %.1f s\n", dir, c->num_hidden_layers,
            c->hidden_size, c->n_routed_experts, c->num_experts_per_tok, c->vocab_size, di_now_s() - t0);
+    if (nB > 0) printf("decode steps: %s\n", g_async && !g_trace_steps ? "asynchronous (each launched chained to the one in flight)" : "synchronous");
     fflush(stdout);
     static const int peer_b[4] = {1, 16, 64, 128};
     static const double peer_v[4] = {711, 3674, 9128, 11423};

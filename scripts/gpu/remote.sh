@@ -163,6 +163,7 @@ for s in $steps; do
         run_step model.v32 tests.log "$G/bin/test_cuda_model" v32
         run_step model.golden tests.log "$G/bin/test_cuda_model" golden
         run_step model.generate tests.log "$G/bin/test_cuda_model" generate
+        run_step model.async tests.log "$G/bin/test_cuda_model" async
         run_step model.routing tests.log "$G/bin/test_cuda_model" routing
         ;;
     modelvariants)

@@ -12,7 +12,10 @@
  *             check), and with the CPU's routing and selections injected the logits within 2e-2
  *             (selection agreement with the CPU is reported).
  *
- *   test_cuda_model [golden] [generate] [routing] [v32] [compare DIR]      (run from the source root with
+ *   async:    decode steps launched chained to the one in flight (di_model_sample_launch)
+ *             give the tokens of the same steps run one by one, bit for bit;
+ *
+ *   test_cuda_model [golden] [generate] [async] [routing] [v32] [compare DIR]      (run from the source root with
  *   DI_BIN = the deepinfer CLI and DI_BUILD_DIR = a scratch directory for checkpoints) */
 #include <math.h>
 #include <stdio.h>
@@ -284,6 +287,139 @@ static void test_generate(void) {
                     "%d/%d single vs batched on CUDA\n", same_cpu, total, GEN_NEW, total ? 100.0 * same_cpu / total : 0.0,
             same_batch, total);
     CHECK(total > 0 && same_cpu * 100 >= 95 * total);
+    json_decref(man);
+}
+
+/* ---------------------------------------------------------------- async ---- */
+/* Asynchronous steps on the GPU (di_model_sample_launch / _collect): S prompts generated with
+ * each decode step launched chained to the one in flight, against the same steps run one by
+ * one (di_model_forward_sample): the tokens must be identical, bit for bit (the same graphs
+ * and kernels; only where the input ids come from differs). The batch shrinks while chained
+ * (rows dropped from the end: S, then S - 1 in the same bucket, then half in a smaller
+ * bucket), which exercises all three chained paths (ids in place, ids in place with a
+ * shorter batch, ids sent from the host after the previous step is waited for). Greedy and
+ * seeded temperature sampling. */
+static int async_rows(int S, int step) {
+    int n = step < 10 ? S : step < 20 ? S - 1 : (S + 1) / 2;
+    return n > 0 ? n : 1;
+}
+
+static di_status generate_steps(di_model *m, int32_t prompts[][GEN_MAXP], const int *plen, int S, float temp,
+                                int async, int32_t out[][GEN_NEW]) {
+    int nb = (GEN_MAXP + GEN_NEW + 63) / 64;
+    int32_t ids[GEN_PROMPTS * GEN_MAXP], pos[GEN_PROMPTS * GEN_MAXP], slots[GEN_PROMPTS * GEN_MAXP];
+    int32_t start[GEN_PROMPTS + 1], ctx[GEN_PROMPTS], bt[GEN_PROMPTS * 4], rows[GEN_PROMPTS];
+    int32_t tok[GEN_PROMPTS], st[GEN_PROMPTS];
+    di_sample_row sr[GEN_PROMPTS] = {{0}};
+    for (int i = 0; i < S; i++)
+        for (int b = 0; b < nb; b++) bt[i * nb + b] = i * nb + b;
+    int T = 0;
+    start[0] = 0;
+    for (int i = 0; i < S; i++) {
+        for (int j = 0; j < plen[i]; j++, T++) {
+            ids[T] = prompts[i][j];
+            pos[T] = j;
+            slots[T] = bt[i * nb + j / 64] * 64 + j % 64;
+        }
+        start[i + 1] = T;
+        ctx[i] = plen[i];
+        rows[i] = T - 1;
+        sr[i] = (di_sample_row){i % 2 ? temp : 0.0f, 1.0f, 0.0f, 0, 1000 + (uint64_t)i, (uint32_t)ctx[i], 0};
+    }
+    di_batch b = {T, ids, pos, slots, S, 0, start, ctx, bt, nb, S, rows};
+    DI_TRY(di_model_forward_sample(m, &b, sr, tok));
+    for (int i = 0; i < S; i++) out[i][0] = tok[i];
+    for (int i = 0; i < S; i++) ids[i] = tok[i];
+    for (int step = 0; step < GEN_NEW - 1; step++) { /* decode step `step` makes token step + 1 */
+        int n = async_rows(S, step);
+        for (int i = 0; i < n; i++) {
+            pos[i] = ctx[i];
+            slots[i] = bt[i * nb + ctx[i] / 64] * 64 + ctx[i] % 64;
+            ctx[i]++;
+            start[i + 1] = i + 1;
+            rows[i] = i;
+            sr[i].position = (uint32_t)ctx[i];
+        }
+        di_batch d = {n, ids, pos, slots, n, n, start, ctx, bt, nb, n, rows};
+        if (!async) {
+            DI_TRY(di_model_forward_sample(m, &d, sr, tok));
+            for (int i = 0; i < n; i++) out[i][step + 1] = ids[i] = tok[i];
+            continue;
+        }
+        DI_TRY(di_model_sample_launch(m, &d, sr, step > 0));
+        if (step == 0) continue;
+        DI_TRY(di_model_sample_collect(m, tok, st));
+        for (int i = 0; i < async_rows(S, step - 1); i++) out[i][step] = tok[i];
+    }
+    if (async) {
+        DI_TRY(di_model_sample_collect(m, tok, st));
+        for (int i = 0; i < async_rows(S, GEN_NEW - 2); i++) out[i][GEN_NEW - 1] = tok[i];
+    }
+    return DI_OK;
+}
+
+static void test_async(void) {
+    json_t *man = NULL;
+    CHECK_OK(di_json_load_file(test_src_path("tests/data/golden/golden.json"), &man));
+    if (!man) return;
+    char done[32][4096];
+    int n_done = 0, runs = 0, same = 0;
+    size_t ci;
+    json_t *c;
+    json_array_foreach(json_object_get(man, "cases"), ci, c) {
+        char dir[4096];
+        if (!case_dir(c, dir, sizeof dir) || n_done >= 3) continue; /* the first three checkpoints */
+        int seen = 0;
+        for (int i = 0; i < n_done; i++) seen |= !strcmp(done[i], dir);
+        if (seen) continue;
+        snprintf(done[n_done++], 4096, "%s", dir);
+        di_model_options o = {0};
+        o.device = DI_DEVICE_CUDA;
+        o.max_batch_tokens = GEN_PROMPTS * GEN_MAXP;
+        o.max_seqs = 16;
+        o.max_context = 128;
+        o.kv_blocks = GEN_PROMPTS * 2;
+        di_model *m = NULL;
+        CHECK_OK(di_model_load(dir, &o, &m));
+        if (!m) continue;
+        int V = di_model_config_of(m)->vocab_size;
+        static int32_t prompts[GEN_PROMPTS][GEN_MAXP], os[GEN_PROMPTS][GEN_NEW], oa[GEN_PROMPTS][GEN_NEW];
+        int plen[GEN_PROMPTS];
+        for (int p = 0; p < GEN_PROMPTS; p++) {
+            plen[p] = 4 + (int)(rnd() % (GEN_MAXP - 4));
+            for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(rnd() % (uint64_t)(V - 2));
+        }
+        static const int sizes[3] = {1, 3, GEN_PROMPTS};
+        for (int k = 0; k < 3; k++)
+            for (int t = 0; t < 2; t++) {
+                int S = sizes[k];
+                float temp = t ? 0.9f : 0.0f;
+                memset(os, 0xff, sizeof os);
+                memset(oa, 0xfe, sizeof oa);
+                int ok = generate_steps(m, prompts, plen, S, temp, 0, os) == DI_OK;
+                ok = ok && generate_steps(m, prompts, plen, S, temp, 1, oa) == DI_OK;
+                CHECK_MSG(ok, "%s: %d prompts: %s", dir, S, di_last_error());
+                int eq = ok;
+                for (int i = 0; i < S && eq; i++)
+                    for (int j = 0; j < GEN_NEW; j++) {
+                        int kept = j == 0 || i < async_rows(S, j - 1);
+                        if (kept && os[i][j] != oa[i][j]) {
+                            fprintf(stderr, "    %s, %d prompts, temperature %.1f: prompt %d token %d: sync %d, async %d\n",
+                                    strrchr(dir, '/') + 1, S, (double)temp, i, j, os[i][j], oa[i][j]);
+                            eq = 0;
+                            break;
+                        }
+                    }
+                CHECK(eq);
+                CHECK_EQ_INT(di_model_sample_in_flight(m), 0);
+                runs++;
+                same += eq;
+            }
+        di_model_free(m);
+    }
+    fprintf(stderr, "  async: %d/%d runs identical to synchronous steps (3 checkpoints x 1 / 3 / %d prompts x greedy "
+                    "/ temperature; batch shrinking while chained)\n", same, runs, GEN_PROMPTS);
+    CHECK(runs == 18);
     json_decref(man);
 }
 
@@ -837,6 +973,12 @@ int main(int argc, char **argv) {
     if (all) {
         fprintf(stderr, "-- generate\n");
         test_generate();
+    }
+    all = argc < 2;
+    for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "async");
+    if (all) {
+        fprintf(stderr, "-- async\n");
+        test_async();
     }
     all = argc < 2;
     for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "routing");
