@@ -1,6 +1,7 @@
 /* test_scheduler.c - continuous batching without a model: chunked prefill, decode-first
  * plans, preemption order (lowest priority, then latest arrival first), prefix-cache reuse of
- * exactly the shared blocks, copy-on-write after a fork, and a randomized stress run (tiny KV
+ * exactly the shared blocks, copy-on-write after a fork, chained plans (the next decode step
+ * planned while the current one computes), and a randomized stress run (tiny KV
  * pool, forks, aborts while waiting or running, random budgets) that checks after every step
  * that block refcounts equal the references held by running sequences, no block is leaked and
  * every plan respects the budget and the seat limit. */
@@ -269,6 +270,66 @@ static void test_fork_cow(void) {
     sim_free(&m);
 }
 
+/* Chained plans (di_scheduler_schedule_chained): the next decode step of the same rows planned
+ * while the current one's tokens are still being computed (n_computed = len + 1 until the
+ * token is appended); the previous plan stays valid; a new block is taken when a row starts
+ * one; refused, with nothing changed, when a block is needed and none is free or when prev is
+ * not the latest plan; di_scheduler_unplan takes a plan back. */
+static void test_chained(void) {
+    sim m;
+    sim_init(&m, 3, 512, 4, 0);
+    int32_t prompt[70];
+    for (int i = 0; i < 70; i++) prompt[i] = i;
+    int a = sim_add(&m, prompt, 62, 20, 0, 1), b = sim_add(&m, prompt + 5, 10, 60, 0, 1);
+    sim_step(&m); /* both prompts, first tokens appended: len 63 / 11 */
+    const di_step_plan *p1 = di_scheduler_schedule(m.s);
+    CHECK(p1->n_decode == 2 && p1->start[0] == 62 && p1->start[1] == 10);
+    const di_step_plan *p2 = di_scheduler_schedule_chained(m.s, p1);
+    CHECK(p2 != NULL && p2 != p1);
+    if (!p2) return;
+    CHECK(p2->n_seqs == 2 && p2->n_decode == 2 && p2->n_tokens == 2 && p2->n_copies == 0);
+    CHECK(p2->seqs[0] == &m.q[a] && p2->seqs[1] == &m.q[b] && p2->start[0] == 63 && p2->start[1] == 11);
+    CHECK(p2->sample[0] && p2->sample[1]);
+    CHECK(p1->start[0] == 62 && p1->start[1] == 10 && p1->seqs[0] == &m.q[a]); /* still valid */
+    CHECK(m.q[a].n_computed == m.q[a].len + 1 && m.q[b].n_computed == m.q[b].len + 1);
+    CHECK(di_scheduler_schedule_chained(m.s, p1) == NULL); /* p1 is not the latest plan */
+    /* p1's tokens arrive: the invariant n_computed == len is back */
+    m.q[a].tokens[m.q[a].len++] = 1;
+    m.q[b].tokens[m.q[b].len++] = 2;
+    di_scheduler_commit(m.s, p1);
+    /* the next chained step writes position 64 of a: a new block (1 free of 3) */
+    CHECK_EQ_INT(di_block_manager_n_free(m.bm), 1);
+    const di_step_plan *p3 = di_scheduler_schedule_chained(m.s, p2);
+    CHECK(p3 != NULL);
+    if (!p3) return;
+    CHECK(m.q[a].n_blocks == 2 && di_block_manager_n_free(m.bm) == 0 && p3->start[0] == 64 && p3->max_blocks == 2);
+    /* taken back: n_computed returns, the block stays with a */
+    di_scheduler_unplan(m.s, p3);
+    CHECK(m.q[a].n_computed == 64 && m.q[b].n_computed == 12 && m.q[a].n_blocks == 2);
+    m.q[a].tokens[m.q[a].len++] = 3;
+    m.q[b].tokens[m.q[b].len++] = 4;
+    di_scheduler_commit(m.s, p2);
+    /* b's context runs to 64 while a holds two blocks: b's next chained token needs a block, none is free */
+    while (m.q[b].len < 64) {
+        m.q[b].tokens[m.q[b].len] = 5;
+        m.q[b].len++;
+    }
+    m.q[b].n_computed = m.q[b].len - 1;
+    m.q[a].n_computed = m.q[a].len - 1;
+    const di_step_plan *p4 = di_scheduler_schedule(m.s);
+    CHECK(p4->n_decode == 2);
+    int before_a = m.q[a].n_computed, before_b = m.q[b].n_computed;
+    CHECK(di_scheduler_schedule_chained(m.s, p4) == NULL);
+    CHECK(m.q[a].n_computed == before_a && m.q[b].n_computed == before_b); /* nothing changed */
+    /* a finished while its chained step was in flight: the plan is not extended */
+    di_scheduler_finish(m.s, &m.q[a]);
+    CHECK(di_scheduler_schedule_chained(m.s, p4) == NULL);
+    CHECK_EQ_INT(di_scheduler_free_seats(m.s), 3);
+    di_scheduler_finish(m.s, &m.q[b]);
+    CHECK_EQ_INT(di_block_manager_n_free(m.bm), 3);
+    sim_free(&m);
+}
+
 static void test_stress(void) {
     for (int round = 0; round < 6; round++) {
         sim m;
@@ -335,4 +396,4 @@ static void test_stress(void) {
     }
 }
 
-TEST_MAIN(test_chunked_prefill, test_preemption_order, test_prefix_reuse, test_fork_cow, test_stress)
+TEST_MAIN(test_chunked_prefill, test_preemption_order, test_prefix_reuse, test_fork_cow, test_chained, test_stress)
