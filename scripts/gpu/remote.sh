@@ -29,7 +29,7 @@
 #          as the first variant), each variant's bench_cuda_e2e in alternation;
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
-#          model: test_cuda_model v32 (DeepSeek-V3.2 sparse attention), golden, generate and routing;
+#          model: test_cuda_model v32 (DeepSeek-V3.2 sparse attention), golden, generate, async and routing;
 #          small: the 1-4-token expert kernels' parity; modelvariants: test_cuda_model generate
 #          and routing with DEEPINFER_CUDA_PDL=1 / 0 and DEEPINFER_CUDA_MOE_SMALL=0; decode: bench_cuda_decode (GEMVs and
 #          experts of small steps, with PDL off and other split-K settings); variants: batch-1/16 decode with
