@@ -287,6 +287,14 @@ static void test_gemm(void) {
         for (size_t b = 0; b < sizeof NK / sizeof NK[0]; b++)
             gemm_case(g_gpu, Ts[a], NK[b][0], NK[b][1], 0, (a + b) % 3 == 0 ? DI_MM_ACCUMULATE : 0, (a % 2) * 8, "",
                       TOL_L2, TOL_MAX);
+    /* 9-16 rows (decode batches of 9-16 sequences), odd ldx / ldy, N not a multiple of 16 */
+    const int T16[] = {9, 12, 15, 16};
+    const int NK16[][2] = {{576, 2048}, {3072, 2048}, {2048, 2048}, {136, 2816}, {40, 32}, {8, 96}};
+    for (size_t a = 0; a < sizeof T16 / sizeof T16[0]; a++)
+        for (size_t b = 0; b < sizeof NK16 / sizeof NK16[0]; b++)
+            gemm_case(g_gpu, T16[a], NK16[b][0], NK16[b][1], 0, (a + b) % 2 ? DI_MM_ACCUMULATE : 0, (int)(a % 2) * 8,
+                      " (9-16 rows)", TOL_L2, TOL_MAX);
+    gemm_case(g_gpu, 16, 1000, 2048, 0, DI_MM_OUT_F32, 0, " (16-row logits)", TOL_L2, TOL_MAX);
     gemm_case(g_gpu, 5, 50, 36, 0, 0, 1, " (generic)", TOL_L2, TOL_MAX);
     gemm_case(g_gpu, 40, 50, 36, 0, DI_MM_ACCUMULATE, 3, " (generic)", TOL_L2, TOL_MAX);
     gemm_case(g_gpu, 3, 1000, 2048, 0, DI_MM_OUT_F32, 0, " (logits)", TOL_L2, TOL_MAX);
@@ -341,7 +349,7 @@ static void reserve_gpu(void) {
 
 static void test_bmm(void) {
     /* q̃ = W_UKᵀ q_nope per head (W transposed, bf16) and o = W_UV ō (W plain, fp8 or bf16) */
-    const int Ts[] = {1, 5, 32, 40, 130};
+    const int Ts[] = {1, 5, 12, 16, 32, 40, 130};
     for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
         for (int kind = 0; kind < 3; kind++) {
             int T = Ts[a], H = 16, r = 512, dn = 128, fp8 = kind == 2;
