@@ -117,6 +117,20 @@ static int rnd_id(int V) {
     return 2 + (int)(g_rs % (uint64_t)(V - 2));
 }
 
+/* The decode step after the current one: each of the B sequences one position further (block
+ * table bt of nbs blocks per sequence); ids are left to the caller. */
+static void advance_decode(int B, int nbs, const int32_t *bt, int32_t *pos, int32_t *slots, int32_t *ctx,
+                           int32_t *start, int32_t *rows, di_sample_row *sr) {
+    for (int i = 0; i < B; i++) {
+        pos[i] = ctx[i];
+        slots[i] = bt[i * nbs + ctx[i] / 64] * 64 + ctx[i] % 64;
+        ctx[i]++;
+        start[i + 1] = i + 1;
+        rows[i] = i;
+        sr[i].position = (uint32_t)ctx[i];
+    }
+}
+
 /* B prompts of P tokens, G new tokens each; returns steady-state decode tok/s */
 static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *prefill_s) {
     int V = di_model_config_of(m)->vocab_size;
@@ -150,14 +164,7 @@ static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *pr
         int32_t *st = malloc((size_t)B * 4);
         double ta = 0;
         for (int step = 1; step < G && s == DI_OK; step++) {
-            for (int i = 0; i < B; i++) {
-                pos[i] = ctx[i];
-                slots[i] = bt[i * nbs + ctx[i] / 64] * 64 + ctx[i] % 64;
-                ctx[i]++;
-                start[i + 1] = i + 1;
-                rows[i] = i;
-                sr[i].position = (uint32_t)ctx[i];
-            }
+            advance_decode(B, nbs, bt, pos, slots, ctx, start, rows, sr);
             di_batch d = {B, ids, pos, slots, B, B, start, ctx, bt, nbs, B, rows};
             s = di_model_sample_launch(m, &d, sr, step > 1);
             if (s != DI_OK || step == 1) continue;
@@ -176,15 +183,8 @@ static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *pr
         G = 0; /* the synchronous loop below does nothing */
     }
     for (int step = 1; step < G && s == DI_OK; step++) {
-        for (int i = 0; i < B; i++) {
-            ids[i] = tok[i];
-            pos[i] = ctx[i];
-            slots[i] = bt[i * nbs + ctx[i] / 64] * 64 + ctx[i] % 64;
-            ctx[i]++;
-            start[i + 1] = i + 1;
-            rows[i] = i;
-            sr[i].position = (uint32_t)ctx[i];
-        }
+        memcpy(ids, tok, (size_t)B * 4);
+        advance_decode(B, nbs, bt, pos, slots, ctx, start, rows, sr);
         di_batch d = {B, ids, pos, slots, B, B, start, ctx, bt, nbs, B, rows};
         int traced = step >= G - g_trace_steps && step > 2;
 #ifdef DI_HAVE_CUPTI

@@ -157,6 +157,20 @@ static void test_golden(void) {
 
 enum { GEN_NEW = 32, GEN_PROMPTS = 7, GEN_MAXP = 48 };
 
+/* The next decode step of sequences [0, n): one position further in their block tables of nb
+ * blocks (ids are the caller's). */
+static void advance_rows(int n, int nb, const int32_t *bt, int32_t *pos, int32_t *slots, int32_t *ctx, int32_t *start,
+                         int32_t *rows, di_sample_row *sr) {
+    for (int i = 0; i < n; i++) {
+        pos[i] = ctx[i];
+        slots[i] = bt[i * nb + ctx[i] / 64] * 64 + ctx[i] % 64;
+        ctx[i]++;
+        start[i + 1] = i + 1;
+        rows[i] = i;
+        sr[i].position = (uint32_t)ctx[i];
+    }
+}
+
 /* Greedy generation of prompts [p0, p1) in one batch: prefill all, then decode steps. */
 static di_status generate(di_model *m, int32_t prompts[][GEN_MAXP], const int *plen, int p0, int p1,
                           int32_t out[][GEN_NEW]) {
@@ -184,18 +198,9 @@ static di_status generate(di_model *m, int32_t prompts[][GEN_MAXP], const int *p
     int32_t tok[GEN_PROMPTS];
     DI_TRY(di_model_forward_sample(m, &b, sr, tok));
     for (int step = 0; step < GEN_NEW; step++) {
-        for (int i = 0; i < S; i++) {
-            out[p0 + i][step] = tok[i];
-            if (step == GEN_NEW - 1) continue;
-            ids[i] = tok[i];
-            pos[i] = ctx[i];
-            slots[i] = bt[i * nb + ctx[i] / 64] * 64 + ctx[i] % 64;
-            ctx[i]++;
-            start[i + 1] = i + 1;
-            rows[i] = i;
-            sr[i].position = (uint32_t)ctx[i];
-        }
+        for (int i = 0; i < S; i++) out[p0 + i][step] = ids[i] = tok[i];
         if (step == GEN_NEW - 1) break;
+        advance_rows(S, nb, bt, pos, slots, ctx, start, rows, sr);
         di_batch d = {S, ids, pos, slots, S, S, start, ctx, bt, nb, S, rows};
         DI_TRY(di_model_forward_sample(m, &d, sr, tok));
     }
@@ -332,14 +337,7 @@ static di_status generate_steps(di_model *m, int32_t prompts[][GEN_MAXP], const 
     for (int i = 0; i < S; i++) ids[i] = tok[i];
     for (int step = 0; step < GEN_NEW - 1; step++) { /* decode step `step` makes token step + 1 */
         int n = async_rows(S, step);
-        for (int i = 0; i < n; i++) {
-            pos[i] = ctx[i];
-            slots[i] = bt[i * nb + ctx[i] / 64] * 64 + ctx[i] % 64;
-            ctx[i]++;
-            start[i + 1] = i + 1;
-            rows[i] = i;
-            sr[i].position = (uint32_t)ctx[i];
-        }
+        advance_rows(n, nb, bt, pos, slots, ctx, start, rows, sr);
         di_batch d = {n, ids, pos, slots, n, n, start, ctx, bt, nb, n, rows};
         if (!async) {
             DI_TRY(di_model_forward_sample(m, &d, sr, tok));
