@@ -147,10 +147,11 @@ static void run_set(di_engine *e, int mixed, int32_t tok[N_REQ][3][MAX_NEW], int
     if (out) di_generate_results_free(out, N_REQ);
 }
 
-static void compare_paths(int mixed) {
+/* Executor sampling (asynchronous steps when async) against host sampling. */
+static void compare_paths(int mixed, int async) {
     static int32_t ta[N_REQ][3][MAX_NEW], tb[N_REQ][3][MAX_NEW];
     int na[N_REQ][3], nb[N_REQ][3], fa[N_REQ][3], fb[N_REQ][3];
-    di_engine *a = engine(1, 0, 0), *b = engine(0, 0, 0);
+    di_engine *a = engine(1, 0, async), *b = engine(0, 0, 0);
     if (!a || !b) {
         di_engine_free(a);
         di_engine_free(b);
@@ -169,13 +170,15 @@ static void compare_paths(int mixed) {
             CHECK_MSG(eq, "set %d request %d completion %d: executor sampling gives %d tokens (finish %d), host %d (%d)",
                       mixed, r, k, na[r][k], fa[r][k], nb[r][k], fb[r][k]);
         }
-    fprintf(stderr, "  set %s: %d/%d completions identical; steps sampled in the executor %llu, on the host %llu "
-                    "(host-only engine: %llu / %llu)\n", mixed ? "mixed" : "executor-only", same, total,
-            (unsigned long long)a->steps_sampled_in_executor, (unsigned long long)a->steps_sampled_on_host,
+    fprintf(stderr, "  set %s%s: %d/%d completions identical; steps sampled in the executor %llu (%llu chained), on "
+                    "the host %llu (host-only engine: %llu / %llu)\n", mixed ? "mixed" : "executor-only",
+            async ? ", asynchronous" : "", same, total, (unsigned long long)a->steps_sampled_in_executor,
+            (unsigned long long)a->steps_chained, (unsigned long long)a->steps_sampled_on_host,
             (unsigned long long)b->steps_sampled_in_executor, (unsigned long long)b->steps_sampled_on_host);
     CHECK(total >= N_REQ);
     CHECK_EQ_INT(b->steps_sampled_in_executor, 0);
     CHECK(a->steps_sampled_in_executor > 0);
+    if (async) CHECK(a->steps_chained > 0);
     if (mixed) CHECK(a->steps_sampled_on_host > 0); /* the host-only requests' steps */
     else CHECK_EQ_INT(a->steps_sampled_on_host, 0);
     /* the test must not pass on a degenerate generation: sampled completions differ between requests */
@@ -186,8 +189,9 @@ static void compare_paths(int mixed) {
     di_engine_free(b);
 }
 
-static void test_same_tokens_executor_only(void) { compare_paths(0); }
-static void test_same_tokens_mixed(void) { compare_paths(1); }
+static void test_same_tokens_executor_only(void) { compare_paths(0, 0); }
+static void test_same_tokens_mixed(void) { compare_paths(1, 0); }
+static void test_same_tokens_mixed_async(void) { compare_paths(1, 1); }
 
 static void failed_row_aborts_one_request(int async) {
     di_engine *e = engine(1, 1, async), *ref = engine(1, 0, 0);
@@ -335,6 +339,7 @@ int main(void) {
     make_prompts();
     RUN(test_same_tokens_executor_only);
     RUN(test_same_tokens_mixed);
+    RUN(test_same_tokens_mixed_async);
     RUN(test_failed_row_aborts_one_request);
     RUN(test_failed_row_aborts_one_request_async);
     RUN(test_async_same_tokens);
