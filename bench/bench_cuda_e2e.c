@@ -161,12 +161,13 @@ static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *pr
     int timed = 0;
     if (g_async && !g_trace_steps && s == DI_OK) {
         memcpy(ids, tok, (size_t)B * 4); /* the first decode step's input; chained steps take theirs on the device */
-        int32_t *st = malloc((size_t)B * 4);
+        int32_t *st = malloc((size_t)B * 4), *chain = malloc((size_t)B * 4);
+        for (int i = 0; i < B; i++) chain[i] = i;
         double ta = 0;
         for (int step = 1; step < G && s == DI_OK; step++) {
             advance_decode(B, nbs, bt, pos, slots, ctx, start, rows, sr);
             di_batch d = {B, ids, pos, slots, B, B, start, ctx, bt, nbs, B, rows};
-            s = di_model_sample_launch(m, &d, sr, step > 1);
+            s = di_model_sample_launch(m, &d, sr, step > 1 ? chain : NULL);
             if (s != DI_OK || step == 1) continue;
             s = di_model_sample_collect(m, tok, st); /* step - 1's tokens */
             if (step == 3) ta = di_now_s();
@@ -180,6 +181,7 @@ static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *pr
         while (di_model_sample_in_flight(m) > 0) /* after an error */
             if (di_model_sample_collect(m, tok, st) != DI_OK) di_error_clear();
         free(st);
+        free(chain);
         G = 0; /* the synchronous loop below does nothing */
     }
     for (int step = 1; step < G && s == DI_OK; step++) {

@@ -72,7 +72,10 @@ di_status di_engine_create_with(const di_engine_params *p, di_executor *ex, di_c
         e->stokens = calloc((size_t)e->max_seqs, sizeof *e->stokens);
         e->sstatus = calloc((size_t)e->max_seqs, sizeof *e->sstatus);
         e->row_ident = calloc((size_t)e->max_seqs, sizeof *e->row_ident);
-        if (!e->srows || !e->stokens || !e->sstatus || !e->row_ident) s = di_error(DI_ERR_NOMEM, "engine: out of memory");
+        e->chain_map = calloc((size_t)e->max_seqs, sizeof *e->chain_map);
+        e->chain_keep = calloc((size_t)e->max_seqs, 1);
+        if (!e->srows || !e->stokens || !e->sstatus || !e->row_ident || !e->chain_map || !e->chain_keep)
+            s = di_error(DI_ERR_NOMEM, "engine: out of memory");
         for (int i = 0; s == DI_OK && i < e->max_seqs; i++) e->row_ident[i] = i;
     }
     if (s == DI_OK && !(e->ex.launch_sample && e->ex.collect_sample && e->ex.device_sampling)) {
@@ -131,6 +134,8 @@ void di_engine_free(di_engine *e) {
     free(e->srows);
     free(e->stokens);
     free(e->row_ident);
+    free(e->chain_map);
+    free(e->chain_keep);
     free(e->sstatus);
     di_sampler_free(e->sampler);
     di_runner_free(e->runner);
@@ -474,32 +479,40 @@ static int plan_async(const di_engine *e, const di_step_plan *plan) {
     return 1;
 }
 
-/* Whether the next decode step of plan's rows can be queued before plan's tokens are known:
- * nothing waits that could be admitted, and every row goes on (not finished, its next token
- * drawn in the executor, below max_new after the token in flight). */
-static int chain_ok(const di_engine *e, const di_step_plan *plan) {
+/* Which rows of plan (in flight) go on into a step chained to it, before plan's tokens are
+ * known: keep[i] and e->chain_map (the kept rows' indices in plan); returns how many, 0 when
+ * no chained step should be made. Nothing waiting may be admissible (a free seat and a waiting
+ * request: the next step plans it instead). A row is left out when its completion has
+ * finished (in the step before plan, whose results came after plan was launched) or plan's
+ * token is its last (max_new); any kept row must have its next token drawable in the
+ * executor (no logprobs, penalties, bias, active min_tokens mask, first draw of n > 1). */
+static int chain_rows(di_engine *e, const di_step_plan *plan, uint8_t *keep) {
     if (di_scheduler_n_waiting(e->sched) > 0 && di_scheduler_free_seats(e->sched) > 0) return 0;
+    int n = 0;
     for (int i = 0; i < plan->n_seqs; i++) {
         const di_seq *seq = plan->seqs[i];
         const di_req *q = seq->req;
         const di_sampling_params *p = &q->params;
         const di_completion *c = &q->comp[seq->index];
-        if (c->finish != DI_FINISH_NONE || c->n_gen + 1 >= c->max_new) return 0;
+        keep[i] = 0;
+        if (c->finish != DI_FINISH_NONE || c->n_gen + 1 >= c->max_new) continue;
         if (p->logprobs >= 0 || di_penalties_active(p) || p->n_logit_bias > 0) return 0;
         if (c->n_gen + 1 < p->min_tokens && (p->n_stop_token_ids > 0 || (!p->ignore_eos && e->ex.n_eos > 0))) return 0;
         if (seq->index == 0 && q->n > 1 && !q->forked) return 0;
+        keep[i] = 1;
+        e->chain_map[n++] = i;
     }
-    return 1;
+    return n;
 }
 
 /* Plans and launches the step after `plan` (in flight) chained to it; the chained plan, or
  * NULL when it cannot be made (nothing changed then). */
 static const di_step_plan *launch_chained(di_engine *e, const di_step_plan *plan) {
-    if (!chain_ok(e, plan)) return NULL;
-    const di_step_plan *next = di_scheduler_schedule_chained(e->sched, plan);
+    if (chain_rows(e, plan, e->chain_keep) == 0) return NULL;
+    const di_step_plan *next = di_scheduler_schedule_chained(e->sched, plan, e->chain_keep);
     if (!next) return NULL;
     fill_rows(e, next);
-    if (di_runner_launch_sample(e->runner, &e->ex, next, e->srows, 1) != DI_OK) {
+    if (di_runner_launch_sample(e->runner, &e->ex, next, e->srows, e->chain_map) != DI_OK) {
         /* not queued: take the plan back; a device failure shows again at the collect */
         DI_LOG_W("engine: chained step not launched: %s", di_last_error());
         di_error_clear();
@@ -602,7 +615,7 @@ di_status di_engine_step(di_engine *e, const di_request_output *const **outs, si
         di_status s;
         if (in_executor && plan_async(e, plan)) {
             fill_rows(e, plan);
-            s = di_runner_launch_sample(e->runner, &e->ex, plan, e->srows, 0);
+            s = di_runner_launch_sample(e->runner, &e->ex, plan, e->srows, NULL);
             if (s == DI_OK) {
                 e->flight = plan;
                 err = finish_flight(e);

@@ -111,6 +111,8 @@ struct di_engine {
     di_sample_row *srows;
     int32_t *stokens, *sstatus;
     int32_t *row_ident;              /* [max_seqs] 0, 1, 2, ...: row_of of an all-decode step */
+    int32_t *chain_map;              /* [max_seqs] a chained step's rows: their rows in the step before */
+    uint8_t *chain_keep;             /* [max_seqs] rows of the step in flight that go on */
     /* asynchronous steps (ex.launch_sample): the plan of the step launched and not yet
      * collected (NULL: none). Each di_engine_step collects one step; before that it launches
      * the next decode step chained to it when the batch goes on unchanged (docs/engine.md) */

@@ -32,8 +32,8 @@ static di_status m_forward_sample(void *ctx, const di_batch *b, const di_sample_
     return di_model_forward_sample_rows(((model_exec *)ctx)->m, b, rows, tokens, status);
 }
 
-static di_status m_launch(void *ctx, const di_batch *b, const di_sample_row *rows, int chained) {
-    return di_model_sample_launch(((model_exec *)ctx)->m, b, rows, chained);
+static di_status m_launch(void *ctx, const di_batch *b, const di_sample_row *rows, const int32_t *chain) {
+    return di_model_sample_launch(((model_exec *)ctx)->m, b, rows, chain);
 }
 
 static di_status m_collect(void *ctx, int32_t *tokens, int32_t *status) {

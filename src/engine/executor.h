@@ -42,11 +42,11 @@ typedef struct di_executor {
      * queue the next decode step before the current one's tokens are back (model.h
      * di_model_sample_launch / _collect). launch_sample queues a step and returns;
      * collect_sample waits for the oldest queued step and gives its tokens and status (as
-     * forward_sample). chained = 1: row j's input token is the token the previously launched
-     * step sampled for its row j (batch token ids ignored; a decode step of no more rows). At
-     * most two steps in flight; an unchained launch needs none. DEEPINFER_ASYNC_STEPS=0 turns
-     * them off for the real model. */
-    di_status (*launch_sample)(void *ctx, const di_batch *batch, const di_sample_row *rows, int chained);
+     * forward_sample). chain (NULL: unchained): row j's input token is the token the previously
+     * launched step sampled for its row chain[j] (distinct rows; batch token ids ignored; a
+     * decode step of no more rows). At most two steps in flight; an unchained launch needs
+     * none. DEEPINFER_ASYNC_STEPS=0 turns them off for the real model. */
+    di_status (*launch_sample)(void *ctx, const di_batch *batch, const di_sample_row *rows, const int32_t *chain);
     di_status (*collect_sample)(void *ctx, int32_t *tokens, int32_t *status);
     di_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int n);
     void (*destroy)(void *ctx);

@@ -180,9 +180,9 @@ di_status di_runner_run_sample(di_runner *r, di_executor *ex, const di_step_plan
 }
 
 di_status di_runner_launch_sample(di_runner *r, di_executor *ex, const di_step_plan *p, const di_sample_row *rows,
-                                  int chained) {
+                                  const int32_t *chain) {
     if (!ex->launch_sample) return di_error(DI_ERR_UNSUPPORTED, "runner: the executor cannot launch steps");
     if (p->n_copies > 0) DI_TRY(ex->copy_blocks(ex->ctx, p->copy_src, p->copy_dst, p->n_copies));
     const di_batch *b = di_runner_prepare(r, p);
-    return ex->launch_sample(ex->ctx, b, rows, chained);
+    return ex->launch_sample(ex->ctx, b, rows, chain);
 }

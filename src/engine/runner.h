@@ -29,8 +29,8 @@ di_status di_runner_run(di_runner *r, di_executor *ex, const di_step_plan *plan,
 di_status di_runner_run_sample(di_runner *r, di_executor *ex, const di_step_plan *plan, const di_sample_row *rows,
                                int32_t *tokens, int32_t *status, const int32_t **row_of);
 /* prepare + copies + ex->launch_sample (asynchronous; the tokens come from ex->collect_sample).
- * chained: a plan from di_scheduler_schedule_chained, its input tokens taken by the executor
- * from the previous launched step. */
+ * chain (NULL: unchained): for a plan from di_scheduler_schedule_chained, the row of the
+ * previous launched step whose token is each row's input (executor.h). */
 di_status di_runner_launch_sample(di_runner *r, di_executor *ex, const di_step_plan *plan, const di_sample_row *rows,
-                                  int chained);
+                                  const int32_t *chain);
 #endif

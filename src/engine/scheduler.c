@@ -301,11 +301,12 @@ static di_step_plan *next_plan(di_scheduler *s) {
     return p;
 }
 
-const di_step_plan *di_scheduler_schedule_chained(di_scheduler *s, const di_step_plan *prev) {
+const di_step_plan *di_scheduler_schedule_chained(di_scheduler *s, const di_step_plan *prev, const uint8_t *keep) {
     if (prev != s->plan || prev->n_seqs == 0 || prev->n_decode != prev->n_seqs) return NULL;
-    /* check every row first, so that a refusal changes nothing */
-    int need = 0;
+    /* check every kept row first, so that a refusal changes nothing */
+    int need = 0, kept = 0;
     for (int i = 0; i < prev->n_seqs; i++) {
+        if (keep && !keep[i]) continue;
         const di_seq *q = prev->seqs[i];
         const int pos = q->n_computed, j = pos / DI_BLOCK_TOKENS;
         if (q->state != DI_SEQ_RUNNING || !prev->sample[i] || pos != prev->start[i] + 1 || pos != q->len ||
@@ -313,10 +314,12 @@ const di_step_plan *di_scheduler_schedule_chained(di_scheduler *s, const di_step
             return NULL;
         if (j >= q->n_blocks) need++;
         else if (pos % DI_BLOCK_TOKENS != 0 && q->tail_shared && s->ref[q->blocks[j]] > 1) return NULL; /* copy-on-write */
+        kept++;
     }
-    if (need > di_block_manager_n_free(s->bm)) return NULL;
+    if (kept == 0 || need > di_block_manager_n_free(s->bm)) return NULL;
     di_step_plan *p = next_plan(s);
     for (int i = 0; i < prev->n_seqs; i++) {
+        if (keep && !keep[i]) continue;
         di_seq *q = prev->seqs[i];
         if (q->n_computed / DI_BLOCK_TOKENS >= q->n_blocks) {
             int32_t nb = di_block_manager_alloc(s->bm);

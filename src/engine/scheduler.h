@@ -62,12 +62,13 @@ void di_scheduler_free(di_scheduler *s);
 di_status di_scheduler_add(di_scheduler *s, di_seq *seq);
 /* Plans the next step. */
 const di_step_plan *di_scheduler_schedule(di_scheduler *s);
-/* The next decode step of prev's sequences (prev: the latest plan, all decode rows, each
- * sampling a token that is still being computed, i.e. not appended yet), one token further,
- * in the same order, every row sampled. NULL, with nothing changed, when it cannot be made
- * without preempting or copying: a row would need a free block and there are too few, would
- * write into a shared block, is no longer running, or has no room for two more tokens. */
-const di_step_plan *di_scheduler_schedule_chained(di_scheduler *s, const di_step_plan *prev);
+/* The next decode step of prev's sequences i with keep[i] (keep NULL: all; prev: the latest
+ * plan, all decode rows, each sampling a token that is still being computed, i.e. not
+ * appended yet), one token further, in prev's order, every row sampled. NULL, with nothing
+ * changed, when no row is kept or it cannot be made without preempting or copying: a kept row
+ * would need a free block and there are too few, would write into a shared block, is no longer
+ * running, or has no room for two more tokens. */
+const di_step_plan *di_scheduler_schedule_chained(di_scheduler *s, const di_step_plan *prev, const uint8_t *keep);
 /* Takes back a plan whose step did not run: n_computed of its running sequences returns to
  * the plan's start (blocks it allocated stay with their sequences). */
 void di_scheduler_unplan(di_scheduler *s, const di_step_plan *plan);

@@ -10,9 +10,11 @@
  * launched. Graph steps alternate between two metadata buffers (the parity): a step of
  * parity p reads meta[p] and its sampler writes the tokens and status into meta[1 - p]'s ids
  * and stat fields, which are exactly where the next step (parity 1 - p) reads its input ids.
- * So a chained step (row j's input = the token just sampled for row j) needs nothing from the
- * host but the rest of its metadata, which goes in on the backend's copy lane while the
- * previous step still runs; its tokens come back on the other copy lane under a fence.
+ * So a chained step (row j's input = the token just sampled for row chain[j] of the previous
+ * step; row j then takes that row's position in the bucket, the others are padding) needs
+ * nothing from the host but the rest of its metadata, which goes in on the backend's copy
+ * lane while the previous step still runs; its tokens come back on the other copy lane under
+ * a fence.
  * The first step of a (bucket, parity) runs eagerly (creating every lazily built plan), the
  * next captures the graph. Invariants: a graph depends only on (B, parity), never on contexts
  * or tokens (the ops read those from device memory); at most two steps are in flight, and
@@ -61,6 +63,7 @@ typedef struct pending_step {
     int slot;                       /* 0 / 1: ring position, the fence and result buffers */
     size_t stat_off;                /* device: byte offset of the status in h_out[slot] */
     int bucket, parity;             /* device: the graph step (a chained step must match it) */
+    int32_t *at;                    /* device: the bucket position of each row (s->at[slot]) */
 } pending_step;
 
 typedef struct di_step_state {
@@ -81,6 +84,8 @@ typedef struct di_step_state {
     int32_t *res_tok[2], *res_stat[2]; /* host results of synchronously run launches [max_tokens] */
     int32_t *chain_ids;             /* [max_tokens] input ids of a chained step run synchronously */
     int32_t *zero_ids;              /* [max_tokens] zeros: what a chained batch is validated with */
+    int32_t *at[2];                 /* [max_tokens] bucket positions of a device step's rows, per slot */
+    unsigned char *seen;            /* [max_tokens] scratch: chain maps must not repeat a row */
     int32_t *d_tokens, *d_status;   /* device [max_tokens] (eager steps) */
     di_sample_row *d_rows;          /* device [max_tokens] */
     int32_t *status;
@@ -116,7 +121,10 @@ di_status di_model_step_setup(di_model *m) {
     }
     s->chain_ids = calloc(T, sizeof(int32_t));
     s->zero_ids = calloc(T, sizeof(int32_t));
-    if (!s->chain_ids || !s->zero_ids) return di_error(DI_ERR_NOMEM, "out of memory (step results)");
+    s->at[0] = calloc(T, sizeof(int32_t));
+    s->at[1] = calloc(T, sizeof(int32_t));
+    s->seen = calloc(T, 1);
+    if (!s->chain_ids || !s->zero_ids || !s->at[0] || !s->at[1] || !s->seen) return di_error(DI_ERR_NOMEM, "out of memory (step results)");
     if (!be->sample) return DI_OK;
     size_t B = (size_t)(mb > 0 ? mb : 1);
     DI_TRY(be->alloc(be, T * sizeof(int32_t), (void **)&s->d_tokens));
@@ -170,6 +178,9 @@ void di_model_step_free(di_model *m) {
     }
     free(s->chain_ids);
     free(s->zero_ids);
+    free(s->at[0]);
+    free(s->at[1]);
+    free(s->seen);
     free(s->h_res);
     free(s->status);
     free(s->h_logits);
@@ -288,11 +299,13 @@ static int graph_eligible(const di_model *m, const di_batch *b) {
 }
 
 /* Queues a decode step padded to bucket bi, replayed from (or captured into) the graph of
- * (bi, parity); the parity then flips. Its tokens and status land in the other parity's
- * meta (ids, stat). chained: the input ids are already there (the previous graph step's
- * sampler wrote them), so only the rest of the metadata is sent. *parity: the parity used. */
+ * (bi, parity); the parity then flips. Row i of the batch sits at position at[i] of the bucket
+ * (at NULL: at i); the other positions are padding. Its tokens and status land in the other
+ * parity's meta (ids, stat) at the same positions. chained: the input ids are already there
+ * (the previous graph step's sampler wrote them), so only the rest of the metadata is sent.
+ * *parity: the parity used. */
 static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
-                            int *parity) {
+                            const int32_t *at, int *parity) {
     di_backend *be = m->be;
     di_step_state *s = m->step;
     int n = b->n_seqs, B = k_buckets[bi], mb = m->max_blocks_per_seq, p = s->parity;
@@ -301,23 +314,23 @@ static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row 
     int32_t *ids = (int32_t *)(h + L.ids), *pos = (int32_t *)(h + L.pos), *slots = (int32_t *)(h + L.slots);
     int32_t *start = (int32_t *)(h + L.start), *ctx = (int32_t *)(h + L.ctx), *bt = (int32_t *)(h + L.bt);
     di_sample_row *hrows = (di_sample_row *)(h + L.rows);
-    if (!chained) memcpy(ids, b->token_ids, (size_t)n * sizeof(int32_t));
-    memcpy(pos, b->positions, (size_t)n * sizeof(int32_t));
-    memcpy(slots, b->slot_mapping, (size_t)n * sizeof(int32_t));
-    memcpy(ctx, b->seq_ctx_len, (size_t)n * sizeof(int32_t));
-    memcpy(hrows, rows, (size_t)n * sizeof(di_sample_row));
     for (int i = 0; i <= B; i++) start[i] = i;
-    for (int i = 0; i < n; i++) {
-        int used = (b->seq_ctx_len[i] + DI_KV_BLOCK_SIZE - 1) / DI_KV_BLOCK_SIZE;
-        memcpy(bt + (size_t)i * mb, b->block_table + (size_t)i * b->max_blocks, (size_t)used * sizeof(int32_t));
-    }
-    for (int i = n; i < B; i++) { /* padding: no cache write, one position, greedy */
+    for (int i = at ? 0 : n; i < B; i++) { /* padding: no cache write, one position, greedy */
         if (!chained) ids[i] = 0;
         pos[i] = 0;
         slots[i] = -1;
         ctx[i] = 1;
         bt[(size_t)i * mb] = 0;
         hrows[i] = (di_sample_row){0.0f, 1.0f, 0.0f, 0, 0, 0, 0};
+    }
+    for (int i = 0; i < n; i++) {
+        int q = at ? at[i] : i, used = (b->seq_ctx_len[i] + DI_KV_BLOCK_SIZE - 1) / DI_KV_BLOCK_SIZE;
+        if (!chained) ids[q] = b->token_ids[i];
+        pos[q] = b->positions[i];
+        slots[q] = b->slot_mapping[i];
+        ctx[q] = b->seq_ctx_len[i];
+        hrows[q] = rows[i];
+        memcpy(bt + (size_t)q * mb, b->block_table + (size_t)i * b->max_blocks, (size_t)used * sizeof(int32_t));
     }
     /* a chained step's metadata goes in on the copy lane while the previous step still runs
      * (meta[p] is free: the step that read it last has been collected); any other step's
@@ -402,7 +415,7 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
         /* both parities: an eager step and a capture each */
         for (int rep = 0; rep < 4 && !(s->graph[bi][0] && s->graph[bi][1]) && s->graphs_on; rep++) {
             int p = 0;
-            di_status st2 = step_graph(m, &b, &no_row, bi, 0, &p);
+            di_status st2 = step_graph(m, &b, &no_row, bi, 0, NULL, &p);
             if (st2 == DI_OK) st2 = fetch_graph(m, p, bi, 0, &tok, &st);
             if (st2 != DI_OK) return di_error_context(st2, "warming up the decode graph of %d sequences", k_buckets[bi]);
         }
@@ -433,7 +446,7 @@ static di_status run_step(di_model *m, const di_batch *batch, const di_sample_ro
     if (!m->be->sample) return sample_host(m, &b, rows, tokens, status);
     if (graph_eligible(m, &b)) {
         int bi = bucket_of(m->step, b.n_seqs), p = 0;
-        DI_TRY(step_graph(m, &b, rows, bi, 0, &p));
+        DI_TRY(step_graph(m, &b, rows, bi, 0, NULL, &p));
         return fetch_graph(m, p, bi, b.n_seqs, tokens, status);
     }
     return step_eager(m, &b, rows, tokens, status);
@@ -469,22 +482,26 @@ static di_status settle(di_model *m, pending_step *p) {
     di_status st = m->be->fence_wait(m->be, p->slot);
     p->device = 0;
     if (st != DI_OK) return st;
-    memcpy(s->res_tok[p->slot], s->h_out[p->slot], (size_t)p->n * sizeof(int32_t));
-    memcpy(s->res_stat[p->slot], s->h_out[p->slot] + p->stat_off, (size_t)p->n * sizeof(int32_t));
+    const int32_t *tok = (const int32_t *)s->h_out[p->slot], *code = (const int32_t *)(s->h_out[p->slot] + p->stat_off);
+    for (int i = 0; i < p->n; i++) {
+        s->res_tok[p->slot][i] = tok[p->at[i]];
+        s->res_stat[p->slot][i] = code[p->at[i]];
+    }
     return DI_OK;
 }
 
-di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di_sample_row *rows, int chained) {
+di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di_sample_row *rows,
+                                 const int32_t *chain) {
     if (!m || !m->step || !batch_in) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: NULL argument");
     di_step_state *s = m->step;
     di_batch chained_batch = *batch_in; /* a chained step's ids are not the caller's: checked as zeros */
-    if (chained && batch_in->n_tokens >= 0 && batch_in->n_tokens <= m->max_tokens) chained_batch.token_ids = s->zero_ids;
-    const di_batch *batch = chained ? &chained_batch : batch_in;
+    if (chain && batch_in->n_tokens >= 0 && batch_in->n_tokens <= m->max_tokens) chained_batch.token_ids = s->zero_ids;
+    const di_batch *batch = chain ? &chained_batch : batch_in;
     DI_TRY(check_step(m, batch, rows, 0, NULL, "di_model_sample_launch"));
     if (s->n_q == 2) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: two steps already in flight");
     pending_step *prev = s->n_q > 0 ? &s->q[(s->q_head + s->n_q - 1) % 2] : NULL;
     int n = batch->n_logits;
-    if (chained) {
+    if (chain) {
         if (!prev) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: chained, but no step in flight");
         int decode = batch->n_decode_seqs == batch->n_seqs && batch->n_tokens == batch->n_seqs && n == batch->n_seqs;
         for (int j = 0; decode && j < n; j++) decode = batch->logits_rows[j] == j;
@@ -493,38 +510,46 @@ di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di
                             "di_model_sample_launch: a chained step must be a decode step of at most the previous "
                             "step's %d rows (got %d sequences, %d tokens, %d logits rows)", prev->n, batch->n_seqs,
                             batch->n_tokens, n);
+        memset(s->seen, 0, (size_t)prev->n);
+        for (int j = 0; j < n; j++) {
+            if (chain[j] < 0 || chain[j] >= prev->n || s->seen[chain[j]])
+                return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: chain[%d] = %d: not a distinct row of the "
+                                "previous step's %d", j, chain[j], prev->n);
+            s->seen[chain[j]] = 1;
+        }
     } else if (prev) {
         return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: an unchained step with %d steps in flight", s->n_q);
     }
     int slot = (s->q_head + s->n_q) % 2;
     pending_step *p = &s->q[slot];
+    int32_t *at = s->at[slot];
     int device = s->async_on && m->be->sample && n > 0 && graph_eligible(m, batch);
     int bi = device ? bucket_of(s, batch->n_seqs) : -1;
-    /* a chained device step continues a device step of the same bucket (ids in place) */
-    if (device && chained && !(prev->device && prev->bucket == bi && prev->parity == 1 - s->parity)) {
+    /* a chained device step continues a device step in its bucket, each row at the position of
+     * the row that feeds it (its id is in place there); otherwise the ids go from the host */
+    int in_place = device && chain && prev->device && prev->parity == 1 - s->parity;
+    if (chain && !in_place) {
         DI_TRY(settle(m, prev));
-        chained = 2; /* ids from the host */
-    }
-    if (!device && chained) DI_TRY(settle(m, prev));
-    const int32_t *ids = NULL;
-    if (chained == 2 || (!device && chained)) {
-        for (int j = 0; j < batch->n_seqs; j++) {
-            int32_t t = s->res_tok[prev->slot][j];
+        for (int j = 0; j < n; j++) {
+            int32_t t = s->res_tok[prev->slot][chain[j]];
             s->chain_ids[j] = t >= 0 && t < m->cfg.vocab_size ? t : 0;
         }
-        ids = s->chain_ids;
     }
+    const int32_t *ids = chain && !in_place ? s->chain_ids : NULL;
     if (device) {
         di_batch b = *batch;
         if (ids) b.token_ids = ids;
+        if (in_place) bi = prev->bucket;
+        for (int j = 0; j < n; j++) at[j] = in_place ? prev->at[chain[j]] : j;
         int par = 0;
-        DI_TRY(step_graph(m, &b, rows, bi, chained == 1, &par));
+        DI_TRY(step_graph(m, &b, rows, bi, in_place, at, &par));
         step_layout L = layout_of(k_buckets[bi], m->max_blocks_per_seq);
-        m->be->copy_out(m->be, s->h_out[slot], s->d_meta[1 - par], L.stat + (size_t)n * sizeof(int32_t), slot);
-        *p = (pending_step){n, 1, slot, L.stat, bi, par};
+        m->be->copy_out(m->be, s->h_out[slot], s->d_meta[1 - par], L.stat + (size_t)k_buckets[bi] * sizeof(int32_t),
+                        slot);
+        *p = (pending_step){n, 1, slot, L.stat, bi, par, at};
     } else {
         DI_TRY(run_step(m, batch, rows, s->res_tok[slot], s->res_stat[slot], ids));
-        *p = (pending_step){n, 0, slot, 0, -1, 0};
+        *p = (pending_step){n, 0, slot, 0, -1, 0, at};
     }
     s->n_q++;
     return DI_OK;

@@ -117,16 +117,17 @@ di_status di_model_forward_sample_rows(di_model *m, const di_batch *batch, const
  * di_model_sample_collect waits for the oldest launched step and gives its tokens and status
  * (as di_model_forward_sample_rows). At most two steps are in flight, and the host can prepare
  * and queue step N+1 while step N computes, so the GPU does not wait for the host between
- * decode steps. chained = 1: the input token of row j is the token the previously launched
- * step sampled for its logits row j (batch->token_ids is ignored); the batch must be a decode
- * step (one token and one logits row per sequence, logits_rows = 0..n-1) of no more rows than
- * that step had. A row of the previous step that failed to sample feeds an arbitrary valid
- * token (its result is meant to be discarded). chained = 0 requires no step in flight.
- * Where the backend lacks asynchronous copies or graphs, or the step is not a graph-replayed
- * decode step, launch runs the step synchronously and collect returns its stored results, so
- * the calls work everywhere with the same results. Errors of launch: nothing was queued;
- * errors of collect: that step's results are lost (later ones stay in flight). */
-di_status di_model_sample_launch(di_model *m, const di_batch *batch, const di_sample_row *rows, int chained);
+ * decode steps. chain (NULL: unchained): the input token of row j is the token the previously
+ * launched step sampled for its logits row chain[j] (distinct rows; batch->token_ids is
+ * ignored); the batch must be a decode step (one token and one logits row per sequence,
+ * logits_rows = 0..n-1) of no more rows than that step had. A row of the previous step that
+ * failed to sample feeds an arbitrary valid token (its result is meant to be discarded). An
+ * unchained launch requires no step in flight. Where the backend lacks asynchronous copies or
+ * graphs, or the step is not a graph-replayed decode step, launch runs the step synchronously
+ * and collect returns its stored results, so the calls work everywhere with the same results.
+ * Errors of launch: nothing was queued; errors of collect: that step's results are lost
+ * (later ones stay in flight). */
+di_status di_model_sample_launch(di_model *m, const di_batch *batch, const di_sample_row *rows, const int32_t *chain);
 di_status di_model_sample_collect(di_model *m, int32_t *tokens, int32_t *status);
 /* Steps launched and not collected (0, 1 or 2). */
 int di_model_sample_in_flight(const di_model *m);

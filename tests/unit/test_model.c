@@ -347,29 +347,43 @@ static void test_async_steps(void) {
     CHECK_OK(di_model_forward_sample_rows(m, &s1, rows1, ref1, st));
     /* misuse */
     CHECK(di_model_sample_collect(m, t0, st) == DI_ERR_INVALID_ARG);
-    CHECK(di_model_sample_launch(m, &s1, rows1, 1) == DI_ERR_INVALID_ARG); /* chained: nothing before */
+    int32_t ident[2] = {0, 1}, swap[2] = {1, 0}, twice[2] = {1, 1}, far[2] = {0, 2};
+    CHECK(di_model_sample_launch(m, &s1, rows1, ident) == DI_ERR_INVALID_ARG); /* chained: nothing before */
     CHECK_EQ_INT(di_model_sample_in_flight(m), 0);
-    CHECK_OK(di_model_sample_launch(m, &s0, rows0, 0));
-    CHECK(di_model_sample_launch(m, &s0, rows0, 0) == DI_ERR_INVALID_ARG); /* unchained with one in flight */
+    CHECK_OK(di_model_sample_launch(m, &s0, rows0, NULL));
+    CHECK(di_model_sample_launch(m, &s0, rows0, NULL) == DI_ERR_INVALID_ARG); /* unchained with one in flight */
     CHECK(di_model_forward_sample_rows(m, &s0, rows0, t0, st) == DI_ERR_INVALID_ARG);
     di_batch pre = s1; /* a chained step must be a decode step: here one sequence of two tokens */
     int32_t ss_pre[2] = {0, 2}, ctx_pre[1] = {2};
     pre.n_seqs = 1, pre.n_decode_seqs = 0, pre.seq_start = ss_pre, pre.seq_ctx_len = ctx_pre, pre.n_logits = 1;
     int32_t pos_pre[2] = {0, 1}, slot_pre[2] = {64, 65}, lrow_pre[1] = {1};
     pre.positions = pos_pre, pre.slot_mapping = slot_pre, pre.logits_rows = lrow_pre, pre.token_ids = ids;
-    CHECK(di_model_sample_launch(m, &pre, rows1, 1) == DI_ERR_INVALID_ARG);
+    CHECK(di_model_sample_launch(m, &pre, rows1, ident) == DI_ERR_INVALID_ARG);
+    CHECK(di_model_sample_launch(m, &s1, rows1, twice) == DI_ERR_INVALID_ARG); /* a row twice */
+    CHECK(di_model_sample_launch(m, &s1, rows1, far) == DI_ERR_INVALID_ARG);   /* no such row */
     int32_t junk[2] = {-1, 1 << 30}; /* ignored when chained (invalid ids would be refused otherwise) */
     s1.token_ids = junk;
-    CHECK_OK(di_model_sample_launch(m, &s1, rows1, 1));
+    CHECK_OK(di_model_sample_launch(m, &s1, rows1, ident));
     CHECK_EQ_INT(di_model_sample_in_flight(m), 2);
-    CHECK(di_model_sample_launch(m, &s1, rows1, 1) == DI_ERR_INVALID_ARG); /* a third */
+    CHECK(di_model_sample_launch(m, &s1, rows1, ident) == DI_ERR_INVALID_ARG); /* a third */
     CHECK_OK(di_model_sample_collect(m, t0, st));
     CHECK_OK(di_model_sample_collect(m, t1, st));
     CHECK_EQ_INT(di_model_sample_in_flight(m), 0);
     CHECK(t0[0] == ref0[0] && t0[1] == ref0[1] && t1[0] == ref1[0] && t1[1] == ref1[1]);
     CHECK(st[0] == DI_SAMPLE_OK && st[1] == DI_SAMPLE_OK);
+    /* a chain map that swaps the rows: the batch's row 0 is sequence 2 (slot 129, block 2)
+     * fed by row 1 of the step before, and the other way round */
+    di_batch sw = s1;
+    int32_t slot_sw[2] = {129, 65}, bt_sw[2] = {2, 1};
+    di_sample_row rows_sw[2] = {rows1[1], rows1[0]};
+    sw.slot_mapping = slot_sw, sw.block_table = bt_sw;
+    CHECK_OK(di_model_sample_launch(m, &s0, rows0, NULL));
+    CHECK_OK(di_model_sample_launch(m, &sw, rows_sw, swap));
+    CHECK_OK(di_model_sample_collect(m, t0, st));
+    CHECK_OK(di_model_sample_collect(m, t1, st));
+    CHECK(t0[0] == ref0[0] && t0[1] == ref0[1] && t1[0] == ref1[1] && t1[1] == ref1[0]);
     /* freed with a step in flight: no leak, no hang */
-    CHECK_OK(di_model_sample_launch(m, &s0, rows0, 0));
+    CHECK_OK(di_model_sample_launch(m, &s0, rows0, NULL));
     di_model_free(m);
 }
 

@@ -274,7 +274,7 @@ static void test_fork_cow(void) {
  * while the current one's tokens are still being computed (n_computed = len + 1 until the
  * token is appended); the previous plan stays valid; a new block is taken when a row starts
  * one; refused, with nothing changed, when a block is needed and none is free or when prev is
- * not the latest plan; di_scheduler_unplan takes a plan back. */
+ * not the latest plan; rows left out by the keep mask; di_scheduler_unplan takes a plan back. */
 static void test_chained(void) {
     sim m;
     sim_init(&m, 3, 512, 4, 0);
@@ -284,7 +284,7 @@ static void test_chained(void) {
     sim_step(&m); /* both prompts, first tokens appended: len 63 / 11 */
     const di_step_plan *p1 = di_scheduler_schedule(m.s);
     CHECK(p1->n_decode == 2 && p1->start[0] == 62 && p1->start[1] == 10);
-    const di_step_plan *p2 = di_scheduler_schedule_chained(m.s, p1);
+    const di_step_plan *p2 = di_scheduler_schedule_chained(m.s, p1, NULL);
     CHECK(p2 != NULL && p2 != p1);
     if (!p2) return;
     CHECK(p2->n_seqs == 2 && p2->n_decode == 2 && p2->n_tokens == 2 && p2->n_copies == 0);
@@ -292,14 +292,14 @@ static void test_chained(void) {
     CHECK(p2->sample[0] && p2->sample[1]);
     CHECK(p1->start[0] == 62 && p1->start[1] == 10 && p1->seqs[0] == &m.q[a]); /* still valid */
     CHECK(m.q[a].n_computed == m.q[a].len + 1 && m.q[b].n_computed == m.q[b].len + 1);
-    CHECK(di_scheduler_schedule_chained(m.s, p1) == NULL); /* p1 is not the latest plan */
+    CHECK(di_scheduler_schedule_chained(m.s, p1, NULL) == NULL); /* p1 is not the latest plan */
     /* p1's tokens arrive: the invariant n_computed == len is back */
     m.q[a].tokens[m.q[a].len++] = 1;
     m.q[b].tokens[m.q[b].len++] = 2;
     di_scheduler_commit(m.s, p1);
     /* the next chained step writes position 64 of a: a new block (1 free of 3) */
     CHECK_EQ_INT(di_block_manager_n_free(m.bm), 1);
-    const di_step_plan *p3 = di_scheduler_schedule_chained(m.s, p2);
+    const di_step_plan *p3 = di_scheduler_schedule_chained(m.s, p2, NULL);
     CHECK(p3 != NULL);
     if (!p3) return;
     CHECK(m.q[a].n_blocks == 2 && di_block_manager_n_free(m.bm) == 0 && p3->start[0] == 64 && p3->max_blocks == 2);
@@ -319,11 +319,18 @@ static void test_chained(void) {
     const di_step_plan *p4 = di_scheduler_schedule(m.s);
     CHECK(p4->n_decode == 2);
     int before_a = m.q[a].n_computed, before_b = m.q[b].n_computed;
-    CHECK(di_scheduler_schedule_chained(m.s, p4) == NULL);
+    CHECK(di_scheduler_schedule_chained(m.s, p4, NULL) == NULL);
     CHECK(m.q[a].n_computed == before_a && m.q[b].n_computed == before_b); /* nothing changed */
-    /* a finished while its chained step was in flight: the plan is not extended */
+    /* a finished while its chained step was in flight: the plan is not extended with it... */
     di_scheduler_finish(m.s, &m.q[a]);
-    CHECK(di_scheduler_schedule_chained(m.s, p4) == NULL);
+    CHECK(di_scheduler_schedule_chained(m.s, p4, NULL) == NULL);
+    /* ...but without it (b's token now fits in the block a released), and not with no row kept */
+    static const uint8_t keep_b[2] = {0, 1}, keep_none[2] = {0, 0};
+    CHECK(p4->seqs[1] == &m.q[b]);
+    CHECK(di_scheduler_schedule_chained(m.s, p4, keep_none) == NULL);
+    const di_step_plan *p5 = di_scheduler_schedule_chained(m.s, p4, keep_b);
+    CHECK(p5 != NULL);
+    if (p5) CHECK(p5->n_seqs == 1 && p5->seqs[0] == &m.q[b] && p5->start[0] == 64 && m.q[b].n_blocks == 2);
     CHECK_EQ_INT(di_scheduler_free_seats(m.s), 3);
     di_scheduler_finish(m.s, &m.q[b]);
     CHECK_EQ_INT(di_block_manager_n_free(m.bm), 3);
