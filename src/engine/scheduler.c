@@ -313,7 +313,8 @@ const di_step_plan *di_scheduler_schedule_chained(di_scheduler *s, const di_step
             pos + 1 >= q->cap)
             return NULL;
         if (j >= q->n_blocks) need++;
-        else if (pos % DI_BLOCK_TOKENS != 0 && q->tail_shared && s->ref[q->blocks[j]] > 1) return NULL; /* copy-on-write */
+        else if (pos % DI_BLOCK_TOKENS != 0 && q->tail_shared && s->ref[q->blocks[j]] > 1)
+            return NULL; /* copy-on-write */
         kept++;
     }
     if (kept == 0 || need > di_block_manager_n_free(s->bm)) return NULL;

@@ -124,7 +124,8 @@ di_status di_model_step_setup(di_model *m) {
     s->at[0] = calloc(T, sizeof(int32_t));
     s->at[1] = calloc(T, sizeof(int32_t));
     s->seen = calloc(T, 1);
-    if (!s->chain_ids || !s->zero_ids || !s->at[0] || !s->at[1] || !s->seen) return di_error(DI_ERR_NOMEM, "out of memory (step results)");
+    if (!s->chain_ids || !s->zero_ids || !s->at[0] || !s->at[1] || !s->seen)
+        return di_error(DI_ERR_NOMEM, "out of memory (step results)");
     if (!be->sample) return DI_OK;
     size_t B = (size_t)(mb > 0 ? mb : 1);
     DI_TRY(be->alloc(be, T * sizeof(int32_t), (void **)&s->d_tokens));
@@ -405,7 +406,8 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
     if (!m) return di_error(DI_ERR_INVALID_ARG, "di_model_warmup_decode: NULL model");
     di_step_state *s = m->step;
     if (!s || !s->graphs_on || !m->be->sample || max_batch < 1) return DI_OK;
-    if (s->n_q > 0) return di_error(DI_ERR_INVALID_ARG, "di_model_warmup_decode: %d launched steps not collected", s->n_q);
+    if (s->n_q > 0)
+        return di_error(DI_ERR_INVALID_ARG, "di_model_warmup_decode: %d launched steps not collected", s->n_q);
     int32_t none = 0, tok, st;
     di_sample_row no_row = {0.0f, 1.0f, 0.0f, 0, 0, 0, 0};
     /* zero real sequences: step_graph pads the whole bucket (slot -1, context 1, greedy) */
@@ -417,7 +419,8 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
             int p = 0;
             di_status st2 = step_graph(m, &b, &no_row, bi, 0, NULL, &p);
             if (st2 == DI_OK) st2 = fetch_graph(m, p, bi, 0, &tok, &st);
-            if (st2 != DI_OK) return di_error_context(st2, "warming up the decode graph of %d sequences", k_buckets[bi]);
+            if (st2 != DI_OK)
+                return di_error_context(st2, "warming up the decode graph of %d sequences", k_buckets[bi]);
         }
         n += s->graph[bi][0] && s->graph[bi][1];
         if (k_buckets[bi] >= max_batch) break;
@@ -518,7 +521,8 @@ di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di
             s->seen[chain[j]] = 1;
         }
     } else if (prev) {
-        return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: an unchained step with %d steps in flight", s->n_q);
+        return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: an unchained step with %d steps in flight",
+                        s->n_q);
     }
     int slot = (s->q_head + s->n_q) % 2;
     pending_step *p = &s->q[slot];
