@@ -1,7 +1,8 @@
 /* test_scheduler.c - continuous batching without a model: chunked prefill, decode-first
  * plans, preemption order (lowest priority, then latest arrival first), prefix-cache reuse of
  * exactly the shared blocks, copy-on-write after a fork, chained plans (the next decode step
- * planned while the current one computes), and a randomized stress run (tiny KV
+ * planned while the current one computes; also under random chains, EOS and aborts), and a
+ * randomized stress run (tiny KV
  * pool, forks, aborts while waiting or running, random budgets) that checks after every step
  * that block refcounts equal the references held by running sequences, no block is leaked and
  * every plan respects the budget and the seat limit. */
@@ -403,4 +404,92 @@ static void test_stress(void) {
     }
 }
 
-TEST_MAIN(test_chunked_prefill, test_preemption_order, test_prefix_reuse, test_fork_cow, test_chained, test_stress)
+/* The engine's asynchronous loop against the scheduler: a decode-only plan is followed by
+ * chained plans (di_scheduler_schedule_chained) while the step before is "in flight": each
+ * chained plan keeps a random subset of the rows that go on, then the previous plan's tokens
+ * are appended, sequences end at random (EOS) or at their length, and some are aborted; the
+ * invariants of check_state hold after every step, no block leaks, and every sequence that
+ * ran to its length has exactly its own tokens. */
+static void test_stress_chained(void) {
+    for (int round = 0; round < 4; round++) {
+        sim m;
+        uint64_t x = 777 + (uint64_t)round;
+        int blocks = 8 + round * 4, budget = 40 + round * 60, max_seqs = 4 + 2 * round;
+        sim_init(&m, blocks, budget, max_seqs, round % 2 == 1);
+        int32_t base[400];
+        for (int i = 0; i < 400; i++) base[i] = i % 89;
+        int added = 0, chained = 0;
+        uint8_t keep[MAXQ];
+        while (m.steps < 4000 && !m.bad) {
+            x = di_rng_mix64(x);
+            if (added < 50 && x % 4 == 0) {
+                int len = 1 + (int)((x >> 8) % 150), gen = 1 + (int)((x >> 20) % 90);
+                if ((len + gen + 63) / 64 > blocks) gen = 1, len = len > 64 ? 64 : len;
+                sim_add(&m, base + (int)((x >> 50) % 3) * 64, len, gen, (int)((x >> 30) % 2), 1);
+                added++;
+            }
+            const di_step_plan *p = di_scheduler_schedule(m.s);
+            m.steps++;
+            check_plan(&m, p);
+            for (;;) { /* p is "in flight" */
+                int all_decode = p->n_seqs > 0 && p->n_decode == p->n_seqs;
+                for (int i = 0; all_decode && i < p->n_seqs; i++) all_decode = p->sample[i];
+                const di_step_plan *next = NULL;
+                if (all_decode && (x >> 5) % 5 != 0) {
+                    int any = 0;
+                    for (int i = 0; i < p->n_seqs; i++) {
+                        x = di_rng_mix64(x);
+                        di_seq *q = p->seqs[i];
+                        int idx = (int)(q - m.q);
+                        /* rows that finished, or whose in-flight token is their last, are left out */
+                        keep[i] = q->state == DI_SEQ_RUNNING && q->len + 1 < m.target[idx] && x % 6 != 0;
+                        any |= keep[i];
+                    }
+                    next = any ? di_scheduler_schedule_chained(m.s, p, keep) : NULL;
+                    if (next) {
+                        chained++;
+                        for (int i = 0; i < next->n_seqs; i++)
+                            if (next->seqs[i]->n_computed != next->seqs[i]->len + 1 || !next->sample[i]) m.bad = 1;
+                    }
+                }
+                /* p's tokens arrive */
+                di_scheduler_commit(m.s, p);
+                for (int i = 0; i < p->n_seqs; i++) {
+                    di_seq *q = p->seqs[i];
+                    if (!p->sample[i] || q->state != DI_SEQ_RUNNING) continue;
+                    int idx = (int)(q - m.q);
+                    q->tokens[q->len] = gen_token(idx, q->len);
+                    q->len++;
+                    x = di_rng_mix64(x);
+                    if (q->len >= m.target[idx] || x % 23 == 0) di_scheduler_finish(m.s, q); /* length or "EOS" */
+                }
+                if (m.n > 0 && (x >> 17) % 13 == 0) { /* an abort between steps */
+                    int i = (int)((x >> 24) % (uint64_t)m.n);
+                    if (m.q[i].state == DI_SEQ_RUNNING || m.q[i].state == DI_SEQ_WAITING) di_scheduler_finish(m.s, &m.q[i]);
+                }
+                if (!next) break;
+                check_state(&m); /* with next in flight: its rows hold the blocks for n_computed */
+                p = next;
+                m.steps++;
+            }
+            check_state(&m);
+            if (added >= 50 && di_scheduler_n_running(m.s) + di_scheduler_n_waiting(m.s) == 0) break;
+        }
+        CHECK_MSG(!m.bad, "round %d", round);
+        CHECK_MSG(di_scheduler_n_running(m.s) + di_scheduler_n_waiting(m.s) == 0, "round %d: unfinished after %d steps",
+                  round, m.steps);
+        CHECK_EQ_INT(di_block_manager_n_free(m.bm), blocks);
+        int finished_ok = 1;
+        for (int i = 0; i < m.n; i++)
+            if (m.q[i].state == DI_SEQ_FINISHED && m.q[i].len == m.target[i])
+                for (int t = m.q[i].prompt_len + 1; t < m.q[i].len; t++) finished_ok &= m.q[i].tokens[t] == gen_token(i, t);
+        CHECK(finished_ok);
+        CHECK(chained > 20);
+        fprintf(stderr, "   chained round %d: %d steps, %d chained, %llu preemptions, %d sequences\n", round, m.steps,
+                chained, (unsigned long long)di_scheduler_preemptions(m.s), m.n);
+        sim_free(&m);
+    }
+}
+
+TEST_MAIN(test_chunked_prefill, test_preemption_order, test_prefix_reuse, test_fork_cow, test_chained, test_stress,
+          test_stress_chained)
