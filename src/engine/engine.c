@@ -422,17 +422,22 @@ static di_status sample_entry(di_engine *e, di_seq *seq, const float *row, uint6
     return di_engine_append_token(e, q, c, tok, q->params.logprobs >= 0 ? &lp : NULL, now);
 }
 
-/* Whether seq's next token can be drawn from a di_sample_row alone: no penalties, logit bias,
- * logprobs, active min_tokens mask, and not the first draw of an n > 1 request (all of its
- * completions draw from one row). */
-static int row_fits_executor(const di_engine *e, const di_seq *seq) {
+/* Whether seq's token after `ahead` more (not yet appended) can be drawn from a di_sample_row
+ * alone: no penalties, logit bias, logprobs, active min_tokens mask, and not the first draw of
+ * an n > 1 request (all of its completions draw from one row). */
+static int draw_fits_executor(const di_engine *e, const di_seq *seq, int ahead) {
     const di_req *q = seq->req;
     const di_sampling_params *p = &q->params;
-    const di_completion *c = &q->comp[seq->index];
-    if (c->finish != DI_FINISH_NONE) return 1; /* computed, not sampled */
+    const int n_gen = q->comp[seq->index].n_gen + ahead; /* ahead: tokens in flight */
     if (p->logprobs >= 0 || di_penalties_active(p) || p->n_logit_bias > 0) return 0;
-    if (c->n_gen < p->min_tokens && (p->n_stop_token_ids > 0 || (!p->ignore_eos && e->ex.n_eos > 0))) return 0;
+    if (n_gen < p->min_tokens && (p->n_stop_token_ids > 0 || (!p->ignore_eos && e->ex.n_eos > 0))) return 0;
     return !(seq->index == 0 && q->n > 1 && !q->forked);
+}
+
+/* The same for a planned row now (a finished completion's row is computed, not sampled). */
+static int row_fits_executor(const di_engine *e, const di_seq *seq) {
+    if (seq->req->comp[seq->index].finish != DI_FINISH_NONE) return 1; /* computed, not sampled */
+    return draw_fits_executor(e, seq, 0);
 }
 
 static int step_fits_executor(const di_engine *e, const di_step_plan *plan) {
@@ -491,14 +496,10 @@ static int chain_rows(di_engine *e, const di_step_plan *plan, uint8_t *keep) {
     int n = 0;
     for (int i = 0; i < plan->n_seqs; i++) {
         const di_seq *seq = plan->seqs[i];
-        const di_req *q = seq->req;
-        const di_sampling_params *p = &q->params;
-        const di_completion *c = &q->comp[seq->index];
+        const di_completion *c = &seq->req->comp[seq->index];
         keep[i] = 0;
         if (c->finish != DI_FINISH_NONE || c->n_gen + 1 >= c->max_new) continue;
-        if (p->logprobs >= 0 || di_penalties_active(p) || p->n_logit_bias > 0) return 0;
-        if (c->n_gen + 1 < p->min_tokens && (p->n_stop_token_ids > 0 || (!p->ignore_eos && e->ex.n_eos > 0))) return 0;
-        if (seq->index == 0 && q->n > 1 && !q->forked) return 0;
+        if (!draw_fits_executor(e, seq, 1)) return 0;
         keep[i] = 1;
         e->chain_map[n++] = i;
     }
@@ -592,16 +593,21 @@ static di_status finish_flight(di_engine *e) {
     return process_step(e, plan, e->row_ident, NULL, 1);
 }
 
+/* A step call with a step in flight: finish_flight, then the requests reported finished in
+ * the previous call are freed (after the in-flight step, whose plan may name them), then the
+ * report. */
+static di_status flight_step(di_engine *e, size_t *n_outs) {
+    di_status err = finish_flight(e);
+    reap(e);
+    di_engine_report(e, n_outs);
+    return err;
+}
+
 di_status di_engine_step(di_engine *e, const di_request_output *const **outs, size_t *n_outs) {
     *outs = e->outs;
     *n_outs = 0;
     di_status err = DI_OK;
-    if (e->flight) {
-        err = finish_flight(e);
-        reap(e); /* after the in-flight step, whose plan may name requests reported last step */
-        di_engine_report(e, n_outs);
-        return err;
-    }
+    if (e->flight) return flight_step(e, n_outs);
     reap(e);
     const di_step_plan *plan = di_scheduler_schedule(e->sched);
     if (plan->n_seqs == 0) {
@@ -618,10 +624,7 @@ di_status di_engine_step(di_engine *e, const di_request_output *const **outs, si
             s = di_runner_launch_sample(e->runner, &e->ex, plan, e->srows, NULL);
             if (s == DI_OK) {
                 e->flight = plan;
-                err = finish_flight(e);
-                reap(e);
-                di_engine_report(e, n_outs);
-                return err;
+                return flight_step(e, n_outs);
             }
         } else {
             s = in_executor ? run_sampling_step(e, plan, &row_of)
