@@ -338,6 +338,20 @@ static void test_chained(void) {
     sim_free(&m);
 }
 
+/* The end of a stress round: no failed invariant, nothing left running or waiting, every block
+ * free, and every sequence that ran to its length holds exactly its own generated tokens. */
+static void check_stress_end(sim *m, int blocks, int round) {
+    CHECK_MSG(!m->bad, "round %d", round);
+    CHECK_MSG(di_scheduler_n_running(m->s) + di_scheduler_n_waiting(m->s) == 0, "round %d: unfinished after %d steps",
+              round, m->steps);
+    CHECK_EQ_INT(di_block_manager_n_free(m->bm), blocks);
+    int finished_ok = 1;
+    for (int i = 0; i < m->n; i++)
+        if (m->q[i].state == DI_SEQ_FINISHED && m->q[i].len == m->target[i])
+            for (int t = m->q[i].prompt_len + 1; t < m->q[i].len; t++) finished_ok &= m->q[i].tokens[t] == gen_token(i, t);
+    CHECK(finished_ok);
+}
+
 static void test_stress(void) {
     for (int round = 0; round < 6; round++) {
         sim m;
@@ -389,15 +403,7 @@ static void test_stress(void) {
             if (m.bad) break;
             if (added >= 60 && di_scheduler_n_running(m.s) + di_scheduler_n_waiting(m.s) == 0) break;
         }
-        CHECK_MSG(!m.bad, "round %d", round);
-        CHECK_MSG(di_scheduler_n_running(m.s) + di_scheduler_n_waiting(m.s) == 0, "round %d: unfinished after %d steps",
-                  round, m.steps);
-        CHECK_EQ_INT(di_block_manager_n_free(m.bm), blocks);
-        int finished_ok = 1;
-        for (int i = 0; i < m.n; i++)
-            if (m.q[i].state == DI_SEQ_FINISHED && m.q[i].len == m.target[i])
-                for (int t = m.q[i].prompt_len + 1; t < m.q[i].len; t++) finished_ok &= m.q[i].tokens[t] == gen_token(i, t);
-        CHECK(finished_ok);
+        check_stress_end(&m, blocks, round);
         fprintf(stderr, "   round %d: %d steps, %llu preemptions, %d sequences\n", round, m.steps,
                 (unsigned long long)di_scheduler_preemptions(m.s), m.n);
         sim_free(&m);
@@ -475,15 +481,7 @@ static void test_stress_chained(void) {
             check_state(&m);
             if (added >= 50 && di_scheduler_n_running(m.s) + di_scheduler_n_waiting(m.s) == 0) break;
         }
-        CHECK_MSG(!m.bad, "round %d", round);
-        CHECK_MSG(di_scheduler_n_running(m.s) + di_scheduler_n_waiting(m.s) == 0, "round %d: unfinished after %d steps",
-                  round, m.steps);
-        CHECK_EQ_INT(di_block_manager_n_free(m.bm), blocks);
-        int finished_ok = 1;
-        for (int i = 0; i < m.n; i++)
-            if (m.q[i].state == DI_SEQ_FINISHED && m.q[i].len == m.target[i])
-                for (int t = m.q[i].prompt_len + 1; t < m.q[i].len; t++) finished_ok &= m.q[i].tokens[t] == gen_token(i, t);
-        CHECK(finished_ok);
+        check_stress_end(&m, blocks, round);
         CHECK(chained > 20);
         fprintf(stderr, "   chained round %d: %d steps, %d chained, %llu preemptions, %d sequences\n", round, m.steps,
                 chained, (unsigned long long)di_scheduler_preemptions(m.s), m.n);
