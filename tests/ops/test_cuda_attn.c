@@ -757,6 +757,10 @@ static void test_small(void) {
     experts_small_case("fp8", 8, 2, 512, 256, 0, 3, 1);
     experts_small_case("tiny+shared", 12, 3, 136, 40, 24, 2, 0);
     experts_small_case("tiny k8", 12, 8, 128, 40, 0, 4, 0);
+    /* one token (the default small path) at shapes whose columns do not fill a block's pieces */
+    experts_small_case("tiny+shared", 12, 3, 136, 40, 24, 1, 0);
+    experts_small_case("tiny k8", 12, 8, 128, 40, 0, 1, 0);
+    experts_small_case("v3 bf16+shared", 9, 8, 7168, 2048, 2048, 1, 0);
     g_gpu = save;
     di_backend_free(small);
     if (g_small_late) di_backend_free(g_small_late);

@@ -4,36 +4,36 @@
  * most st->moe_small tokens (DEEPINFER_CUDA_MOE_SMALL, default 1: measured faster than the
  * permuted path at one token, slower at 2-4; docs/PERF.md, "Small-batch decode").
  *
- *   k_small_gu:   one block per (expert pair, 8 intermediate rows) plus the blocks of the shared
- *                 experts; each warp owns one intermediate index i and streams gate row i and
- *                 up row I + i (512 contiguous bytes per load instruction), FMA in fp32 against
- *                 every token that picked the expert, then A[pair, i] = silu(g) * u (fp32).
- *                 A pair whose expert already appears at a lower pair index returns at once: the
- *                 block of the first occurrence computes all tokens of that expert.
- *   k_small_down: one block of 8 warps per two output rows; the distinct experts (pairs in
- *                 index order) and the shared experts are spread over the warps, each streaming
- *                 its two down rows once and dotting them with the A rows of every token that
- *                 picked the expert (partials in shared memory); then, per token, out = sum_j
- *                 w[t, j] * dot[t, j] in j order, plus the shared experts' dot, all fp32, one
- *                 rounding to bf16. (A variant staging all A rows in shared memory, 8-16
- *                 output rows per block, measured slower: 55.0 vs 53.6 us for the V2-Lite
- *                 experts of one token; docs/PERF.md, "Batch-1 decode, second pass".)
- *   Both stream K in steps of U 256-column chunks; at 1-2 bf16 tokens every activation load of
- *   a step (x rows, A rows) is issued together with the step's weight loads, before the first
- *   FMA, so a step costs one memory round trip, not one per chunk.
+ *   k_small_gu:   one block of 256 threads per (expert pair, R = 4 intermediate rows) plus the
+ *                 blocks of the shared experts; the K = D columns are split over the block's
+ *                 threads in 8-column pieces, each thread loading its piece of the 4 gate rows,
+ *                 the 4 up rows and of x (once for the 4 rows) together, so a block at D = 2048
+ *                 is one memory round trip; FMA in fp32 against every token that picked the
+ *                 expert, warp partials added in warp order, then A[pair, i] = silu(g) * u
+ *                 (fp32). A pair whose expert already appears at a lower pair index returns at
+ *                 once: the block of the first occurrence computes all tokens of that expert.
+ *   k_small_down: one block of 256 threads per R = 8 output rows (4 at 2-4 tokens); the
+ *                 pieces of every unit (the distinct experts, then the shared experts) are
+ *                 dealt out over the threads, so the work is balanced for any number of
+ *                 units; each thread loads its pieces of the R rows at once and adds
+ *                 w[pair] * (row piece . A piece) into one sum per (row, token); warp partials
+ *                 added in warp order, one rounding to bf16.
+ *   Measured on the V2-Lite experts of one token with the shared experts (bench_cuda_decode
+ *   moe, 2026-12-02): 34.9 us (3.97 TB/s, 94% of the copy rate), against 47.1 us for the
+ *   earlier kernels (a warp per weight row or row pair, K streamed in 512-column steps, 1024
+ *   blocks for the down rows in two waves); docs/PERF.md.
  *
- * Owner: cuda. Invariants: every dot product is computed by exactly one warp with a fixed
- * summation order (lane-strided partial sums, xor-shuffle tree), and each output by one thread
- * summing them in j order, so results are bit-reproducible run to run; no atomics. A token
- * picks an expert at most once (the router's top-k), so an expert has at most T tokens. Both
- * kernels use programmatic dependent launch (cuda_pdl.cuh): activations and routing weights
- * of the step are read after pdl_wait() with coherent loads; before it, k_small_gu loads only
- * the shared experts' gate/up weights, and k_small_down (a.early) the router's ids and each
- * warp's first down weights (k_small_gu releases it only after its own wait, see there). An
- * expert id outside [0, E) contributes zero. The path is chosen from shapes only (T, k, dims,
+ * Owner: cuda. Invariants: which thread adds which piece, the xor-shuffle tree and the warp
+ * order of the final sums are fixed by the shapes, so results are bit-reproducible run to
+ * run; no atomics. A token picks an expert at most once (the router's top-k), so an expert
+ * has at most T tokens. Both kernels use programmatic dependent launch (cuda_pdl.cuh):
+ * activations and routing weights of the step are read after pdl_wait() with coherent loads;
+ * before it, k_small_gu loads only the shared experts' gate/up weights, and k_small_down
+ * (a.early) the router's ids and its first round of down weights (k_small_gu releases it only
+ * after its own wait, see there). An expert id outside [0, E) contributes zero. The path is chosen from shapes only (T, k, dims,
  * dtype, scratch size), so a CUDA graph captured for a batch-size bucket replays the same
  * kernels. Weights: bf16, or fp8 e4m3 with block scales (block cols a multiple of 8, so a
- * lane's 8 elements share one scale). Scratch: A [T*k, I] and As [T, Is] fp32, from the
+ * piece's 8 elements share one scale). Scratch: A [T*k, I] and As [T, Is] fp32, from the
  * moe_experts scratch (cuda_moe_small_fits says whether it is big enough). */
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
@@ -70,15 +70,6 @@ static __device__ __forceinline__ void pair_info(const int32_t *idx, int Tk, int
     *same_out = e >= 0 ? same : 0u;
 }
 
-/* Whether a K step issues its activation loads (x rows, A rows) together with its weight loads,
- * before the first FMA (one round trip per step instead of one per chunk): bf16 at up to 2
- * tokens, measured (docs/PERF.md 2026-12-02); more tokens or fp8's U = 4 would need too many
- * registers (3-4 tokens measured slower, fp8 not measured). */
-template <bool FP8, int MT>
-struct acts_early {
-    static constexpr bool on = !FP8 && MT <= 2;
-};
-
 /* ------------------------------------------------------------------ gate + up ---- */
 
 /* k_small_gu's PDL wait. With a.early its dependent (k_small_down) is released only here, once
@@ -89,20 +80,22 @@ static __device__ __forceinline__ void gu_wait(const small_args &a) {
     if (a.early) pdl_launch_dependents();
 }
 
-/* blocks [0, Tk * gr): pair p = b / gr, rows i = (b % gr) * 8 + warp; then the shared blocks. */
-template <int MT, bool FP8, int U>
+/* Blocks [0, Tk * gr): pair p = b / gr, rows i0 = (b % gr) * R ..; then the shared experts'
+ * blocks. Thread t takes the 8-column pieces t, t + 256, ... of the block's rows (P per round):
+ * the piece of all R gate rows and R up rows, and each token's x piece, loaded once for the R
+ * rows; partial sums per warp (xor tree), then added in warp order. */
+template <int MT, bool FP8, int R, int P>
 __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
+    __shared__ float part[8][R][2][MT];
     if (!a.early) pdl_launch_dependents(); /* early: released in gu_wait instead */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, Tk = a.T * a.k;
-    int b = blockIdx.x;
-    bool shared = b >= Tk * gr;
-    int p = shared ? -1 : b / gr;
-    int i = (shared ? b - Tk * gr : b % gr) * 8 + warp;
-    int I = shared ? a.Is : a.I, K = a.D;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, Tk = a.T * a.k;
+    const int b = blockIdx.x;
+    const bool shared = b >= Tk * gr;
+    const int p = shared ? -1 : b / gr;
+    const int i0 = (shared ? b - Tk * gr : b % gr) * R;
+    const int I = shared ? a.Is : a.I, K = a.D;
     const wview &W = shared ? a.sgu : a.gu;
-    int mat = 0;
-    /* members: the output rows (pairs, or tokens for the shared experts) and their x rows */
-    int nm = 0, orow[MT], xrow[MT];
+    int mat = 0, nm = 0, orow[MT], xrow[MT];
     bool waited = false;
     if (shared) {
         nm = a.T;
@@ -126,226 +119,206 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
             mine &= mine - 1u;
         }
     }
-    if (i >= I) {
-        gu_wait(a);
-        return;
-    }
-    /* weights first (constant): their loads may start before the previous kernel has finished */
-    constexpr bool PRE = acts_early<FP8, MT>::on;
-    float g[MT], u[MT];
+    float g[R][MT], u[R][MT];
 #pragma unroll
-    for (int m = 0; m < MT; m++) g[m] = u[m] = 0.f;
-    for (int k0 = lane * 8; k0 < K; k0 += 256 * U) {
-        wraw<FP8> wg[U], wu[U];
+    for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int v = 0; v < U; v++) {
-            int kk = k0 + v * 256;
-            wg[v] = wload<FP8>(W, mat, i, kk, kk < K);
-            wu[v] = wload<FP8>(W, mat, I + i, kk, kk < K);
+        for (int m = 0; m < MT; m++) g[r][m] = u[r][m] = 0.f;
+    const int np = K / 8;
+    for (int base = 0; base < np; base += 256 * P) {
+        wraw<FP8> wg[P][R], wu[P][R];
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            int f = base + j * 256 + tid, kk = f * 8;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                bool ok = f < np && i0 + r < I;
+                wg[j][r] = wload<FP8>(W, mat, i0 + r, kk, ok);
+                wu[j][r] = wload<FP8>(W, mat, I + i0 + r, kk, ok);
+            }
         }
         if (!waited) {
             gu_wait(a);
             waited = true;
         }
-        /* acts_early: this step's x loads before the first weight is used */
-        uint4 xr[U][MT];
-        if (PRE)
+        uint4 xr[P][MT];
 #pragma unroll
-            for (int v = 0; v < U; v++) {
-                int kk = k0 + v * 256;
+        for (int j = 0; j < P; j++) {
+            int f = base + j * 256 + tid;
 #pragma unroll
-                for (int m = 0; m < MT; m++)
-                    xr[v][m] = kk < K && m < nm ? ld_act16(a.x + (long)xrow[m] * K + kk) : make_uint4(0, 0, 0, 0);
-            }
+            for (int m = 0; m < MT; m++)
+                xr[j][m] = f < np && m < nm ? ld_act16(a.x + (long)xrow[m] * K + f * 8) : make_uint4(0, 0, 0, 0);
+        }
 #pragma unroll
-        for (int v = 0; v < U; v++) {
-            int kk = k0 + v * 256;
-            if (kk >= K) continue;
-            float fg[8], fu[8];
-            wfloat<FP8>(wg[v], fg);
-            wfloat<FP8>(wu[v], fu);
+        for (int j = 0; j < P; j++)
 #pragma unroll
-            for (int m = 0; m < MT; m++) {
-                if (m >= nm) continue;
-                float xf[8];
-                bf16x8_float(PRE ? xr[v][m] : ld_act16(a.x + (long)xrow[m] * K + kk), xf);
+            for (int r = 0; r < R; r++) {
+                float fg[8], fu[8];
+                wfloat<FP8>(wg[j][r], fg);
+                wfloat<FP8>(wu[j][r], fu);
 #pragma unroll
-                for (int c = 0; c < 8; c++) {
-                    g[m] = fmaf(fg[c], xf[c], g[m]);
-                    u[m] = fmaf(fu[c], xf[c], u[m]);
+                for (int m = 0; m < MT; m++) {
+                    float xf[8];
+                    bf16x8_float(xr[j][m], xf);
+#pragma unroll
+                    for (int c = 0; c < 8; c++) {
+                        g[r][m] = fmaf(fg[c], xf[c], g[r][m]);
+                        u[r][m] = fmaf(fu[c], xf[c], u[r][m]);
+                    }
                 }
             }
-        }
     }
     if (!waited) gu_wait(a);
 #pragma unroll
-    for (int m = 0; m < MT; m++) {
-        g[m] = warp_sum(g[m]);
-        u[m] = warp_sum(u[m]);
-    }
-    if (lane == 0) {
-        float *dst = shared ? a.As : a.A;
+    for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int m = 0; m < MT; m++)
-            if (m < nm) dst[(long)orow[m] * I + i] = silu_f(g[m]) * u[m];
+        for (int m = 0; m < MT; m++) {
+            float gs = warp_sum(g[r][m]), us = warp_sum(u[r][m]);
+            if (lane == 0) {
+                part[warp][r][0][m] = gs;
+                part[warp][r][1][m] = us;
+            }
+        }
+    __syncthreads();
+    if (tid < R * MT) {
+        int r = tid / MT, m = tid % MT;
+        if (m < nm && i0 + r < I) {
+            float gs = 0.f, us = 0.f;
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+                gs += part[w][r][0][m];
+                us += part[w][r][1][m];
+            }
+            float *dst = shared ? a.As : a.A;
+            dst[(long)orow[m] * I + i0 + r] = silu_f(gs) * us;
+        }
     }
 }
 
 /* ------------------------------------------------------------------ down + combine ---- */
 
-/* The weights of one K step of dot2_rows (columns k0 + v * 256 of rows n0, n0 + 1). */
-template <bool FP8, int U>
-static __device__ __forceinline__ void dot2_load(const wview &W, int mat, int n0, int D, int K, int k0,
-                                                 wraw<FP8> (&w0)[U], wraw<FP8> (&w1)[U]) {
-    const bool ok0 = n0 < D, ok1 = n0 + 1 < D;
-#pragma unroll
-    for (int v = 0; v < U; v++) {
-        int kk = k0 + v * 256;
-        w0[v] = wload<FP8>(W, mat, n0, kk, kk < K && ok0);
-        w1[v] = wload<FP8>(W, mat, n0 + 1, kk, kk < K && ok1);
-    }
-}
-
-/* Rows n0 and n0 + 1 of matrix `mat` of W dotted with the fp32 rows src[rows[m]] (K wide):
- * acc[r][m], summed over the warp (lane-strided partial sums, then an xor tree). w0 / w1 hold
- * the first K step's weights on entry (dot2_load at k0 = lane * 8). */
-template <int MT, bool FP8, int U>
-static __device__ __forceinline__ void dot2_rows(const wview &W, int mat, int n0, int D, const float *src,
-                                                 const int *rows, int nm, int K, float (*acc)[MT],
-                                                 wraw<FP8> (&w0)[U], wraw<FP8> (&w1)[U]) {
-    const int lane = threadIdx.x & 31;
-    constexpr bool PRE = acts_early<FP8, MT>::on;
-#pragma unroll
-    for (int m = 0; m < MT; m++) acc[0][m] = acc[1][m] = 0.f;
-    for (int k0 = lane * 8; k0 < K; k0 += 256 * U) {
-        if (k0 != lane * 8) dot2_load<FP8, U>(W, mat, n0, D, K, k0, w0, w1);
-        /* acts_early: this step's A loads before the first weight is used */
-        float4 av[U][MT][2];
-        if (PRE)
-#pragma unroll
-            for (int v = 0; v < U; v++) {
-                int kk = k0 + v * 256;
-#pragma unroll
-                for (int m = 0; m < MT; m++) {
-                    const float *ap = src + (long)rows[m] * K + kk;
-                    bool in = kk < K && m < nm;
-                    av[v][m][0] = in ? ld_act16f(ap) : make_float4(0.f, 0.f, 0.f, 0.f);
-                    av[v][m][1] = in ? ld_act16f(ap + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-                }
-            }
-#pragma unroll
-        for (int v = 0; v < U; v++) {
-            int kk = k0 + v * 256;
-            if (kk >= K) continue;
-            float f0[8], f1[8];
-            wfloat<FP8>(w0[v], f0);
-            wfloat<FP8>(w1[v], f1);
-#pragma unroll
-            for (int m = 0; m < MT; m++) {
-                if (m >= nm) continue;
-                const float *ap = src + (long)rows[m] * K + kk;
-                float4 a0 = PRE ? av[v][m][0] : ld_act16f(ap), a1 = PRE ? av[v][m][1] : ld_act16f(ap + 4);
-                float x[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-#pragma unroll
-                for (int c = 0; c < 8; c++) {
-                    acc[0][m] = fmaf(f0[c], x[c], acc[0][m]);
-                    acc[1][m] = fmaf(f1[c], x[c], acc[1][m]);
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int m = 0; m < MT; m++) {
-        acc[0][m] = warp_sum(acc[0][m]);
-        acc[1][m] = warp_sum(acc[1][m]);
-    }
-}
-
-/* The unit of work u of k_small_down: the u-th distinct routed expert (its first pair in index
- * order; `firsts` = mask of first pairs) or, for u = nf, the shared experts. */
-template <int MT>
-struct down_unit {
-    bool shared;
-    int mat, nm, rows[MT];
-    __device__ __forceinline__ down_unit(const small_args &a, int u, int nf, unsigned firsts, unsigned same, int e) {
-        shared = u >= nf;
-        mat = 0;
-        nm = 0;
-        if (shared) {
-            nm = a.T;
-#pragma unroll
-            for (int m = 0; m < MT; m++) rows[m] = m < a.T ? m : 0;
-        } else {
-            unsigned f = firsts;
-            for (int i = 0; i < u; i++) f &= f - 1u;
-            int p = __ffs(f) - 1;
-            unsigned mine = __shfl_sync(0xffffffffu, same, p);
-            mat = __shfl_sync(0xffffffffu, e, p);
-#pragma unroll
-            for (int m = 0; m < MT; m++) {
-                rows[m] = mine ? __ffs(mine) - 1 : 0;
-                if (mine) nm++;
-                mine &= mine - 1u;
-            }
-        }
-    }
-};
-
-/* One block (8 warps) per pair of output rows n0, n0 + 1. The units of work are the distinct
- * routed experts (their first pairs in index order) and then the shared experts; warp w takes
- * units w, w + 8, ...: it streams the unit's two down rows once and dots them with the A rows
- * of every token of that unit, into shared memory. Then one thread per (token, row) sums its k
- * slots in j order, adds the shared experts, and rounds once.
- * a.early: the expert ids come from the router, which finished before any k_small_gu block
- * passed its wait, and k_small_gu releases this kernel only after that wait; so the ids are
- * read, and each warp's first unit's first K step of weights loaded, before this kernel's
- * wait, overlapping k_small_gu's tail. Only A / As (k_small_gu's output) and the routing
- * weights are read after it. */
-template <int MT, bool FP8, int U>
+/* One block per R output rows n0 ... The pieces of all units (unit u < nf: the u-th distinct
+ * routed expert, in first-pair order; u = nf: the shared experts), in that order, go to thread
+ * t as pieces t, t + 256, ... (P per round, every load of a round issued before the first FMA);
+ * a thread adds w[pair] * (its piece of the R rows . the pair's A piece) into one sum per (row,
+ * token), whatever unit the piece belongs to. a.early: the expert ids come from the router,
+ * which finished before any k_small_gu block passed its wait, and k_small_gu releases this
+ * kernel only after that wait; so the ids are read, and the first round's weights loaded,
+ * before this kernel's wait, overlapping k_small_gu's tail. Only A / As (k_small_gu's output)
+ * and the routing weights are read after it. */
+template <int MT, bool FP8, int R, int P>
 __global__ void __launch_bounds__(256) k_small_down(small_args a) {
-    __shared__ float pdot[SMALL_MAX_PAIRS][2], sdot[SMALL_MAX_T][2];
+    __shared__ float part[8][R][MT];
     pdl_launch_dependents();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, Tk = a.T * a.k;
-    const int n0 = blockIdx.x * 2;
-    for (int i = threadIdx.x; i < SMALL_MAX_PAIRS * 2; i += blockDim.x) (&pdot[0][0])[i] = 0.f;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, Tk = a.T * a.k;
+    const int n0 = blockIdx.x * R;
     if (!a.early) pdl_wait(); /* A, As, the expert ids and weights come from earlier kernels */
     int e;
     unsigned same;
     pair_info(a.idx, Tk, a.E, lane, &e, &same);
-    unsigned firsts = __ballot_sync(0xffffffffu, same != 0u && (__ffs(same) - 1) == lane);
-    const int nf = __popc(firsts), nu = nf + (a.Is > 0 ? 1 : 0);
-    wraw<FP8> w0[U], w1[U];
-    if (warp < nu) { /* the first unit's first weights */
-        down_unit<MT> du(a, warp, nf, firsts, same, e);
-        dot2_load<FP8, U>(du.shared ? a.sdn : a.dn, du.mat, n0, a.D, du.shared ? a.Is : a.I, lane * 8, w0, w1);
-    }
-    if (a.early) pdl_wait(); /* A and As come from k_small_gu */
-    __syncthreads(); /* pdot zeroed before any warp stores its dots */
-    for (int u = warp; u < nu; u += 8) {
-        down_unit<MT> du(a, u, nf, firsts, same, e);
-        const wview &W = du.shared ? a.sdn : a.dn;
-        const int K = du.shared ? a.Is : a.I;
-        if (u != warp) dot2_load<FP8, U>(W, du.mat, n0, a.D, K, lane * 8, w0, w1);
-        float d[2][MT];
-        dot2_rows<MT, FP8, U>(W, du.mat, n0, a.D, du.shared ? a.As : a.A, du.rows, du.nm, K, d, w0, w1);
-        if (lane == 0)
+    const unsigned firsts = __ballot_sync(0xffffffffu, same != 0u && (__ffs(same) - 1) == lane);
+    const int nf = __popc(firsts);
+    /* lane u < nf describes unit u: its expert and the mask of its pairs */
+    const int fp = lane < nf ? (int)__fns(firsts, 0, lane + 1) : 0;
+    const int umat = __shfl_sync(0xffffffffu, e, fp);
+    unsigned umask = __shfl_sync(0xffffffffu, same, fp);
+    if (lane >= nf) umask = 0u;
+    const int pr = a.I / 8, nr = nf * pr, total = nr + a.Is / 8;
+    float acc[R][MT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int m = 0; m < MT; m++) acc[r][m] = 0.f;
+    bool waited = !a.early;
+    for (int base = 0; base < total; base += 256 * P) {
+        wraw<FP8> w[P][R];
+        int pu[P], pk[P];
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            int f = base + j * 256 + tid;
+            int u = f < nr ? f / pr : (f < total ? nf : -1);
+            int kk = f < nr ? (f - u * pr) * 8 : (f - nr) * 8;
+            int mat = __shfl_sync(0xffffffffu, umat, u >= 0 && u < nf ? u : 0);
+            pu[j] = u;
+            pk[j] = kk;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                bool ok = u >= 0 && n0 + r < a.D;
+                w[j][r] = u == nf ? wload<FP8>(a.sdn, 0, n0 + r, kk, ok) : wload<FP8>(a.dn, mat, n0 + r, kk, ok);
+            }
+        }
+        if (!waited) {
+            pdl_wait(); /* A and As come from k_small_gu */
+            waited = true;
+        }
+        /* every piece's A rows and routing weights, then the FMAs */
+        float4 av[P][MT][2];
+        float cw[P][MT];
+        int tok[P][MT];
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            int u = pu[j], kk = pk[j];
+            unsigned mine = __shfl_sync(0xffffffffu, umask, u >= 0 && u < nf ? u : 0);
+            if (!(u >= 0 && u < nf)) mine = 0;
 #pragma unroll
             for (int m = 0; m < MT; m++) {
-                if (m >= du.nm) continue;
-                float *dst = du.shared ? sdot[du.rows[m]] : pdot[du.rows[m]];
-                dst[0] = d[0][m];
-                dst[1] = d[1][m];
+                const float *src = NULL;
+                float c = 0.f;
+                int t = 0;
+                if (u == nf) {
+                    if (m < a.T) {
+                        t = m;
+                        src = a.As + (long)m * a.Is + kk;
+                        c = 1.f;
+                    }
+                } else if (mine) {
+                    int q = __ffs(mine) - 1;
+                    mine &= mine - 1u;
+                    t = q / a.k;
+                    src = a.A + (long)q * a.I + kk;
+                    c = a.w[q];
+                }
+                tok[j][m] = t;
+                cw[j][m] = c;
+                av[j][m][0] = src ? ld_act16f(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+                av[j][m][1] = src ? ld_act16f(src + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < P; j++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float f[8];
+                wfloat<FP8>(w[j][r], f);
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    const float x[8] = {av[j][m][0].x, av[j][m][0].y, av[j][m][0].z, av[j][m][0].w,
+                                        av[j][m][1].x, av[j][m][1].y, av[j][m][1].z, av[j][m][1].w};
+                    float d = 0.f;
+#pragma unroll
+                    for (int c = 0; c < 8; c++) d = fmaf(f[c], x[c], d);
+#pragma unroll
+                    for (int t = 0; t < MT; t++)
+                        if (tok[j][m] == t) acc[r][t] = fmaf(cw[j][m], d, acc[r][t]);
+                }
             }
     }
+    if (!waited) pdl_wait();
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            float s = warp_sum(acc[r][m]);
+            if (lane == 0) part[warp][r][m] = s;
+        }
     __syncthreads();
-    const int tid = threadIdx.x;
-    if (tid < a.T * 2) { /* per token: its k slots in j order, then the shared experts; one rounding */
-        int t = tid >> 1, r = tid & 1, n = n0 + r;
-        if (n < a.D) {
-            float acc = 0.f;
-            for (int j = 0; j < a.k; j++) acc += a.w[t * a.k + j] * pdot[t * a.k + j][r];
-            if (a.Is > 0) acc += sdot[t][r];
-            a.out[(long)t * a.D + n] = __float2bfloat16_rn(acc);
+    if (tid < R * MT) {
+        int r = tid / MT, t = tid % MT, n = n0 + r;
+        if (t < a.T && n < a.D) {
+            float s = 0.f;
+#pragma unroll
+            for (int w = 0; w < 8; w++) s += part[w][r][t];
+            a.out[(long)t * a.D + n] = __float2bfloat16_rn(s);
         }
     }
 }
@@ -384,13 +357,20 @@ int cuda_moe_small_fits(int T, int k, const di_weight *gate_up, const di_weight 
  * 2026-12-01: 1092-1097 tok/s against 1046-1066 with 4; 1 and 8 were slower: fewer loads per
  * warp and more resident warps win, down to 2), fp8 (8-byte loads) 4. A lane sums its columns
  * in the same order for every U, so U never changes the bits. */
+/* Rows per block and pieces per round, measured (docs/PERF.md, 2026-12-02 late morning): at one
+ * token gate/up R = 4 (2 the same, 8 slower) and down R = 8 with P = 2 (the A pieces a block
+ * reads serve more rows; R = 2 / 4 / 16 and P = 1 / 3 slower); at 2-4 tokens (registers) down
+ * R = 4, P = 1, the best of three settings but slower than the earlier warp kernels at 3-4
+ * tokens (bench_cuda_decode moe; those steps take the permuted path unless
+ * DEEPINFER_CUDA_MOE_SMALL says otherwise). A thread's pieces and the warp order are fixed, so
+ * the bits do not depend on timing. */
 template <int MT, bool FP8>
 static void launch_small(cuda_state *st, const small_args &a) {
-    constexpr int U = FP8 ? 4 : 2;
-    int gr = ceil_div_i(a.I, 8), gs = a.Is > 0 ? ceil_div_i(a.Is, 8) : 0;
-    cuda_launch_pdl(st, st->pdl >= 1, k_small_gu<MT, FP8, U>, dim3(a.T * a.k * gr + gs), dim3(256), 0, a, gr);
+    constexpr int RG = 4, RD = MT == 1 ? 8 : 4, PD = MT == 1 ? 2 : 1;
+    int gr = ceil_div_i(a.I, RG), gs = a.Is > 0 ? ceil_div_i(a.Is, RG) : 0;
+    cuda_launch_pdl(st, st->pdl >= 1, k_small_gu<MT, FP8, RG, 1>, dim3(a.T * a.k * gr + gs), dim3(256), 0, a, gr);
     CUDA_LAUNCHED(st, "moe_small_gu");
-    cuda_launch_pdl(st, st->pdl >= 1, k_small_down<MT, FP8, U>, dim3(ceil_div_i(a.D, 2)), dim3(256), 0, a);
+    cuda_launch_pdl(st, st->pdl >= 1, k_small_down<MT, FP8, RD, PD>, dim3(ceil_div_i(a.D, RD)), dim3(256), 0, a);
     CUDA_LAUNCHED(st, "moe_small_down");
 }
 
