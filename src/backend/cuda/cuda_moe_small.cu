@@ -19,9 +19,9 @@
  *                 w[pair] * (row piece . A piece) into one sum per (row, token); warp partials
  *                 added in warp order, one rounding to bf16.
  *   Measured on the V2-Lite experts of one token with the shared experts (bench_cuda_decode
- *   moe, 2026-12-02): 34.9 us (3.97 TB/s, 94% of the copy rate), against 47.1 us for the
- *   earlier kernels (a warp per weight row or row pair, K streamed in 512-column steps, 1024
- *   blocks for the down rows in two waves); docs/PERF.md.
+ *   moe, 2026-12-02): 34.9-35.4 us (3.9-4.0 TB/s, 93-94% of the copy rate), against 47.1 us
+ *   for the earlier kernels (a warp per weight row or row pair, K streamed in 512-column
+ *   steps, 1024 blocks for the down rows in two waves); docs/PERF.md.
  *
  * Owner: cuda. Invariants: which thread adds which piece, the xor-shuffle tree and the warp
  * order of the final sums are fixed by the shapes, so results are bit-reproducible run to
