@@ -30,11 +30,12 @@
  * activations and routing weights of the step are read after pdl_wait() with coherent loads;
  * before it, k_small_gu loads only the shared experts' gate/up weights, and k_small_down
  * (a.early) the router's ids and its first round of down weights (k_small_gu releases it only
- * after its own wait, see there). An expert id outside [0, E) contributes zero. The path is chosen from shapes only (T, k, dims,
- * dtype, scratch size), so a CUDA graph captured for a batch-size bucket replays the same
- * kernels. Weights: bf16, or fp8 e4m3 with block scales (block cols a multiple of 8, so a
- * piece's 8 elements share one scale). Scratch: A [T*k, I] and As [T, Is] fp32, from the
- * moe_experts scratch (cuda_moe_small_fits says whether it is big enough). */
+ * after its own wait, see there). An expert id outside [0, E) contributes zero. The path is
+ * chosen from shapes only (T, k, dims, dtype, scratch size), so a CUDA graph captured for a
+ * batch-size bucket replays the same kernels. Weights: bf16, or fp8 e4m3 with block scales
+ * (block cols a multiple of 8, so a piece's 8 elements share one scale). Scratch: A [T*k, I]
+ * and As [T, Is] fp32, from the moe_experts scratch (cuda_moe_small_fits says whether it is
+ * big enough). */
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_wload.cuh"
