@@ -5,8 +5,10 @@
  * fused (routed + shared, cuda_moe_small.cu) and as the older sequence (permuted moe_experts,
  * then the shared gate/up GEMV, silu_mul and the accumulating down GEMV).
  *
- *   bench_cuda_decode [gemv] [moe]      (default both; env switches of docs/cuda.md apply;
- *                                        DEEPINFER_CUDA_MOE_SMALL defaults to 4 here)
+ *   bench_cuda_decode [gemv] [moe] [--fp8]   (default both; env switches of docs/cuda.md apply;
+ *                                             DEEPINFER_CUDA_MOE_SMALL defaults to 4 here;
+ *                                             --fp8: the experts' weights fp8 e4m3 with
+ *                                             128 x 128 block scales, as DeepSeek-V3's)
  *
  * Prints time per op (median of the replays), the bytes it must read and the fraction of the
  * copy bandwidth (4218 GB/s, docs/PERF.md; --bw to change). */
@@ -19,6 +21,7 @@
 #include "bench_cuda_util.h"
 
 static double g_bw = 4218e9;
+static int g_fp8; /* --fp8: the experts in fp8 */
 
 /* n views of n=1 into one uploaded weight of n matrices */
 static di_weight *views(const di_weight *all, int n) {
@@ -112,10 +115,11 @@ static void bench_moe(di_backend *be) {
     m.I = I;
     m.Is = Is;
     m.n_sets = n_sets;
-    m.gu = b_weight(be, E, 2 * I, D, 0);
-    m.dn = b_weight(be, E, D, I, 0);
-    m.sgu = b_weight(be, 1, 2 * Is, D, 0);
-    m.sdn = b_weight(be, 1, D, Is, 0);
+    const double wbytes = g_fp8 ? 1.0 : 2.0; /* per weight; fp8 block scales: < 0.1% more */
+    m.gu = b_weight(be, E, 2 * I, D, g_fp8);
+    m.dn = b_weight(be, E, D, I, g_fp8);
+    m.sgu = b_weight(be, 1, 2 * Is, D, g_fp8);
+    m.sdn = b_weight(be, 1, D, Is, g_fp8);
     m.x = b_rand_act(be, (size_t)4 * D);
     m.out = b_alloc(be, (size_t)4 * D * 2);
     m.gu_buf = b_alloc(be, (size_t)4 * 2 * Is * 2);
@@ -126,7 +130,7 @@ static void bench_moe(di_backend *be) {
     for (int i = 0; i < 4 * k; i++) hw[i] = 0.1f + 0.1f * (float)(i % 5);
     m.w = b_alloc(be, sizeof hw);
     be->upload(be, m.w, hw, sizeof hw);
-    printf("%-34s %4s %10s %10s %9s %7s\n", "experts (routed + shared)", "T", "us/op", "MB", "GB/s", "of copy");
+    printf("%-34s %4s %10s %10s %9s %7s\n", g_fp8 ? "experts (routed + shared), fp8" : "experts (routed + shared)", "T", "us/op", "MB", "GB/s", "of copy");
     for (int T = 1; T <= 4; T++) {
         m.T = T;
         /* n_sets random expert choices (k distinct per token, ascending); bytes: distinct experts */
@@ -151,11 +155,11 @@ static void bench_moe(di_backend *be) {
                         }
                 for (int j = 0; j < k; j++) used[h[t * k + j]] = 1;
             }
-            for (int e = 0; e < E; e++) bytes += used[e] * 3.0 * I * D * 2;
+            for (int e = 0; e < E; e++) bytes += used[e] * 3.0 * I * D * wbytes;
             m.idx[s] = b_alloc(be, (size_t)T * k * 4);
             be->upload(be, m.idx[s], h, (size_t)T * k * 4);
         }
-        bytes = bytes / n_sets + 3.0 * Is * D * 2;
+        bytes = bytes / n_sets + 3.0 * Is * D * wbytes;
         for (int fused = 1; fused >= 0; fused--) {
             m.fused = fused;
             m.next = 0;
@@ -185,8 +189,9 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "gemv")) do_gemv = 1;
         else if (!strcmp(argv[i], "moe")) do_moe = 1;
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) g_bw = atof(argv[++i]) * 1e9;
+        else if (!strcmp(argv[i], "--fp8")) g_fp8 = 1;
         else {
-            fprintf(stderr, "usage: bench_cuda_decode [gemv] [moe] [--bw GB/s]\n");
+            fprintf(stderr, "usage: bench_cuda_decode [gemv] [moe] [--fp8] [--bw GB/s]\n");
             return 2;
         }
     }

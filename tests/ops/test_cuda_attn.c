@@ -761,6 +761,7 @@ static void test_small(void) {
     experts_small_case("tiny+shared", 12, 3, 136, 40, 24, 1, 0);
     experts_small_case("tiny k8", 12, 8, 128, 40, 0, 1, 0);
     experts_small_case("v3 bf16+shared", 9, 8, 7168, 2048, 2048, 1, 0);
+    experts_small_case("v3 fp8+shared", 9, 8, 7168, 2048, 2048, 1, 1);
     g_gpu = save;
     di_backend_free(small);
     if (g_small_late) di_backend_free(g_small_late);

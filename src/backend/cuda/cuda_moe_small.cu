@@ -363,8 +363,9 @@ int cuda_moe_small_fits(int T, int k, const di_weight *gate_up, const di_weight 
  * reads serve more rows; R = 2 / 4 / 16 and P = 1 / 3 slower); at 2-4 tokens (registers) down
  * R = 4, P = 1, the best of three settings but slower than the earlier warp kernels at 3-4
  * tokens (bench_cuda_decode moe; those steps take the permuted path unless
- * DEEPINFER_CUDA_MOE_SMALL says otherwise). A thread's pieces and the warp order are fixed, so
- * the bits do not depend on timing. */
+ * DEEPINFER_CUDA_MOE_SMALL says otherwise). fp8 weights take the same settings: gate/up 8 rows
+ * with down 8 x 2, 8 x 4 or 16 x 2 were all slower at one token. A thread's pieces and the warp
+ * order are fixed, so the bits do not depend on timing. */
 template <int MT, bool FP8>
 static void launch_small(cuda_state *st, const small_args &a) {
     constexpr int RG = 4, RD = MT == 1 ? 8 : 4, PD = MT == 1 ? 2 : 1;
