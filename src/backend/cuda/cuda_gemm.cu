@@ -25,7 +25,7 @@
 static __device__ __forceinline__ float w_at(const wview &w, int mat, int n, int k) {
     if (w.fp8) {
         const __nv_fp8_e4m3 *p = (const __nv_fp8_e4m3 *)w.data + mat * w.mat_stride + (long)n * w.cols + k;
-        float s = w.scale[mat * w.scale_stride + (long)(n / w.br) * w.sld + k / w.bc];
+        float s = w.scale[wscale_at(w, mat, n, k)];
         return float(*p) * s;
     }
     return __bfloat162float(((const bf16 *)w.data)[mat * w.mat_stride + (long)n * w.cols + k]);

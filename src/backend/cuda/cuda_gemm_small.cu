@@ -21,7 +21,7 @@ static __device__ __forceinline__ uint4 load_w8(const wview &w, int mat, int n, 
     if (FP8) {
         const uint8_t *p = (const uint8_t *)w.data + mat * w.mat_stride + (long)n * w.cols + k;
         uint2 v = __ldg((const uint2 *)p);
-        float s = __ldg(w.scale + mat * w.scale_stride + (long)(n / w.br) * w.sld + k / w.bc);
+        float s = __ldg(w.scale + wscale_at(w, mat, n, k));
         return fp8x8_to_bf16x8(v, s);
     }
     const bf16 *p = (const bf16 *)w.data + mat * w.mat_stride + (long)n * w.cols + k;

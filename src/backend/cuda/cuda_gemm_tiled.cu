@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(256) k_gemm_tiled(gemm_args a) {
             int row = tid / 2, ch = tid % 2, kc = kt * TBK + ch * 16;
             float s = 0.f;
             if (b_ok[0] && kc < K)
-                s = __ldg(a.w.scale + mat * a.w.scale_stride + (b_row[0] / a.w.br) * a.w.sld + kc / a.w.bc);
+                s = __ldg(a.w.scale + wscale_at(a.w, mat, b_row[0], kc));
             uint4 raw = *(const uint4 *)(Bs + row * FP8LD + ch * 16);
             uint4 lo = fp8x8_to_bf16x8(make_uint2(raw.x, raw.y), s);
             uint4 hi = fp8x8_to_bf16x8(make_uint2(raw.z, raw.w), s);

@@ -181,9 +181,29 @@ typedef struct wview {
     long mat_stride;        /* elements between matrices */
     long scale_stride;      /* floats between matrices' scale grids */
     int rows, cols, fp8, br, bc, sld;
+    int br_sh, bc_sh;       /* log2 of br / bc where they are powers of two, else -1 */
 } wview;
 
 static inline int scale_ld(int cols, int bc) { return (ceil_div_i(cols, bc) + 3) & ~3; }
+
+/* log2(b) for a power of two b > 0, else -1 */
+static inline int log2_exact(int b) {
+    for (int s = 0; s < 31; s++)
+        if ((1 << s) == b) return s;
+    return -1;
+}
+
+/* Index into w.scale of element (n, k) of matrix mat (fp8). A division by a run-time divisor
+ * is a ~20-instruction sequence, and the memory-bound fp8 kernels compute an index per 8
+ * weights, so power-of-two blocks (DeepSeek's 128 x 128) shift instead; n, k >= 0. */
+static __device__ __forceinline__ long wscale_at(const wview &w, int mat, int n, int k) {
+    int bn, bk;
+    if (w.br_sh >= 0) bn = n >> w.br_sh;
+    else bn = n / w.br;
+    if (w.bc_sh >= 0) bk = k >> w.bc_sh;
+    else bk = k / w.bc;
+    return mat * w.scale_stride + (long)bn * w.sld + bk;
+}
 
 static inline wview wview_of(const di_weight *w) {
     wview v;
@@ -195,6 +215,8 @@ static inline wview wview_of(const di_weight *w) {
     v.scale = (const float *)w->scale;
     v.br = w->block_rows;
     v.bc = w->block_cols;
+    v.br_sh = v.fp8 ? log2_exact(v.br) : -1;
+    v.bc_sh = v.fp8 ? log2_exact(v.bc) : -1;
     v.sld = v.fp8 ? scale_ld(w->cols, w->block_cols) : 0;
     v.scale_stride = v.fp8 ? (long)ceil_div_i(w->rows, w->block_rows) * v.sld : 0;
     return v;

@@ -30,7 +30,7 @@ static __device__ __forceinline__ wraw<FP8> wload(const wview &w, int mat, int n
         uint2 q = __ldg((const uint2 *)p);
         r.v.x = q.x;
         r.v.y = q.y;
-        r.s = __ldg(w.scale + mat * w.scale_stride + (long)(n / w.br) * w.sld + kk / w.bc);
+        r.s = __ldg(w.scale + wscale_at(w, mat, n, kk));
     } else {
         r.v = __ldg((const uint4 *)((const bf16 *)w.data + mat * w.mat_stride + (long)n * w.cols + kk));
     }
