@@ -130,7 +130,8 @@ static void bench_moe(di_backend *be) {
     for (int i = 0; i < 4 * k; i++) hw[i] = 0.1f + 0.1f * (float)(i % 5);
     m.w = b_alloc(be, sizeof hw);
     be->upload(be, m.w, hw, sizeof hw);
-    printf("%-34s %4s %10s %10s %9s %7s\n", g_fp8 ? "experts (routed + shared), fp8" : "experts (routed + shared)", "T", "us/op", "MB", "GB/s", "of copy");
+    const char *title = g_fp8 ? "experts (routed + shared), fp8" : "experts (routed + shared)";
+    printf("%-34s %4s %10s %10s %9s %7s\n", title, "T", "us/op", "MB", "GB/s", "of copy");
     for (int T = 1; T <= 4; T++) {
         m.T = T;
         /* n_sets random expert choices (k distinct per token, ascending); bytes: distinct experts */
