@@ -353,12 +353,8 @@ int cuda_moe_small_fits(int T, int k, const di_weight *gate_up, const di_weight 
     return scratch_bytes >= small_need(T, k, I, Is);
 }
 
-/* gate+up (with the shared experts), then down + combine; chosen from shapes only. U = 16-byte
- * weight loads in flight per lane and row in one K step: bf16 2 (v2lite-8l batch-1 decode,
- * 2026-12-01: 1092-1097 tok/s against 1046-1066 with 4; 1 and 8 were slower: fewer loads per
- * warp and more resident warps win, down to 2), fp8 (8-byte loads) 4. A lane sums its columns
- * in the same order for every U, so U never changes the bits. */
-/* Rows per block and pieces per round, measured (docs/PERF.md, 2026-12-02 late morning): at one
+/* gate+up (with the shared experts), then down + combine; chosen from shapes only. Rows per
+ * block and pieces per round, measured (docs/PERF.md, 2026-12-02 late morning): at one
  * token gate/up R = 4 (2 the same, 8 slower) and down R = 8 with P = 2 (the A pieces a block
  * reads serve more rows; R = 2 / 4 / 16 and P = 1 / 3 slower); at 2-4 tokens (registers) down
  * R = 4, P = 1, the best of three settings but slower than the earlier warp kernels at 3-4
