@@ -25,14 +25,14 @@
 #              TRACE_STEPS, TRACE_ENV: settings, several separated by '|')
 #          dkernel: ncu sections of the decode kernels matching DKERNEL (dkernel.txt);
 #          abvar: A/B of environment settings (AB_VARIANTS separated by '|', AB_ROUNDS, AB_ARGS,
-#          AB_DECODE=1 adds bench_cuda_decode moe; AB_BASE: another staged tree's bench_cuda_e2e
+#          AB_DECODE=1 adds bench_cuda_decode moe (AB_DECODE_ARGS, e.g. "moe --fp8"); AB_BASE: another staged tree's bench_cuda_e2e
 #          as the first variant), each variant's bench_cuda_e2e in alternation;
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
 #          model: test_cuda_model v32 (DeepSeek-V3.2 sparse attention), golden, generate, async and routing;
 #          small: the 1-4-token expert kernels' parity; modelvariants: test_cuda_model generate
 #          and routing with DEEPINFER_CUDA_PDL=1 / 0 and DEEPINFER_CUDA_MOE_SMALL=0; decode: bench_cuda_decode (GEMVs and
-#          experts of small steps, with PDL off and other split-K settings); variants: batch-1/16 decode with
+#          experts of small steps, bf16 and fp8, with PDL off and other split-K settings); variants: batch-1/16 decode with
 #          DEEPINFER_CUDA_MOE_SMALL / DEEPINFER_CUDA_PDL off, and a staged baseline binary
 #          (bin/bench_cuda_e2e_base) if any; breakdown: per-kernel times of one decode step under
 #          ncu (breakdown.txt; scripts/gpu/breakdown.py); pbreakdown: the same for one prefill
@@ -226,6 +226,7 @@ for s in $steps; do
         # decode-sized GEMVs and the experts of 1-4-token steps, graph-replayed over rotating
         # weight copies; then the same with PDL off and with other GEMV split-K settings
         run_step bench.decode bench.log "$G/bin/bench_cuda_decode"
+        run_step bench.decode.fp8 bench.log "$G/bin/bench_cuda_decode" moe --fp8
         for v in "DEEPINFER_CUDA_PDL=0" ${DECODE_VARIANTS:-"DEEPINFER_CUDA_GEMV_WANT=64" "DEEPINFER_CUDA_GEMV_WANT=128 DEEPINFER_CUDA_GEMV_MIN_K=256"}; do
             echo "(variant: $v)" >>"$OUT/bench.log"
             run_step "bench.decode.variant" bench.log env $v "$G/bin/bench_cuda_decode" gemv
@@ -263,7 +264,7 @@ for s in $steps; do
                     ${AB_ARGS:---batches 1 --prefill none --ceilings 0}
                 if [ "${AB_DECODE:-0}" = 1 ] && [ "$r" = 1 ]; then
                     # shellcheck disable=SC2086
-                    run_step "decode.ab" bench.log env $v "$G/bin/bench_cuda_decode" moe
+                    run_step "decode.ab" bench.log env $v "$G/bin/bench_cuda_decode" ${AB_DECODE_ARGS:-moe}
                 fi
             done
         done
