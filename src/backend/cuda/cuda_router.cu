@@ -289,6 +289,22 @@ static __device__ __forceinline__ bool warp_topk_redux(const float *v, int n, in
     return warp_topk_redux_nj<NJ>(v, n, k, picked);
 }
 
+/* The top k of v[0..n) as k warp_argmax calls with taken[] pick them: with `redux`, through
+ * warp_topk_redux (true: the picks in *pick, taken[] untouched); otherwise, or when a value is
+ * NaN, warp_argmax marking taken[] (false). */
+template <int NJ>
+static __device__ __forceinline__ bool route_topk(const float *v, unsigned char *taken, int n, int k, int redux,
+                                                  unsigned *pick) {
+    if (redux && warp_topk_redux<NJ>(v, n, k, pick)) return true;
+    const int lane = threadIdx.x & 31;
+    for (int p = 0; p < k; p++) {
+        int best = warp_argmax(v, taken, n);
+        if (lane == 0 && best >= 0) taken[best] = 1;
+        __syncwarp();
+    }
+    return false;
+}
+
 /* k_route's shared memory per warp: s, sel [E] and gscore [G] and the selected weights [k]
  * (floats), then taken [E] and gtaken [G] (bytes), rounded to 16 */
 static __host__ __device__ size_t route_smem_per_warp(int E, int G, int k) {
@@ -352,15 +368,9 @@ __global__ void k_route(const float *logits, const float *bias, di_route_params 
         }
         __syncwarp();
         unsigned gpick;
-        if (redux && warp_topk_redux<NJ>(gscore, G, rp.topk_group, &gpick)) {
+        if (route_topk<NJ>(gscore, gtaken, G, rp.topk_group, redux, &gpick)) {
             for (int gi = lane; gi < G; gi += 32) gtaken[gi] = (gpick >> (gi >> 5)) & 1u;
             __syncwarp();
-        } else {
-            for (int n = 0; n < rp.topk_group; n++) {
-                int best = warp_argmax(gscore, gtaken, G);
-                if (lane == 0 && best >= 0) gtaken[best] = 1;
-                __syncwarp();
-            }
         }
         float fill = noaux ? -INFINITY : 0.0f;
         for (int e = lane; e < E; e += 32)
@@ -368,13 +378,7 @@ __global__ void k_route(const float *logits, const float *bias, di_route_params 
         __syncwarp();
     }
     unsigned pick = 0u; /* the fast path's picks: bit j for expert lane + 32 j */
-    const bool fast = redux && warp_topk_redux<NJ>(sel, E, k, &pick);
-    if (!fast)
-        for (int n = 0; n < k; n++) {
-            int best = warp_argmax(sel, taken, E);
-            if (lane == 0 && best >= 0) taken[best] = 1;
-            __syncwarp();
-        }
+    const bool fast = route_topk<NJ>(sel, taken, E, k, redux, &pick);
     /* emit in ascending expert order */
     int32_t *io = idx_out + (long)t * k;
     float *wo = w_out + (long)t * k;
