@@ -1,14 +1,19 @@
 /* bench_cuda_decode.c - the ops of a small decode step as a CUDA graph replays them: chains of
  * the same op over rotating weight copies (so every launch reads its weights from HBM, not
  * from the 50 MB L2, and consecutive launches overlap as in a real step), at DeepSeek-V2-Lite
- * shapes: the attention / dense GEMVs at 1 and 4 rows, and the experts of a 1-4-token step,
+ * shapes: the attention / dense projections and per-head absorptions at 1, 4, 8 and 16 rows
+ * (GEMV, the few-row kernel or cuBLASLt as the dispatch picks; DEEPINFER_CUDA_FEW_MAX_ROWS=0
+ * puts 5-16 rows back on cuBLASLt), and the experts of a 1-4-token step,
  * fused (routed + shared, cuda_moe_small.cu) and as the older sequence (permuted moe_experts,
  * then the shared gate/up GEMV, silu_mul and the accumulating down GEMV).
  *
- *   bench_cuda_decode [gemv] [moe] [--fp8]   (default both; env switches of docs/cuda.md apply;
+ *   bench_cuda_decode [gemv] [moe] [--fp8] [--only NAME] [--rows T]
+ *                                             (default both; env switches of docs/cuda.md apply;
  *                                             DEEPINFER_CUDA_MOE_SMALL defaults to 4 here;
  *                                             --fp8: the experts' weights fp8 e4m3 with
- *                                             128 x 128 block scales, as DeepSeek-V3's)
+ *                                             128 x 128 block scales, as DeepSeek-V3's;
+ *                                             --only / --rows: the GEMV / GEMM shapes whose
+ *                                             name contains NAME, at T rows only)
  *
  * Prints time per op (median of the replays), the bytes it must read and the fraction of the
  * copy bandwidth (4218 GB/s, docs/PERF.md; --bw to change). */
@@ -21,15 +26,17 @@
 #include "bench_cuda_util.h"
 
 static double g_bw = 4218e9;
-static int g_fp8; /* --fp8: the experts in fp8 */
+static int g_fp8;             /* --fp8: the experts in fp8 */
+static const char *g_only;    /* --only S: the GEMV / GEMM shapes whose name contains S */
+static int g_rows;            /* --rows T: only T rows (0: 1, 4, 8, 16) */
 
-/* n views of n=1 into one uploaded weight of n matrices */
-static di_weight *views(const di_weight *all, int n) {
+/* n views of `heads` matrices each into one uploaded weight of n * heads matrices */
+static di_weight *views(const di_weight *all, int n, int heads) {
     di_weight *v = calloc((size_t)n, sizeof *v);
-    size_t per = (size_t)all->rows * all->cols * (all->dtype == DI_DTYPE_BF16 ? 2 : 1);
+    size_t per = (size_t)all->rows * all->cols * heads * (all->dtype == DI_DTYPE_BF16 ? 2 : 1);
     for (int i = 0; i < n; i++) {
         v[i] = *all;
-        v[i].n = 1;
+        v[i].n = heads;
         v[i].data = (char *)all->data + per * i;
         v[i].scale = NULL;
         v[i].bytes = per;
@@ -49,26 +56,37 @@ static void gemv_op(void *c) {
     gemv_ctx *g = c;
     di_weight *w = &g->w[g->next];
     g->next = (g->next + 1) % g->n;
-    g->be->matmul(g->be, g->y, w->rows, g->x, w->cols, w, g->T, g->flags);
+    if (w->n > 1) /* per-head absorption: x [T][heads][cols], y [T][heads][rows] */
+        g->be->bmm(g->be, g->y, w->n * w->rows, w->rows, g->x, w->n * w->cols, w->cols, w, g->T);
+    else
+        g->be->matmul(g->be, g->y, w->rows, g->x, w->cols, w, g->T, g->flags);
 }
 
 static void bench_gemv(di_backend *be) {
-    static const struct { const char *name; int rows, cols; unsigned flags; } shapes[] = {
-        {"kv_a 576x2048", 576, 2048, 0},          {"o_proj 2048x2048", 2048, 2048, 0},
-        {"q_proj 3072x2048", 3072, 2048, 0},      {"q+kv_a 3648x2048", 3648, 2048, 0},
-        {"router 64x2048 f32", 64, 2048, DI_MM_OUT_F32}, {"shared gu 5632x2048", 5632, 2048, 0},
-        {"dense gu 21888x2048", 21888, 2048, 0},  {"dense down 2048x10944", 2048, 10944, 0},
+    static const struct { const char *name; int rows, cols, heads; unsigned flags; } shapes[] = {
+        {"kv_a 576x2048", 576, 2048, 1, 0},          {"o_proj 2048x2048", 2048, 2048, 1, 0},
+        {"q_proj 3072x2048", 3072, 2048, 1, 0},      {"q+kv_a 3648x2048", 3648, 2048, 1, 0},
+        {"o_proj f32 acc", 2048, 2048, 1, DI_MM_OUT_F32 | DI_MM_ACCUMULATE},
+        {"W_UK bmm 16x512x128", 512, 128, 16, 0},    {"W_UV bmm 16x128x512", 128, 512, 16, 0},
+        {"router 64x2048 f32", 64, 2048, 1, DI_MM_OUT_F32}, {"shared gu 5632x2048", 5632, 2048, 1, 0},
+        {"shared down 2048x2816", 2048, 2816, 1, 0},
+        {"dense gu 21888x2048", 21888, 2048, 1, 0},  {"dense down 2048x10944", 2048, 10944, 1, 0},
     };
-    printf("%-26s %4s %10s %10s %9s %7s\n", "GEMV", "rows", "us/op", "MB", "GB/s", "of copy");
+    static const int Ts[] = {1, 4, 8, 16};
+    printf("%-26s %4s %10s %10s %9s %7s\n", "GEMV / GEMM", "rows", "us/op", "MB", "GB/s", "of copy");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        size_t bytes = (size_t)shapes[s].rows * shapes[s].cols * 2;
+        if (g_only && !strstr(shapes[s].name, g_only)) continue;
+        int H = shapes[s].heads;
+        size_t bytes = (size_t)shapes[s].rows * shapes[s].cols * H * 2;
         int n = (int)((400u << 20) / bytes);
         n = n < 2 ? 2 : n > 64 ? 64 : n;
-        di_weight all = b_weight(be, n, shapes[s].rows, shapes[s].cols, 0);
-        di_weight *w = views(&all, n);
-        for (int T = 1; T <= 4; T *= 4) {
-            gemv_ctx g = {be, w, n, 0, T, b_rand_act(be, (size_t)T * shapes[s].cols),
-                          b_alloc(be, (size_t)T * shapes[s].rows * 4), shapes[s].flags};
+        di_weight all = b_weight(be, n * H, shapes[s].rows, shapes[s].cols, 0);
+        di_weight *w = views(&all, n, H);
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            int T = Ts[ti];
+            if (g_rows && T != g_rows) continue;
+            gemv_ctx g = {be, w, n, 0, T, b_rand_act(be, (size_t)T * shapes[s].cols * H),
+                          b_alloc(be, (size_t)T * shapes[s].rows * H * 4), shapes[s].flags};
             double t = b_time(be, gemv_op, &g, n, 7);
             printf("%-26s %4d %10.2f %10.2f %9.0f %6.1f%%\n", shapes[s].name, T, t * 1e6, bytes / 1e6,
                    bytes / t / 1e9, 100.0 * bytes / t / g_bw);
@@ -191,8 +209,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "moe")) do_moe = 1;
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) g_bw = atof(argv[++i]) * 1e9;
         else if (!strcmp(argv[i], "--fp8")) g_fp8 = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) g_rows = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_cuda_decode [gemv] [moe] [--fp8] [--bw GB/s]\n");
+            fprintf(stderr, "usage: bench_cuda_decode [gemv] [moe] [--fp8] [--bw GB/s] [--only NAME] [--rows T]\n");
             return 2;
         }
     }
