@@ -2,8 +2,7 @@
  * the same op over rotating weight copies (so every launch reads its weights from HBM, not
  * from the 50 MB L2, and consecutive launches overlap as in a real step), at DeepSeek-V2-Lite
  * shapes: the attention / dense projections and per-head absorptions at 1, 4, 8 and 16 rows
- * (GEMV, the few-row kernel or cuBLASLt as the dispatch picks; DEEPINFER_CUDA_FEW_MAX_ROWS=0
- * puts 5-16 rows back on cuBLASLt), and the experts of a 1-4-token step,
+ * (GEMV or cuBLASLt as the dispatch picks), and the experts of a 1-4-token step,
  * fused (routed + shared, cuda_moe_small.cu) and as the older sequence (permuted moe_experts,
  * then the shared gate/up GEMV, silu_mul and the accumulating down GEMV).
  *

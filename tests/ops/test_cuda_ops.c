@@ -1,12 +1,12 @@
 /* test_cuda_ops.c - CPU vs CUDA parity of the row-wise ops (rope_kv_write also bit for bit
  * against the three ops it fuses), the GEMMs (bf16 / fp8, every
- * kernel path: small, few-row, tiled, cuBLASLt, generic), the per-head bmm, CUDA-graph replay, and the
+ * kernel path: small, tiled, cuBLASLt, generic), the per-head bmm, CUDA-graph replay, and the
  * two-lane concurrency (side_begin / side_end / side_join, eager and in a graph).
  * Inputs are fresh random bf16 values each run (full-precision fp32 for the residual stream,
  * which is f32 on both backends); GPU outputs are poisoned with NaN first; the CPU backend
  * (fp32) on the same operands is the reference.
  *
- *   test_cuda_ops [rows] [gemm] [few] [bmm] [graph] [lanes]      (default: all groups) */
+ *   test_cuda_ops [rows] [gemm] [bmm] [graph] [lanes]      (default: all groups) */
 #include "cuda_test_util.h"
 
 /* ---------------------------------------------------------------- row ops ---- */
@@ -339,35 +339,6 @@ static void test_gemm(void) {
     }
 }
 
-/* The few-row kernel (cuda_gemm_few.cu) forced on for every size: a cluster of 1 (17000 rows:
- * 133 row blocks, the last one partial; K of one chunk), 2 (130 x 160), 8 (two register rounds
- * at K = 2816; 43 chunks at K = 10944), rows and tokens not filling a tile, odd ldx / ldy,
- * accumulation in bf16 and f32, and fp8 weights with partial 128-column scale blocks. */
-static void test_gemm_few(void) {
-    setenv("DEEPINFER_CUDA_FEW_MAX_ROWS", "16", 1);
-    di_backend *few = g_backend_with("DEEPINFER_CUDA_FEW_MAX_MB", "4096");
-    unsetenv("DEEPINFER_CUDA_FEW_MAX_ROWS");
-    if (!few) return;
-    const int Ts[] = {2, 5, 8, 9, 16};
-    const int NK[][2] = {{17000, 256}, {2048, 2816}, {576, 2048}, {130, 160}, {8, 96}, {40, 32}, {2048, 10944}};
-    for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
-        for (size_t b = 0; b < sizeof NK / sizeof NK[0]; b++)
-            gemm_case(few, Ts[a], NK[b][0], NK[b][1], 0, (a + b) % 3 == 1 ? DI_MM_ACCUMULATE : 0, (int)((a + b) % 2) * 8,
-                      " (few-row)", TOL_L2, TOL_MAX);
-    const int Tr[] = {2, 16};
-    for (size_t a = 0; a < sizeof Tr / sizeof Tr[0]; a++) {
-        gemm_case(few, Tr[a], 2048, 2048, 0, DI_MM_OUT_F32 | DI_MM_ACCUMULATE, 0, " (few-row residual)", 1e-4, 1e-4);
-        gemm_case(few, Tr[a], 1000, 2048, 0, DI_MM_OUT_F32, 0, " (few-row logits)", TOL_L2, TOL_MAX);
-    }
-    const int Tf[] = {5, 12, 16};
-    const int NKf[][2] = {{576, 2048}, {200, 264}, {2048, 1408}};
-    for (size_t a = 0; a < sizeof Tf / sizeof Tf[0]; a++)
-        for (size_t b = 0; b < sizeof NKf / sizeof NKf[0]; b++)
-            gemm_case(few, Tf[a], NKf[b][0], NKf[b][1], 1, b == 2 ? DI_MM_OUT_F32 | DI_MM_ACCUMULATE : a % 2 ? DI_MM_ACCUMULATE : 0,
-                      0, " (few-row)", TOL_L2, TOL_MAX);
-    di_backend_free(few);
-}
-
 /* cuBLASLt fp8 needs the workspace reserve() sizes (activation-quant buffers) */
 static void reserve_gpu(void) {
     di_backend_reserve r = {8192, 256, 129280, {16, 128, 64, 128, 512, 0.1f}};
@@ -407,14 +378,6 @@ static void bmm_cases(di_backend *gpu, const int *Ts, size_t nT, const char *tag
 static void test_bmm(void) {
     const int Ts[] = {1, 5, 12, 16, 32, 40, 130};
     bmm_cases(g_gpu, Ts, sizeof Ts / sizeof Ts[0], "");
-    /* the few-row kernel (cuda_gemm_few.cu) forced on: 2..16 tokens, K split over 2 / 8 blocks */
-    setenv("DEEPINFER_CUDA_FEW_MAX_ROWS", "16", 1);
-    di_backend *few = g_backend_with("DEEPINFER_CUDA_FEW_MAX_MB", "4096");
-    unsetenv("DEEPINFER_CUDA_FEW_MAX_ROWS");
-    if (!few) return;
-    const int Tf[] = {2, 7, 9, 16};
-    bmm_cases(few, Tf, sizeof Tf / sizeof Tf[0], " (few-row)");
-    di_backend_free(few);
 }
 
 /* ---------------------------------------------------------------- graphs ---- */
@@ -613,7 +576,7 @@ static void test_lanes(void) {
 }
 
 int main(int argc, char **argv) {
-    const t_group groups[] = {{"reserve", reserve_gpu}, {"rows", test_rows}, {"gemm", test_gemm}, {"few", test_gemm_few}, {"bmm", test_bmm},
+    const t_group groups[] = {{"reserve", reserve_gpu}, {"rows", test_rows}, {"gemm", test_gemm}, {"bmm", test_bmm},
                               {"graph", test_graph}, {"lanes", test_lanes}};
     /* reserve always runs first (it is what a model does at load) */
     return t_main_first_always(argc, argv, groups, (int)(sizeof groups / sizeof groups[0]));

@@ -558,13 +558,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     const char *sm = getenv("DEEPINFER_CUDA_SPARSE_MIN_TILES");
     st->sp_min_tiles = sm && atoi(sm) > 0 ? atoi(sm) : 2;
     st->lt_min_rows = lm ? atoi(lm) : 2;
-    const char *fmr = getenv("DEEPINFER_CUDA_FEW_MAX_ROWS"), *fm = getenv("DEEPINFER_CUDA_FEW_MAX_MB"),
-               *fw = getenv("DEEPINFER_CUDA_FEW_WANT"), *fc = getenv("DEEPINFER_CUDA_FEW_MAX_C");
-    st->few_max_rows = fmr && atoi(fmr) >= 0 && atoi(fmr) <= 16 ? atoi(fmr) : 0;
-    st->few_max_mb = fm && atoi(fm) > 0 ? atoi(fm) : 64;
-    st->few_want = fw && atoi(fw) > 0 && atoi(fw) <= 8 ? atoi(fw) : 1;
-    st->few_max_c = fc && (!strcmp(fc, "1") || !strcmp(fc, "2") || !strcmp(fc, "4")) ? atoi(fc) : 8;
-    if (st->lt_min_rows < 1) st->lt_min_rows = 1;
     /* the main lane at the highest stream priority and the side lane at the lowest, so that
      * the critical path's blocks are scheduled first when both lanes have blocks waiting
      * (DEEPINFER_CUDA_LANE_PRIORITY=0: both at the default priority) */

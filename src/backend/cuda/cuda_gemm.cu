@@ -119,10 +119,6 @@ void cuda_gemm(cuda_state *st, const gemm_out *o, const bf16 *x, long ldx, long 
         launch_gemv(st, &a, st->stream);
         return;
     }
-    if (per >= 2 && gemm_few_ok(st, &a)) { /* 2-16 rows, weights up to st->few_max_mb */
-        launch_gemm_few(st, &a, st->stream);
-        return;
-    }
     if (!a.w.fp8 && o->silu_I <= 0 && per >= st->lt_min_rows && lt_gemm(st, &a)) return;
     if (per <= 32) {
         launch_gemm_small(st, &a, st->stream);

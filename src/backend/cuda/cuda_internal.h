@@ -83,13 +83,6 @@ typedef struct cuda_state {
                                     * BM = 128 tile table on the wgmma kernel (cuda_gemm_wgmma.cu) */
     int lt_min_rows;               /* DEEPINFER_CUDA_LT_MIN_ROWS (default 2): plain / batched bf16
                                     * GEMMs with at least this many rows go to cuBLASLt */
-    int few_max_rows, few_max_mb;  /* plain / batched GEMMs of 2..DEEPINFER_CUDA_FEW_MAX_ROWS rows
-                                    * (default 0: off; at most 16) whose weights take at most
-                                    * DEEPINFER_CUDA_FEW_MAX_MB MiB (default 64) run on the
-                                    * few-row kernel (cuda_gemm_few.cu) */
-    int few_want, few_max_c;       /* DEEPINFER_CUDA_FEW_WANT (default 1): blocks per SM its K split
-                                    * aims for; DEEPINFER_CUDA_FEW_MAX_C (1, 2, 4, default 8): the
-                                    * largest cluster (K split) */
     int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
                                     * at most N tokens without permutation (cuda_moe_small.cu);
                                     * measured faster than the permuted path only at one token */
@@ -271,9 +264,6 @@ typedef struct gemm_args {
     int n_mat;
 } gemm_args;
 void launch_gemm_small(cuda_state *st, const gemm_args *a, cudaStream_t s);
-/* few-row GEMM (cuda_gemm_few.cu): 1 if it takes this plain / batched GEMM (2-16 rows) */
-int gemm_few_ok(const cuda_state *st, const gemm_args *a);
-void launch_gemm_few(cuda_state *st, const gemm_args *a, cudaStream_t s);
 /* FMA GEMV for at most `max_rows` (<= 4 typical) rows per matrix: coalesced weight rows */
 void launch_gemv(cuda_state *st, const gemm_args *a, cudaStream_t s);
 /* its K slices per block for `groups` groups of 4 rows over `mats` matrices of K columns */
