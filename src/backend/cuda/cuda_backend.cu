@@ -558,6 +558,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     const char *sm = getenv("DEEPINFER_CUDA_SPARSE_MIN_TILES");
     st->sp_min_tiles = sm && atoi(sm) > 0 ? atoi(sm) : 2;
     st->lt_min_rows = lm ? atoi(lm) : 2;
+    if (st->lt_min_rows < 1) st->lt_min_rows = 1;
     /* the main lane at the highest stream priority and the side lane at the lowest, so that
      * the critical path's blocks are scheduled first when both lanes have blocks waiting
      * (DEEPINFER_CUDA_LANE_PRIORITY=0: both at the default priority) */
