@@ -139,9 +139,13 @@ typedef struct t_weight {
     int n, rows, cols, fp8;
     uint16_t **bf;       /* [n] bf16 data */
     uint8_t **q;         /* [n] fp8 data */
-    float **sc;          /* [n] scales [ceil(rows/128)][ceil(cols/128)] */
+    float **sc;          /* [n] scales [ceil(rows/t_fp8_br)][ceil(cols/t_fp8_bc)] */
     float *deq;          /* [n, rows, cols] dequantized values */
 } t_weight;
+
+/* the fp8 block-scale shape of the next t_weight_make / t_weight_upload (DeepSeek's 128 x 128
+ * unless a test sets another) */
+static int t_fp8_br = 128, t_fp8_bc = 128;
 
 static inline t_weight t_weight_make(int n, int rows, int cols, int fp8, float amp) {
     t_weight w = {n, rows, cols, fp8, NULL, NULL, NULL, NULL};
@@ -158,7 +162,7 @@ static inline t_weight t_weight_make(int n, int rows, int cols, int fp8, float a
         }
         return w;
     }
-    int sr = (rows + 127) / 128, scn = (cols + 127) / 128;
+    int sr = (rows + t_fp8_br - 1) / t_fp8_br, scn = (cols + t_fp8_bc - 1) / t_fp8_bc;
     w.q = (uint8_t **)calloc((size_t)n, sizeof *w.q);
     w.sc = (float **)calloc((size_t)n, sizeof *w.sc);
     for (int i = 0; i < n; i++) {
@@ -170,7 +174,7 @@ static inline t_weight t_weight_make(int n, int rows, int cols, int fp8, float a
             do b = (uint8_t)t_u64(); while ((b & 0x7f) == 0x7f); /* no NaN encodings */
             w.q[i][j] = b;
             int r = (int)(j / cols), c = (int)(j % cols);
-            w.deq[i * per + j] = di_fp8e4m3_to_f32(b) * w.sc[i][(r / 128) * scn + c / 128];
+            w.deq[i * per + j] = di_fp8e4m3_to_f32(b) * w.sc[i][(r / t_fp8_br) * scn + c / t_fp8_bc];
         }
     }
     return w;
@@ -185,7 +189,8 @@ static inline di_weight t_weight_upload(di_backend *be, const t_weight *w, di_we
         hm[i].cols = w->cols;
         hm[i].data = w->fp8 ? (const void *)w->q[i] : (const void *)w->bf[i];
         hm[i].scale = w->fp8 ? w->sc[i] : NULL;
-        hm[i].block_rows = hm[i].block_cols = 128;
+        hm[i].block_rows = t_fp8_br;
+        hm[i].block_cols = t_fp8_bc;
     }
     di_weight out;
     di_status s = be->weight_upload(be, w->n, 1, hm, layout, &out);

@@ -762,6 +762,17 @@ static void test_small(void) {
     experts_small_case("tiny k8", 12, 8, 128, 40, 0, 1, 0);
     experts_small_case("v3 bf16+shared", 9, 8, 7168, 2048, 2048, 1, 0);
     experts_small_case("v3 fp8+shared", 9, 8, 7168, 2048, 2048, 1, 1);
+    /* fp8 pieces of 8 columns (D not a multiple of 16; 8-column scale blocks), and scale blocks
+     * of 6 rows, which the 4 gate/up rows and 8 down rows of a block straddle (a scale per row) */
+    experts_small_case("tiny fp8+shared", 12, 3, 136, 40, 24, 1, 1);
+    experts_small_case("tiny fp8+shared", 12, 3, 136, 40, 24, 2, 1);
+    t_fp8_bc = 8;
+    experts_small_case("fp8+shared bc8", 16, 8, 1024, 512, 512, 1, 1);
+    t_fp8_br = 6;
+    t_fp8_bc = 16;
+    experts_small_case("fp8+shared br6", 16, 8, 1024, 512, 512, 1, 1);
+    experts_small_case("fp8 br6", 8, 2, 512, 256, 0, 3, 1);
+    t_fp8_br = t_fp8_bc = 128;
     g_gpu = save;
     di_backend_free(small);
     if (g_small_late) di_backend_free(g_small_late);

@@ -81,10 +81,17 @@ static __device__ __forceinline__ void gu_wait(const small_args &a) {
     if (a.early) pdl_launch_dependents();
 }
 
+/* Row block of row n in w's fp8 scale grid. */
+static __device__ __forceinline__ int scale_row(const wview &w, int n) {
+    return w.br_sh >= 0 ? n >> w.br_sh : n / w.br;
+}
+
 /* Blocks [0, Tk * gr): pair p = b / gr, rows i0 = (b % gr) * R ..; then the shared experts'
  * blocks. Thread t takes the 8-column pieces t, t + 256, ... of the block's rows (P per round):
  * the piece of all R gate rows and R up rows, and each token's x piece, loaded once for the R
- * rows; partial sums per warp (xor tree), then added in warp order. */
+ * rows; partial sums per warp (xor tree), then added in warp order. fp8: one scale load per
+ * piece for the R gate rows and one for the R up rows when each group lies in one block of
+ * scale rows (DeepSeek's 128-row blocks), else one per row. */
 template <int MT, bool FP8, int R, int P>
 __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
     __shared__ float part[8][R][2][MT];
@@ -120,6 +127,9 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
             mine &= mine - 1u;
         }
     }
+    const int ilast = min(i0 + R, I) - 1;
+    const bool sh_g = FP8 && scale_row(W, i0) == scale_row(W, ilast);
+    const bool sh_u = FP8 && scale_row(W, I + i0) == scale_row(W, I + ilast);
     float g[R][MT], u[R][MT];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -127,15 +137,20 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
         for (int m = 0; m < MT; m++) g[r][m] = u[r][m] = 0.f;
     const int np = K / 8;
     for (int base = 0; base < np; base += 256 * P) {
-        wraw<FP8> wg[P][R], wu[P][R];
+        uint4 wg[P][R], wu[P][R];
+        float sg[P], su[P]; /* fp8: the shared scales (the rare per-row ones are read when used) */
 #pragma unroll
         for (int j = 0; j < P; j++) {
             int f = base + j * 256 + tid, kk = f * 8;
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 bool ok = f < np && i0 + r < I;
-                wg[j][r] = wload<FP8>(W, mat, i0 + r, kk, ok);
-                wu[j][r] = wload<FP8>(W, mat, I + i0 + r, kk, ok);
+                wg[j][r] = wp_load<FP8>(W, mat, i0 + r, kk, ok);
+                wu[j][r] = wp_load<FP8>(W, mat, I + i0 + r, kk, ok);
+            }
+            if (FP8) {
+                sg[j] = sh_g ? wp_scale(W, mat, i0, kk, f < np) : 0.f;
+                su[j] = sh_u ? wp_scale(W, mat, I + i0, kk, f < np) : 0.f;
             }
         }
         if (!waited) {
@@ -154,9 +169,15 @@ __global__ void __launch_bounds__(256) k_small_gu(small_args a, int gr) {
         for (int j = 0; j < P; j++)
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                float fg[8], fu[8];
-                wfloat<FP8>(wg[j][r], fg);
-                wfloat<FP8>(wu[j][r], fu);
+                float fg[8], fu[8], s0 = 0.f, s1 = 0.f;
+                if (FP8) {
+                    int kk = (base + j * 256 + tid) * 8;
+                    bool ok = kk < K && i0 + r < I;
+                    s0 = sh_g ? sg[j] : wp_scale(W, mat, i0 + r, kk, ok);
+                    s1 = sh_u ? su[j] : wp_scale(W, mat, I + i0 + r, kk, ok);
+                }
+                wp_float<FP8>(wg[j][r], s0, fg);
+                wp_float<FP8>(wu[j][r], s1, fu);
 #pragma unroll
                 for (int m = 0; m < MT; m++) {
                     float xf[8];
@@ -225,6 +246,10 @@ __global__ void __launch_bounds__(256) k_small_down(small_args a) {
     unsigned umask = __shfl_sync(0xffffffffu, same, fp);
     if (lane >= nf) umask = 0u;
     const int pr = a.I / 8, nr = nf * pr, total = nr + a.Is / 8;
+    /* fp8: the R rows share one scale row (DeepSeek's 128-row blocks), else a scale per row */
+    const int nlast = min(n0 + R, a.D) - 1;
+    const bool sh_r = FP8 && scale_row(a.dn, n0) == scale_row(a.dn, nlast);
+    const bool sh_s = FP8 && scale_row(a.sdn, n0) == scale_row(a.sdn, nlast);
     float acc[R][MT];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -232,21 +257,23 @@ __global__ void __launch_bounds__(256) k_small_down(small_args a) {
         for (int m = 0; m < MT; m++) acc[r][m] = 0.f;
     bool waited = !a.early;
     for (int base = 0; base < total; base += 256 * P) {
-        wraw<FP8> w[P][R];
-        int pu[P], pk[P];
+        uint4 w[P][R];
+        float sc[P]; /* fp8: the rows' shared scale (the rare per-row ones are read when used) */
+        int pu[P], pk[P], pm[P];
 #pragma unroll
         for (int j = 0; j < P; j++) {
             int f = base + j * 256 + tid;
             int u = f < nr ? f / pr : (f < total ? nf : -1);
             int kk = f < nr ? (f - u * pr) * 8 : (f - nr) * 8;
             int mat = __shfl_sync(0xffffffffu, umat, u >= 0 && u < nf ? u : 0);
+            const wview &W = u == nf ? a.sdn : a.dn;
+            if (u == nf) mat = 0;
             pu[j] = u;
             pk[j] = kk;
+            pm[j] = mat;
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                bool ok = u >= 0 && n0 + r < a.D;
-                w[j][r] = u == nf ? wload<FP8>(a.sdn, 0, n0 + r, kk, ok) : wload<FP8>(a.dn, mat, n0 + r, kk, ok);
-            }
+            for (int r = 0; r < R; r++) w[j][r] = wp_load<FP8>(W, mat, n0 + r, kk, u >= 0 && n0 + r < a.D);
+            if (FP8) sc[j] = (u == nf ? sh_s : sh_r) ? wp_scale(W, mat, n0, kk, u >= 0) : 0.f;
         }
         if (!waited) {
             pdl_wait(); /* A and As come from k_small_gu */
@@ -289,8 +316,14 @@ __global__ void __launch_bounds__(256) k_small_down(small_args a) {
         for (int j = 0; j < P; j++)
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                float f[8];
-                wfloat<FP8>(w[j][r], f);
+                float f[8], s0 = 0.f;
+                if (FP8) {
+                    int u = pu[j];
+                    if (u == nf ? sh_s : sh_r) s0 = sc[j];
+                    else /* rows of several scale blocks: their scales are read here */
+                        s0 = wp_scale(u == nf ? a.sdn : a.dn, pm[j], n0 + r, pk[j], u >= 0 && n0 + r < a.D);
+                }
+                wp_float<FP8>(w[j][r], s0, f);
 #pragma unroll
                 for (int m = 0; m < MT; m++) {
                     const float x[8] = {av[j][m][0].x, av[j][m][0].y, av[j][m][0].z, av[j][m][0].w,

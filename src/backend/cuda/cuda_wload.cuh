@@ -61,6 +61,30 @@ static __device__ __forceinline__ void wfloat(const wraw<FP8> &r, float *f) {
     }
 }
 
+/* The 8 weights of a wload piece without the fp8 scale, for kernels that load one scale for
+ * several rows (cuda_moe_small.cu): bf16 16 bytes; fp8 8 bytes in v.x, v.y. */
+template <bool FP8>
+static __device__ __forceinline__ uint4 wp_load(const wview &w, int mat, int n, int kk, bool ok) {
+    if (!ok) return make_uint4(0, 0, 0, 0);
+    if (!FP8) return __ldg((const uint4 *)((const bf16 *)w.data + mat * w.mat_stride + (long)n * w.cols + kk));
+    uint2 q = __ldg((const uint2 *)((const uint8_t *)w.data + mat * w.mat_stride + (long)n * w.cols + kk));
+    return make_uint4(q.x, q.y, 0, 0);
+}
+
+/* the fp8 block scale of (n, kk); 0 when !ok */
+static __device__ __forceinline__ float wp_scale(const wview &w, int mat, int n, int kk, bool ok) {
+    return ok ? __ldg(w.scale + wscale_at(w, mat, n, kk)) : 0.f;
+}
+
+/* a wp_load piece -> 8 fp32 values (fp8: times the scale s; bf16: s unused) */
+template <bool FP8>
+static __device__ __forceinline__ void wp_float(uint4 v, float s, float *f) {
+    wraw<FP8> r;
+    r.s = s;
+    r.v = v;
+    wfloat<FP8>(r, f);
+}
+
 /* 8 bf16 (raw 16 bytes) -> fp32 */
 static __device__ __forceinline__ void bf16x8_float(uint4 v, float *f) {
     uint32_t u[4] = {v.x, v.y, v.z, v.w};
