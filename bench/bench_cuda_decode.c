@@ -9,8 +9,8 @@
  *   bench_cuda_decode [gemv] [moe] [--fp8] [--only NAME] [--rows T]
  *                                             (default both; env switches of docs/cuda.md apply;
  *                                             DEEPINFER_CUDA_MOE_SMALL defaults to 4 here;
- *                                             --fp8: the experts' weights fp8 e4m3 with
- *                                             128 x 128 block scales, as DeepSeek-V3's;
+ *                                             --fp8: the weights fp8 e4m3 with 128 x 128
+ *                                             block scales, as DeepSeek-V3's;
  *                                             --only / --rows: the GEMV / GEMM shapes whose
  *                                             name contains NAME, at T rows only)
  *
@@ -33,11 +33,16 @@ static int g_rows;            /* --rows T: only T rows (0: 1, 4, 8, 16) */
 static di_weight *views(const di_weight *all, int n, int heads) {
     di_weight *v = calloc((size_t)n, sizeof *v);
     size_t per = (size_t)all->rows * all->cols * heads * (all->dtype == DI_DTYPE_BF16 ? 2 : 1);
+    /* fp8 scales: [matrix][ceil(rows / block_rows)][roundup(ceil(cols / block_cols), 4)] floats */
+    size_t sper = 0;
+    if (all->dtype == DI_DTYPE_F8_E4M3)
+        sper = (size_t)heads * ((all->rows + all->block_rows - 1) / all->block_rows) *
+               ((((all->cols + all->block_cols - 1) / all->block_cols) + 3) & ~3);
     for (int i = 0; i < n; i++) {
         v[i] = *all;
         v[i].n = heads;
         v[i].data = (char *)all->data + per * i;
-        v[i].scale = NULL;
+        v[i].scale = sper ? (void *)((float *)all->scale + sper * i) : NULL;
         v[i].bytes = per;
     }
     return v;
@@ -76,10 +81,10 @@ static void bench_gemv(di_backend *be) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (g_only && !strstr(shapes[s].name, g_only)) continue;
         int H = shapes[s].heads;
-        size_t bytes = (size_t)shapes[s].rows * shapes[s].cols * H * 2;
+        size_t bytes = (size_t)shapes[s].rows * shapes[s].cols * H * (g_fp8 ? 1 : 2);
         int n = (int)((400u << 20) / bytes);
         n = n < 2 ? 2 : n > 64 ? 64 : n;
-        di_weight all = b_weight(be, n * H, shapes[s].rows, shapes[s].cols, 0);
+        di_weight all = b_weight(be, n * H, shapes[s].rows, shapes[s].cols, g_fp8);
         di_weight *w = views(&all, n, H);
         for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
             int T = Ts[ti];

@@ -316,6 +316,20 @@ static void test_gemm(void) {
     for (size_t a = 0; a < sizeof Tf / sizeof Tf[0]; a++)
         for (size_t b = 0; b < sizeof NKf / sizeof NKf[0]; b++)
             gemm_case(g_gpu, Tf[a], NKf[b][0], NKf[b][1], 1, a % 2 ? DI_MM_ACCUMULATE : 0, 0, "", TOL_L2, TOL_MAX);
+    /* fp8 scale blocks of 6 rows and 16 columns: the 4 rows of a GEMV warp straddle scale
+     * blocks, so each row loads its own scale (with 128-row blocks one load serves the 4) */
+    t_fp8_br = 6;
+    t_fp8_bc = 16;
+    gemm_case(g_gpu, 1, 500, 1024, 1, 0, 0, " (6 x 16 scale blocks)", TOL_L2, TOL_MAX);
+    gemm_case(g_gpu, 1, 4100, 1024, 1, DI_MM_OUT_F32 | DI_MM_ACCUMULATE, 0, " (6 x 16 scale blocks)", TOL_L2, TOL_MAX);
+    t_fp8_br = t_fp8_bc = 128;
+    /* one row over an fp8 weight of >= 4 MiB: one scale load per piece for a warp's 4 rows */
+    gemm_case(g_gpu, 1, 4100, 1040, 1, 0, 0, " (shared scales)", TOL_L2, TOL_MAX);
+    gemm_case(g_gpu, 1, 2048, 2816, 1, DI_MM_OUT_F32 | DI_MM_ACCUMULATE, 0, " (shared scales)", TOL_L2, TOL_MAX);
+    t_fp8_br = 6;
+    t_fp8_bc = 16;
+    gemm_case(g_gpu, 3, 200, 264, 1, DI_MM_ACCUMULATE, 0, " (6 x 16 scale blocks)", TOL_L2, TOL_MAX);
+    t_fp8_br = t_fp8_bc = 128;
     /* fp8 weight-only through the tiled kernel (the default for more than 32 rows) */
     gemm_case(g_gpu, 64, 512, 1024, 1, 0, 0, " (weight-only)", TOL_L2, TOL_MAX);
     gemm_case(g_gpu, 256, 576, 2048, 1, DI_MM_ACCUMULATE, 0, " (weight-only)", TOL_L2, TOL_MAX);

@@ -190,7 +190,7 @@ static void launch_nt(cuda_state *st, const gemm_args *a, cudaStream_t s) {
  * block scale per 8 elements (a 128-column block never straddles a lane's 8 elements).
  * Launched with programmatic dependent launch (cuda_pdl.cuh): a plain GEMV issues its first
  * weight loads, then waits for the previous kernel, then reads x (coherent loads). */
-template <int NT, int RW, int U, bool FP8, bool SILU>
+template <int NT, int RW, int U, bool FP8, bool SILU, bool SS>
 __global__ void __launch_bounds__(256) k_gemv(gemm_args a, int R, int S, int kslice) {
     __shared__ float red[8][RW][NT];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -244,14 +244,27 @@ __global__ void __launch_bounds__(256) k_gemv(gemm_args a, int R, int S, int ksl
             for (int r = 0; r < RW; r++) acc[r][t] = 0.f;
         }
         for (int k0 = kb + lane * 8; k0 < ke; k0 += 256 * U) {
-            /* weights as raw bits (few registers, many loads in flight), converted when used */
+            /* weights as raw bits (few registers, many loads in flight), converted when used;
+             * SS (fp8): one scale load per piece for each group of rows that shares it */
             wraw<FP8> w[U][RW];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 int k = k0 + u * 256;
                 bool in = k < ke;
+                if (SS) {
 #pragma unroll
-                for (int r = 0; r < RW; r++) w[u][r] = wload<FP8>(a.w, mat, rows[r], k, in && rok[r]);
+                    for (int r = 0; r < RW; r++) w[u][r].v = wp_load<FP8>(a.w, mat, rows[r], k, in && rok[r]);
+#pragma unroll
+                    for (int q = 0; q < (SILU ? 2 : 1); q++) {
+                        float sq = wp_scale(a.w, mat, rows[q * (RW / 2)], k, in && rok[q * (RW / 2)]);
+#pragma unroll
+                        for (int r = 0; r < RW; r++)
+                            if ((SILU && r >= RW / 2 ? 1 : 0) == q) w[u][r].s = sq;
+                    }
+                } else {
+#pragma unroll
+                    for (int r = 0; r < RW; r++) w[u][r] = wload<FP8>(a.w, mat, rows[r], k, in && rok[r]);
+                }
             }
             if (!waited) {
                 pdl_wait();
@@ -342,7 +355,7 @@ int gemv_splits(const cuda_state *st, int groups, int mats, int K) {
  * 2 at 1-2 tokens, else 1. Measured on v2lite-8l (bf16, 2026-12-01, same calls): U = 1 instead
  * of 2 took batch-1 decode from 1088-1094 to 1145-1147 tok/s and batches 2 / 4 / 8 up 3%: more
  * resident warps beat more loads per warp. RW = 4 rows per warp (2: 1068 tok/s, 8: 1094-1122). */
-template <int NT, bool FP8, bool SILU>
+template <int NT, bool FP8, bool SILU, bool SS>
 static void launch_gemv_t(cuda_state *st, const gemm_args *a, cudaStream_t s) {
     constexpr int RW = 4, U = FP8 && NT <= 2 ? 2 : 1;
     int K = a->w.cols;
@@ -353,17 +366,32 @@ static void launch_gemv_t(cuda_state *st, const gemm_args *a, cudaStream_t s) {
     int R = 8 / S;
     int kslice = (ceil_div_i(K, S) + 255) & ~255;
     dim3 grid(ceil_div_i(groups, R), a->r.active ? mats : a->n_mat);
-    if (s == st->stream) cuda_launch_pdl(st, st->pdl >= 1, k_gemv<NT, RW, U, FP8, SILU>, grid, dim3(256), 0, *a, R, S, kslice);
-    else k_gemv<NT, RW, U, FP8, SILU><<<grid, 256, 0, s>>>(*a, R, S, kslice);
+    if (s == st->stream) cuda_launch_pdl(st, st->pdl >= 1, k_gemv<NT, RW, U, FP8, SILU, SS>, grid, dim3(256), 0, *a, R, S, kslice);
+    else k_gemv<NT, RW, U, FP8, SILU, SS><<<grid, 256, 0, s>>>(*a, R, S, kslice);
     CUDA_LAUNCHED(st, "gemv");
 }
 
+/* SS (fp8, one row per pass): a warp's rows (4 consecutive rows; SILU: 2 gate rows and the 2
+ * matching up rows) lie in one block of scale rows whenever the block height is a multiple of
+ * the group (DeepSeek's 128), so one scale load per piece serves the group. Measured
+ * (bench_cuda_decode gemv --fp8, 2026-12-02, docs/PERF.md): at one row 3-40% faster on weights
+ * of 6-45 MB (dense down 13.7 -> 8.2 us), the same at 4 MB, 5-7% slower below 2 MB; at 4 rows
+ * mixed (-34% to +40%), so only one-row passes over weights of at least 4 MiB take it. */
 template <bool FP8, bool SILU>
 static void launch_gemv_nt(cuda_state *st, const gemm_args *a, cudaStream_t s) {
     int per = a->r.offsets ? ceil_div_i(a->r.T, a->n_mat) * 2 : a->r.T;
-    if (per <= 1) launch_gemv_t<1, FP8, SILU>(st, a, s);
-    else if (per <= 2) launch_gemv_t<2, FP8, SILU>(st, a, s);
-    else launch_gemv_t<4, FP8, SILU>(st, a, s);
+    if (per <= 1) {
+        const int g = SILU ? 2 : 4;
+        double bytes = (double)a->w.rows * a->w.cols * a->n_mat;
+        if (FP8 && a->w.br % g == 0 && (!SILU || a->o.silu_I % g == 0) && bytes >= 4.0 * 1048576.0)
+            launch_gemv_t<1, FP8, SILU, FP8>(st, a, s);
+        else
+            launch_gemv_t<1, FP8, SILU, false>(st, a, s);
+    } else if (per <= 2) {
+        launch_gemv_t<2, FP8, SILU, false>(st, a, s);
+    } else {
+        launch_gemv_t<4, FP8, SILU, false>(st, a, s);
+    }
 }
 
 void launch_gemv(cuda_state *st, const gemm_args *a, cudaStream_t s) {

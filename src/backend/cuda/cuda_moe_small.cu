@@ -81,11 +81,6 @@ static __device__ __forceinline__ void gu_wait(const small_args &a) {
     if (a.early) pdl_launch_dependents();
 }
 
-/* Row block of row n in w's fp8 scale grid. */
-static __device__ __forceinline__ int scale_row(const wview &w, int n) {
-    return w.br_sh >= 0 ? n >> w.br_sh : n / w.br;
-}
-
 /* Blocks [0, Tk * gr): pair p = b / gr, rows i0 = (b % gr) * R ..; then the shared experts'
  * blocks. Thread t takes the 8-column pieces t, t + 256, ... of the block's rows (P per round):
  * the piece of all R gate rows and R up rows, and each token's x piece, loaded once for the R

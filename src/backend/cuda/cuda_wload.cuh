@@ -62,13 +62,19 @@ static __device__ __forceinline__ void wfloat(const wraw<FP8> &r, float *f) {
 }
 
 /* The 8 weights of a wload piece without the fp8 scale, for kernels that load one scale for
- * several rows (cuda_moe_small.cu): bf16 16 bytes; fp8 8 bytes in v.x, v.y. */
+ * the rows of a piece that share it (cuda_moe_small.cu, k_gemv): bf16 16 bytes; fp8 8 bytes
+ * in v.x, v.y. */
 template <bool FP8>
 static __device__ __forceinline__ uint4 wp_load(const wview &w, int mat, int n, int kk, bool ok) {
     if (!ok) return make_uint4(0, 0, 0, 0);
     if (!FP8) return __ldg((const uint4 *)((const bf16 *)w.data + mat * w.mat_stride + (long)n * w.cols + kk));
     uint2 q = __ldg((const uint2 *)((const uint8_t *)w.data + mat * w.mat_stride + (long)n * w.cols + kk));
     return make_uint4(q.x, q.y, 0, 0);
+}
+
+/* the row block of row n in w's fp8 scale grid */
+static __device__ __forceinline__ int scale_row(const wview &w, int n) {
+    return w.br_sh >= 0 ? n >> w.br_sh : n / w.br;
 }
 
 /* the fp8 block scale of (n, kk); 0 when !ok */
