@@ -25,7 +25,7 @@
 #include "bench_cuda_util.h"
 
 static double g_bw = 4218e9;
-static int g_fp8;             /* --fp8: the experts in fp8 */
+static int g_fp8;             /* --fp8: the weights (GEMV shapes and experts) in fp8 */
 static const char *g_only;    /* --only S: the GEMV / GEMM shapes whose name contains S */
 static int g_rows;            /* --rows T: only T rows (0: 1, 4, 8, 16) */
 

@@ -20,6 +20,8 @@
 #          mlabench (bench_cuda_ops mladec: MLA decode at V3 / 64-head / V2-Lite shapes, and the
 #          V3 shapes with DEEPINFER_CUDA_MLA_WGMMA=0 and =2: before / after in one call)
 #          smpbench (bench_cuda_ops sample: the device sampler, 1 / 16 / 64 / 256 rows, six settings)
+#          ltsearch (bench_cuda_lt: cuBLASLt's configurations for the 8-16-row bf16 GEMMs, LT_T rows
+#              (16), at most LT_MAX (400) timed per shape -> lt.txt)
 #          (default: info pycoder ops attn model bench e2e engine)
 #          trace: the GPU timeline of decode steps in graph replay (CUPTI; trace.txt; TRACE_BATCHES,
 #              TRACE_STEPS, TRACE_ENV: settings, several separated by '|')
@@ -324,6 +326,11 @@ for s in $steps; do
                 python3 "$G/src/scripts/gpu/breakdown.py" "$log" "b$b $cfg" >>"$OUT/breakdown.txt" 2>&1
             done
         done
+        ;;
+    ltsearch)
+        # every cuBLASLt configuration (algorithm, tile, stages, split-K, reduction) that passes
+        # its check for the decode-sized bf16 GEMMs, timed over rotating weights (bench_cuda_lt)
+        run_step "ltsearch" lt.txt "$G/bin/bench_cuda_lt" "${LT_T:-16}" "${LT_MAX:-400}"
         ;;
     dkernel)
         # ncu sections (speed of light, occupancy, warp states, memory) of the decode kernels
