@@ -14,18 +14,12 @@
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_wload.cuh"
 
+/* columns k..k+7 of row n as 8 bf16 mma operands (fp8 dequantized with its block scale) */
 template <bool FP8>
 static __device__ __forceinline__ uint4 load_w8(const wview &w, int mat, int n, int k, bool ok) {
-    uint4 z = make_uint4(0, 0, 0, 0);
-    if (!ok) return z;
-    if (FP8) {
-        const uint8_t *p = (const uint8_t *)w.data + mat * w.mat_stride + (long)n * w.cols + k;
-        uint2 v = __ldg((const uint2 *)p);
-        float s = __ldg(w.scale + wscale_at(w, mat, n, k));
-        return fp8x8_to_bf16x8(v, s);
-    }
-    const bf16 *p = (const bf16 *)w.data + mat * w.mat_stride + (long)n * w.cols + k;
-    return __ldg((const uint4 *)p);
+    if (!ok) return make_uint4(0, 0, 0, 0);
+    uint4 v = wp_load<FP8>(w, mat, n, k, true);
+    return FP8 ? fp8x8_to_bf16x8(make_uint2(v.x, v.y), wp_scale(w, mat, n, k, true)) : v;
 }
 
 /* NT: n8 token tiles per pass (8*NT tokens); U: 32-wide K chunks loaded before computing. */

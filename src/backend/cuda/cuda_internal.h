@@ -193,15 +193,15 @@ static inline int log2_exact(int b) {
     return -1;
 }
 
-/* Index into w.scale of element (n, k) of matrix mat (fp8). A division by a run-time divisor
- * is a ~20-instruction sequence, and the memory-bound fp8 kernels compute an index per 8
- * weights, so power-of-two blocks (DeepSeek's 128 x 128) shift instead; n, k >= 0. */
+/* The row block of row n in w's fp8 scale grid, and the index into w.scale of element (n, k)
+ * of matrix mat (fp8). A division by a run-time divisor is a ~20-instruction sequence, and the
+ * memory-bound fp8 kernels compute an index per 8 weights, so power-of-two blocks (DeepSeek's
+ * 128 x 128) shift instead; n, k >= 0. */
+static __device__ __forceinline__ int scale_row(const wview &w, int n) {
+    return w.br_sh >= 0 ? n >> w.br_sh : n / w.br;
+}
 static __device__ __forceinline__ long wscale_at(const wview &w, int mat, int n, int k) {
-    int bn, bk;
-    if (w.br_sh >= 0) bn = n >> w.br_sh;
-    else bn = n / w.br;
-    if (w.bc_sh >= 0) bk = k >> w.bc_sh;
-    else bk = k / w.bc;
+    int bn = scale_row(w, n), bk = w.bc_sh >= 0 ? k >> w.bc_sh : k / w.bc;
     return mat * w.scale_stride + (long)bn * w.sld + bk;
 }
 

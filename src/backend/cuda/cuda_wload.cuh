@@ -18,22 +18,31 @@ struct wraw {
     float s;  /* fp8 block scale */
 };
 
-/* columns kk..kk+7 of row n of matrix `mat`; zeros when !ok */
+/* The 8 weights at columns kk..kk+7 of row n of matrix `mat` without the fp8 scale (zeros when
+ * !ok): bf16 16 bytes; fp8 8 bytes in v.x, v.y. Kernels that load one scale for the rows of a
+ * piece that share it call this and wp_scale themselves; wload does both per row. */
+template <bool FP8>
+static __device__ __forceinline__ uint4 wp_load(const wview &w, int mat, int n, int kk, bool ok) {
+    if (!ok) return make_uint4(0, 0, 0, 0);
+    if (!FP8) return __ldg((const uint4 *)((const bf16 *)w.data + mat * w.mat_stride + (long)n * w.cols + kk));
+    uint2 q = __ldg((const uint2 *)((const uint8_t *)w.data + mat * w.mat_stride + (long)n * w.cols + kk));
+    return make_uint4(q.x, q.y, 0, 0);
+}
+
+/* the fp8 block scale of (n, kk); 0 when !ok */
+static __device__ __forceinline__ float wp_scale(const wview &w, int mat, int n, int kk, bool ok) {
+    return ok ? __ldg(w.scale + wscale_at(w, mat, n, kk)) : 0.f;
+}
+
+/* columns kk..kk+7 of row n of matrix `mat` with the fp8 scale of that row; zeros when !ok */
 template <bool FP8>
 static __device__ __forceinline__ wraw<FP8> wload(const wview &w, int mat, int n, int kk, bool ok) {
     wraw<FP8> r;
     r.v = make_uint4(0, 0, 0, 0);
     r.s = 0.f;
     if (!ok) return r;
-    if (FP8) {
-        const uint8_t *p = (const uint8_t *)w.data + mat * w.mat_stride + (long)n * w.cols + kk;
-        uint2 q = __ldg((const uint2 *)p);
-        r.v.x = q.x;
-        r.v.y = q.y;
-        r.s = __ldg(w.scale + wscale_at(w, mat, n, kk));
-    } else {
-        r.v = __ldg((const uint4 *)((const bf16 *)w.data + mat * w.mat_stride + (long)n * w.cols + kk));
-    }
+    r.v = wp_load<FP8>(w, mat, n, kk, true);
+    if (FP8) r.s = wp_scale(w, mat, n, kk, true);
     return r;
 }
 
@@ -59,27 +68,6 @@ static __device__ __forceinline__ void wfloat(const wraw<FP8> &r, float *f) {
             f[2 * h + 1] = __uint_as_float(u[h] & 0xffff0000u);
         }
     }
-}
-
-/* The 8 weights of a wload piece without the fp8 scale, for kernels that load one scale for
- * the rows of a piece that share it (cuda_moe_small.cu, k_gemv): bf16 16 bytes; fp8 8 bytes
- * in v.x, v.y. */
-template <bool FP8>
-static __device__ __forceinline__ uint4 wp_load(const wview &w, int mat, int n, int kk, bool ok) {
-    if (!ok) return make_uint4(0, 0, 0, 0);
-    if (!FP8) return __ldg((const uint4 *)((const bf16 *)w.data + mat * w.mat_stride + (long)n * w.cols + kk));
-    uint2 q = __ldg((const uint2 *)((const uint8_t *)w.data + mat * w.mat_stride + (long)n * w.cols + kk));
-    return make_uint4(q.x, q.y, 0, 0);
-}
-
-/* the row block of row n in w's fp8 scale grid */
-static __device__ __forceinline__ int scale_row(const wview &w, int n) {
-    return w.br_sh >= 0 ? n >> w.br_sh : n / w.br;
-}
-
-/* the fp8 block scale of (n, kk); 0 when !ok */
-static __device__ __forceinline__ float wp_scale(const wview &w, int mat, int n, int kk, bool ok) {
-    return ok ? __ldg(w.scale + wscale_at(w, mat, n, kk)) : 0.f;
 }
 
 /* a wp_load piece -> 8 fp32 values (fp8: times the scale s; bf16: s unused) */
