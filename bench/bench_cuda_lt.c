@@ -19,6 +19,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "bench_cuda_util.h"
+
 #define CK(x)                                                                                   \
     do {                                                                                        \
         cudaError_t e_ = (x);                                                                   \
@@ -141,14 +143,7 @@ static double time_algo(problem *p, const cublasLtMatmulAlgo_t *algo) {
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
     if (cudaGetLastError() != cudaSuccess) return -1;
-    for (int i = 0; i < 5; i++)
-        for (int j = i + 1; j < 5; j++)
-            if (t[j] < t[i]) {
-                double x = t[i];
-                t[i] = t[j];
-                t[j] = x;
-            }
-    return t[2];
+    return b_median(t, 5);
 }
 
 static int cfg_cmp(const void *a, const void *b) {

@@ -77,6 +77,18 @@ static inline di_weight b_weight(di_backend *be, int n, int rows, int cols, int 
 
 typedef void (*b_op)(void *ctx);
 
+/* the median of t[0..n) (sorts t) */
+static inline double b_median(double *t, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (t[j] < t[i]) {
+                double x = t[i];
+                t[i] = t[j];
+                t[j] = x;
+            }
+    return t[n / 2];
+}
+
 /* Seconds per call of op: a graph of `reps` calls, replayed `rounds` times; median. Falls
  * back to eager launches when capture is not possible. */
 static inline double b_time(di_backend *be, b_op op, void *ctx, int reps, int rounds) {
@@ -101,14 +113,7 @@ static inline double b_time(di_backend *be, b_op op, void *ctx, int reps, int ro
         t[r] = (di_now_s() - t0) / reps;
     }
     if (g) be->graph_free(be, g);
-    for (int i = 0; i < rounds; i++)
-        for (int j = i + 1; j < rounds; j++)
-            if (t[j] < t[i]) {
-                double x = t[i];
-                t[i] = t[j];
-                t[j] = x;
-            }
-    return t[rounds / 2];
+    return b_median(t, rounds);
 }
 
 /* ---- ceilings ---- */
