@@ -442,6 +442,21 @@ struct di_backend {
                               const di_weight *down, const di_weight *sh_gate_up,
                               const di_weight *sh_down, int T, void *scratch, size_t scratch_bytes);
 
+    /* The routed experts of moe_experts with their weighted sum (the combine) left to the next
+     * add_rmsnorm_experts; returns 0 without doing anything where the backend has no such path
+     * (CUDA: the 16-128-token padded path), and the caller runs moe_experts. When it returns 1,
+     * the caller calls add_rmsnorm_experts with the same scratch, topk_w, k and T before
+     * anything writes them again. The choice depends on shapes only (as moe_experts_shared).
+     * Arguments as moe_experts. */
+    int (*moe_experts_defer)(di_backend *be, const void *x, const int32_t *topk_idx, const float *topk_w,
+                             int k, const di_weight *gate_up, const di_weight *down, int T, void *scratch,
+                             size_t scratch_bytes);
+    /* add_rmsnorm with delta = the out that moe_experts would have written for the last
+     * moe_experts_defer (same scratch, topk_w, k, T), bit for bit:
+     *   moe_experts(..., tmp, ...); add_rmsnorm(h, tmp, out, out_f32, w, eps, T, D). */
+    void (*add_rmsnorm_experts)(di_backend *be, float *h, const void *scratch, const float *topk_w, int k,
+                                void *out, float *out_f32, const di_weight *w, float eps, int T, int D);
+
     /* The latent's RMSNorm, RoPE of q and of k_pe, and the latent-cache write in one op (NULL:
      * the caller runs the four). Exactly, bit for bit:
      *   if (kv_norm) rmsnorm(kv, ldkv, kv, ldkv, kv_norm, eps, T, kv_rope);

@@ -184,10 +184,17 @@ static void swiglu(di_model *m, const di_weight *gate_up, const di_weight *down,
     be->matmul(be, out, D, m->ffn_act, I, down, T, flags);
 }
 
+/* The delta a layer leaves for the next one's add_rmsnorm when its routed experts' combine was
+ * deferred (backend.h moe_experts_defer): add_rmsnorm_experts computes it there. */
+static const char moe_deferred;
+#define DELTA_DEFERRED ((const void *)&moe_deferred)
+
 /* h += FFN(x): dense SwiGLU MLP (down_proj accumulates into h; returns NULL), or routed
  * experts (+ shared experts) in ffn_out, which the caller adds into h (returns ffn_out: the
- * next layer's add_rmsnorm takes it as its delta, saving a pass over h). */
-static const void *ffn(di_model *m, const di_layer *ly, int T) {
+ * next layer's add_rmsnorm takes it as its delta, saving a pass over h). may_defer (a next
+ * layer follows): with the shared experts on the side lane, the routed experts' combine may be
+ * left to that layer's norm (returns DELTA_DEFERRED). */
+static const void *ffn(di_model *m, const di_layer *ly, int T, int may_defer) {
     di_backend *be = m->be;
     const di_model_config *c = &m->cfg;
     if (!ly->is_moe) {
@@ -206,10 +213,14 @@ static const void *ffn(di_model *m, const di_layer *ly, int T) {
     be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router,
                   ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
     if (side) {
-        be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,
-                        &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
+        int deferred = may_defer && be->moe_experts_defer && be->add_rmsnorm_experts &&
+                       be->moe_experts_defer(be, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,
+                                             &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
+        if (!deferred)
+            be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,
+                            &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
         be->side_join(be);
-        return m->ffn_out;
+        return deferred ? DELTA_DEFERRED : m->ffn_out;
     }
     /* routed + shared experts in one fused op where the backend has one (small decode steps on
      * CUDA), else the routed experts, then the shared experts accumulated onto them */
@@ -226,18 +237,23 @@ static const void *ffn(di_model *m, const di_layer *ly, int T) {
 }
 
 /* One decoder layer on the residual stream m->h, after h += delta (the previous layer's FFN
- * output, or NULL); returns the FFN output still to be added into h (or NULL). */
+ * output, DELTA_DEFERRED, or NULL); returns the FFN output still to be added into h (or NULL;
+ * DELTA_DEFERRED only when may_defer, i.e. another decoder_layer follows). */
 static const void *decoder_layer(di_model *m, int l, const di_attn_batch *ab, int n_decode_seqs,
-                                 int n_decode_tokens, const void *delta) {
+                                 int n_decode_tokens, const void *delta, int may_defer) {
     di_backend *be = m->be;
     const di_layer *ly = &m->layers[l];
     float eps = (float)m->cfg.rms_norm_eps;
     int T = ab->n_tokens, D = m->cfg.hidden_size;
     void *cache = act_at(m, m->kv, (size_t)l * m->kv_layer_stride);
-    be->add_rmsnorm(be, m->h, delta, m->x, NULL, &ly->attn_norm, eps, T, D);
+    if (delta == DELTA_DEFERRED)
+        be->add_rmsnorm_experts(be, m->h, m->moe_scratch, m->topk_w, m->route.top_k, m->x, NULL, &ly->attn_norm,
+                                eps, T, D);
+    else
+        be->add_rmsnorm(be, m->h, delta, m->x, NULL, &ly->attn_norm, eps, T, D);
     attention(m, ly, l, cache, ab, n_decode_seqs, n_decode_tokens);
     be->add_rmsnorm(be, m->h, NULL, m->x, ly->is_moe ? m->xr : NULL, &ly->ffn_norm, eps, T, D);
-    return ffn(m, ly, T);
+    return ffn(m, ly, T, may_defer);
 }
 
 /* The last layer's pending FFN output into h. */
@@ -279,7 +295,8 @@ void di_deepseek_layers(di_model *m, const int32_t *ids, const di_attn_batch *ab
                         int n_decode_tokens) {
     m->be->embed(m->be, m->h, &m->embed, ids, ab->n_tokens);
     const void *delta = NULL;
-    for (int l = 0; l < m->n_layers; l++) delta = decoder_layer(m, l, ab, n_decode_seqs, n_decode_tokens, delta);
+    for (int l = 0; l < m->n_layers; l++)
+        delta = decoder_layer(m, l, ab, n_decode_seqs, n_decode_tokens, delta, l + 1 < m->n_layers);
     flush_delta(m, delta, ab->n_tokens);
 }
 
@@ -313,7 +330,7 @@ di_status di_deepseek_mtp_forward(di_model *m, int k, const di_batch *b, const f
     be->upload(be, m->h, hidden_in, (size_t)T * D * sizeof(float));
     be->rmsnorm(be, act_at(m, m->cat2, D), 2 * D, m->h, D, &ly->hnorm, eps, T, D);
     be->matmul(be, m->h, D, m->cat2, 2 * D, &ly->eh_proj, T, DI_MM_OUT_F32);
-    flush_delta(m, decoder_layer(m, l, &ab, b->n_decode_seqs, decode_tokens(b), NULL), T);
+    flush_delta(m, decoder_layer(m, l, &ab, b->n_decode_seqs, decode_tokens(b), NULL, 0), T);
     const di_weight *head = ly->mtp_head.n ? &ly->mtp_head : m->lm_head_tied ? &m->embed : &m->lm_head;
     if (hidden_out) DI_TRY(download_hidden(m, hidden_out, &ly->head_norm, T));
     if (logits) DI_TRY(emit_logits(m, b, &ly->head_norm, head, logits));

@@ -166,8 +166,10 @@ static void decode_case(const char *name, int S, const int *q_len, const int *ct
     decode_case_sel(name, S, q_len, ctx, d, 0, sb, se);
 }
 
-/* mla_decode_uv (decode + W_UV in one op; at one token with split KV the merge runs inside the
- * W_UV GEMV) against mla_decode + bmm on the GPU, bit for bit, and against the CPU's two ops */
+/* mla_decode_uv (decode + W_UV in one op; with split KV the merge runs inside the W_UV GEMV)
+ * against mla_decode + bmm on the GPU and against the CPU's two ops. One token: bit for bit
+ * (k_mla_uv is k_mla_combine + the bmm's GEMV). 2-16 tokens (k_mla_uv_multi: the GEMV's sums
+ * where the bmm runs cuBLASLt): within bf16 rounding of the two ops, and the same bits twice. */
 static void decode_uv_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d) {
     int H = d.n_heads, r = d.kv_rank, dr = d.rope_dim, W = r + dr, hs = 128 + dr, ldq = H * hs, V = d.v_dim;
     paged p;
@@ -185,22 +187,31 @@ static void decode_uv_case(const char *name, int S, const int *q_len, const int 
     g_poison(db, (size_t)T * H * V * 2);
     g_gpu->mla_decode(g_gpu, dlat, dqt, (uint16_t *)dq + 128, ldq, hs, p.dcache, &p.dab, 0, S, &d);
     g_gpu->bmm(g_gpu, da, H * V, V, dlat, H * r, r, &wg, T);
-    g_poison(dlat, (size_t)T * H * r * 2);
     CHECK_MSG(g_gpu->mla_decode_uv != NULL, "%s: no mla_decode_uv", name);
-    if (g_gpu->mla_decode_uv)
+    uint16_t *ha = (uint16_t *)malloc((size_t)T * H * V * 2), *hb = (uint16_t *)malloc((size_t)T * H * V * 2);
+    uint16_t *hc = (uint16_t *)malloc((size_t)T * H * V * 2);
+    for (int rep = 0; rep < 2 && g_gpu->mla_decode_uv; rep++) {
+        g_poison(dlat, (size_t)T * H * r * 2);
+        g_poison(db, (size_t)T * H * V * 2);
         g_gpu->mla_decode_uv(g_gpu, db, H * V, V, dlat, dqt, (uint16_t *)dq + 128, ldq, hs, p.dcache, &p.dab, 0, S, &d,
                              &wg, T);
-    uint16_t *ha = (uint16_t *)malloc((size_t)T * H * V * 2), *hb = (uint16_t *)malloc((size_t)T * H * V * 2);
+        CHECK_OK(g_gpu->download(g_gpu, rep ? hc : hb, db, (size_t)T * H * V * 2));
+    }
     CHECK_OK(g_gpu->download(g_gpu, ha, da, (size_t)T * H * V * 2));
-    CHECK_OK(g_gpu->download(g_gpu, hb, db, (size_t)T * H * V * 2));
     size_t diff = 0;
     for (size_t i = 0; i < (size_t)T * H * V; i++) diff += ha[i] != hb[i];
     char what[160];
     snprintf(what, sizeof what, "mla_decode_uv %s H%d T%d", name, H, T);
-    CHECK_MSG(diff == 0, "%s: %zu of %d outputs differ from mla_decode + bmm", what, diff, T * H * V);
-    float *got = g_get_act(db, (size_t)T * H * V);
+    CHECK_MSG(memcmp(hb, hc, (size_t)T * H * V * 2) == 0, "%s: two runs differ", what);
+    if (T == 1) CHECK_MSG(diff == 0, "%s: %zu of %d outputs differ from mla_decode + bmm", what, diff, T * H * V);
+    float *got = g_get_act(db, (size_t)T * H * V), *two = g_get_act(da, (size_t)T * H * V);
     T_CHECK(what, got, ref, (size_t)T * H * V, TOL_L2, TOL_MAX);
-    free(qt); free(q); free(lat); free(ref); free(ha); free(hb); free(got);
+    if (T > 1) {
+        char w2[240];
+        snprintf(w2, sizeof w2, "%s vs mla_decode + bmm (%zu outputs differ in bits)", what, diff);
+        T_CHECK(w2, got, two, (size_t)T * H * V, 4e-3, 8e-3);
+    }
+    free(qt); free(q); free(lat); free(ref); free(ha); free(hb); free(hc); free(got); free(two);
     g_free(dqt); g_free(dq); g_free(dlat); g_free(da); g_free(db);
     g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg);
     t_weight_free(&wu);
@@ -219,8 +230,22 @@ static void test_decode_uv(void) {
     int c2[1] = {4097};
     decode_uv_case("v3 ctx 4097", 1, q1, c2, v3);
     decode_uv_case("64 heads ctx 4097", 1, q1, c2, h64);
-    int ql[3] = {1, 2, 1}, cx[3] = {50, 900, 3}; /* several tokens: decode, then bmm */
+    int ql[3] = {1, 2, 1}, cx[3] = {50, 900, 3}; /* several tokens: the merge inside the GEMV */
     decode_uv_case("v2-lite 3 seqs", 3, ql, cx, v2);
+    int q16[16], c16[16], q17[17], c17[17];
+    for (int i = 0; i < 17; i++) {
+        q17[i] = 1;
+        c17[i] = 1 + (i * 977) % 3000; /* 1 to ~3000 keys: 1 to 17 splits with keys */
+        if (i < 16) {
+            q16[i] = 1;
+            c16[i] = c17[i];
+        }
+    }
+    decode_uv_case("v2-lite 16 seqs", 16, q16, c16, v2);
+    decode_uv_case("v2-lite 5 seqs", 5, q16, c16 + 3, v2);
+    decode_uv_case("v2-lite 2 seqs", 2, q16, c16 + 7, v2);
+    decode_uv_case("64 heads 16 seqs", 16, q16, c16, h64);
+    decode_uv_case("v2-lite 17 seqs (decode, then bmm)", 17, q17, c17, v2);
 }
 
 /* 128 and 64 heads: contexts shorter than a tile and not multiples of 64, several tokens of a
@@ -737,6 +762,128 @@ static void experts_small_case(const char *name, int E, int k, int D, int I, int
     t_weight_free(&gu); t_weight_free(&dn); t_weight_free(&sgu); t_weight_free(&sdn);
 }
 
+/* The padded pointer-array path (16 tokens) captured in a graph and replayed: cuBLASLt zeroes a
+ * counter in its workspace before the gate+up GEMM (a memset node), which graph_end folds into
+ * the permutation kernel (DEEPINFER_CUDA_MOE_FOLD) or turns into a fill kernel (=0). Every replay
+ * (output poisoned, other GEMMs run eagerly in between to leave the workspace dirty) must give
+ * the eager run's bits on both backends. */
+static void experts_graph_case(void) {
+    const int E = 64, k = 6, D = 2048, I = 1408, T = 16;
+    di_backend *fold = g_backend_with("DEEPINFER_CUDA_MOE_FOLD", "1"), *nofold = g_backend_with("DEEPINFER_CUDA_MOE_FOLD", "0");
+    t_weight gu = t_weight_make(E, 2 * I, D, 0, 0.05f), dn = t_weight_make(E, D, I, 0, 0.05f);
+    float *x = t_rand((size_t)T * D, 1.0f), *w = (float *)malloc((size_t)T * k * 4);
+    int32_t *idx = (int32_t *)malloc((size_t)T * k * 4);
+    random_topk(idx, w, T, k, E, 4);
+    uint16_t *eager = (uint16_t *)malloc((size_t)T * D * 2), *got = (uint16_t *)malloc((size_t)T * D * 2);
+    di_backend *bes[2] = {fold, nofold};
+    for (int b = 0; b < 2 && fold && nofold; b++) {
+        di_backend *be = bes[b], *save = g_gpu;
+        g_gpu = be; /* g_act / g_raw / g_alloc allocate on g_gpu */
+        di_weight gug = t_weight_upload(be, &gu, DI_WEIGHT_PLAIN), dng = t_weight_upload(be, &dn, DI_WEIGHT_PLAIN);
+        size_t sg = be->moe_scratch_bytes(be, T, k, D, I, E);
+        void *ds = g_alloc(sg), *dx = g_act(x, (size_t)T * D), *di = g_raw(idx, (size_t)T * k * 4);
+        void *dw = g_raw(w, (size_t)T * k * 4), *dout = g_alloc((size_t)T * D * 2), *graph = NULL;
+        be->moe_experts(be, dout, dx, (const int32_t *)di, (const float *)dw, k, &gug, &dng, T, ds, sg);
+        CHECK_OK(be->download(be, b ? got : eager, dout, (size_t)T * D * 2));
+        if (b) CHECK_MSG(memcmp(eager, got, (size_t)T * D * 2) == 0, "experts graph: eager runs differ by MOE_FOLD");
+        CHECK_OK(be->graph_begin(be));
+        be->moe_experts(be, dout, dx, (const int32_t *)di, (const float *)dw, k, &gug, &dng, T, ds, sg);
+        CHECK_OK(be->graph_end(be, &graph));
+        CHECK(graph != NULL);
+        for (int rep = 0; rep < 3 && graph; rep++) {
+            g_poison(dout, (size_t)T * D * 2);
+            be->moe_experts(be, dout, dx, (const int32_t *)di, (const float *)dw, k, &gug, &dng, T, ds, sg);
+            g_poison(dout, (size_t)T * D * 2);
+            CHECK_OK(be->graph_launch(be, graph));
+            CHECK_OK(be->download(be, got, dout, (size_t)T * D * 2));
+            CHECK_MSG(memcmp(eager, got, (size_t)T * D * 2) == 0, "experts graph (MOE_FOLD=%d): replay %d differs from the eager run",
+                      1 - b, rep);
+        }
+        if (graph) be->graph_free(be, graph);
+        g_free(ds); g_free(dx); g_free(di); g_free(dw); g_free(dout);
+        be->weight_free(be, &gug); be->weight_free(be, &dng);
+        g_gpu = save;
+    }
+    printf("  experts T=%d in a graph, memset folded / as a fill kernel: 3 replays each equal the eager bits\n", T);
+    free(x); free(w); free(idx); free(eager); free(got);
+    t_weight_free(&gu); t_weight_free(&dn);
+    if (fold) di_backend_free(fold);
+    if (nofold) di_backend_free(nofold);
+}
+
+/* moe_experts_defer + add_rmsnorm_experts (the combine inside the next add + RMSNorm) against
+ * moe_experts + add_rmsnorm, bit for bit (h, out and out_f32), on the same inputs: T tokens
+ * over the first e_route of E experts. misalign: out 2 bytes off an 8-byte boundary, so both
+ * sides take the generic norm kernel (the deferred one after the combine kernel into spare
+ * scratch rows). Where the backend declines (T outside the padded path), that is checked too. */
+static void experts_defer_case(int E, int e_route, int k, int D, int I, int T, int misalign) {
+    t_weight gu = t_weight_make(E, 2 * I, D, 0, 0.05f), dn = t_weight_make(E, D, I, 0, 0.05f);
+    di_weight gug = t_weight_upload(g_gpu, &gu, DI_WEIGHT_PLAIN), dng = t_weight_upload(g_gpu, &dn, DI_WEIGHT_PLAIN);
+    float *x = t_rand((size_t)T * D, 1.0f), *w = (float *)malloc((size_t)T * k * 4);
+    float *h0 = t_rand_f32((size_t)T * D, 2.0f), *nw = t_rand_f32((size_t)D, 1.0f);
+    int32_t *idx = (int32_t *)malloc((size_t)T * k * 4);
+    random_topk(idx, w, T, k, e_route, 4);
+    di_weight wn = t_vec_upload(g_gpu, nw, D);
+    size_t sg = g_gpu->moe_scratch_bytes(g_gpu, T, k, D, I, E);
+    void *ds = g_alloc(sg), *dx = g_act(x, (size_t)T * D), *di = g_raw(idx, (size_t)T * k * 4);
+    void *dw = g_raw(w, (size_t)T * k * 4), *dtmp = g_alloc((size_t)T * D * 2), *dh = g_alloc((size_t)T * D * 4);
+    void *dout = g_alloc((size_t)T * D * 2 + 16), *dof = g_alloc((size_t)T * D * 4);
+    void *out = (char *)dout + (misalign ? 2 : 0);
+    float *res[2][2];
+    uint16_t *outs[2];
+    int deferred = 0;
+    for (int v = 0; v < 2; v++) {
+        g_gpu->upload(g_gpu, dh, h0, (size_t)T * D * 4);
+        g_poison(ds, sg);
+        g_poison(dout, (size_t)T * D * 2 + 16);
+        g_poison(dof, (size_t)T * D * 4);
+        if (v == 0) {
+            g_gpu->moe_experts(g_gpu, dtmp, dx, (const int32_t *)di, (const float *)dw, k, &gug, &dng, T, ds, sg);
+            g_gpu->add_rmsnorm(g_gpu, (float *)dh, dtmp, out, (float *)dof, &wn, 1e-6f, T, D);
+        } else {
+            deferred = g_gpu->moe_experts_defer(g_gpu, dx, (const int32_t *)di, (const float *)dw, k, &gug, &dng, T,
+                                                ds, sg);
+            if (deferred)
+                g_gpu->add_rmsnorm_experts(g_gpu, (float *)dh, ds, (const float *)dw, k, out, (float *)dof, &wn,
+                                           1e-6f, T, D);
+        }
+        res[v][0] = g_get_f32(dh, (size_t)T * D);
+        res[v][1] = g_get_f32(dof, (size_t)T * D);
+        outs[v] = (uint16_t *)malloc((size_t)T * D * 2);
+        CHECK_OK(g_gpu->download(g_gpu, outs[v], out, (size_t)T * D * 2));
+    }
+    int want = T >= 16 && T <= 128;
+    CHECK_MSG(deferred == want, "moe_experts_defer T=%d D=%d: returned %d, expected %d", T, D, deferred, want);
+    if (deferred) {
+        CHECK_MSG(memcmp(res[0][0], res[1][0], (size_t)T * D * 4) == 0, "deferred combine T=%d D=%d: h differs", T, D);
+        CHECK_MSG(memcmp(res[0][1], res[1][1], (size_t)T * D * 4) == 0, "deferred combine T=%d D=%d: out_f32 differs", T, D);
+        CHECK_MSG(memcmp(outs[0], outs[1], (size_t)T * D * 2) == 0, "deferred combine T=%d D=%d: out differs", T, D);
+        size_t bad = 0;
+        for (size_t i = 0; i < (size_t)T * D; i++) bad += !isfinite(res[1][0][i]) || res[1][0][i] == h0[i];
+        CHECK_MSG(bad < (size_t)T * D / 100, "deferred combine T=%d: %zu of h unchanged or not finite", T, bad);
+    }
+    printf("  moe_experts_defer E%d (routed to %d) k%d D%d I%d T%d%s: %s\n", E, e_route, k, D, I, T,
+           misalign ? " (out misaligned)" : "", deferred ? "same bits as moe_experts + add_rmsnorm" : "declined");
+    for (int v = 0; v < 2; v++) { free(res[v][0]); free(res[v][1]); free(outs[v]); }
+    free(x); free(w); free(h0); free(nw); free(idx);
+    g_free(ds); g_free(dx); g_free(di); g_free(dw); g_free(dtmp); g_free(dh); g_free(dout); g_free(dof);
+    g_gpu->weight_free(g_gpu, &gug); g_gpu->weight_free(g_gpu, &dng); g_gpu->weight_free(g_gpu, &wn);
+    t_weight_free(&gu); t_weight_free(&dn);
+}
+
+static void test_defer(void) {
+    CHECK_MSG(g_gpu->moe_experts_defer && g_gpu->add_rmsnorm_experts, "no moe_experts_defer / add_rmsnorm_experts");
+    if (!g_gpu->moe_experts_defer || !g_gpu->add_rmsnorm_experts) return;
+    experts_defer_case(64, 64, 6, 2048, 1408, 16, 0);
+    experts_defer_case(64, 64, 6, 2048, 1408, 16, 1);
+    experts_defer_case(64, 8, 6, 2048, 1408, 33, 0);
+    experts_defer_case(64, 64, 6, 2048, 1408, 128, 0);
+    experts_defer_case(12, 5, 3, 136, 40, 23, 0);
+    experts_defer_case(12, 12, 8, 128, 40, 17, 1);
+    experts_defer_case(64, 64, 6, 2048, 1408, 8, 0);   /* below the padded path: declined */
+    experts_defer_case(64, 64, 6, 2048, 1408, 129, 0); /* above it: declined */
+}
+
 static void test_small(void) {
     /* 1-4 tokens: permutation-free small path, routed only and fused with the shared experts
      * (enabled up to 4 tokens here; the default dispatch takes it at one token only) */
@@ -787,7 +934,9 @@ static void test_experts(void) {
     di_backend *save = g_gpu;
     /* 16..128 tokens: cuBLASLt batches padded to T rows per expert, through pointer arrays over
      * min(E, T*k) slots (DEEPINFER_CUDA_MOE_LT=2) and, on the same inputs, strided over all E
-     * experts (=1) and pointer arrays with the spare slots last (=4, "alt2"); scratch poisoned,
+     * experts (=1) and pointer arrays with the spare slots last (=4, "alt2"), and pointer arrays
+     * over gathered token rows (DEEPINFER_CUDA_MOE_DIRECT=0, "alt3"; the others read x in place
+     * where cuBLASLt takes it); scratch poisoned,
      * each run twice. Odd T, T = 128, only 8 / 5 experts with tokens (most slots spare), T*k < E
      * (48 slots for 64 experts, <= 40 with tokens), tiny dims. Then 8 tokens through pointer
      * arrays (=3) and, on the same inputs, the default (grouped) path. */
@@ -795,11 +944,13 @@ static void test_experts(void) {
     di_backend *strided = g_backend_with("DEEPINFER_CUDA_MOE_LT", "1");
     di_backend *ptr8 = g_backend_with("DEEPINFER_CUDA_MOE_LT", "3");
     di_backend *ptrend = g_backend_with("DEEPINFER_CUDA_MOE_LT", "4");
-    if (ptr && strided && ptr8 && ptrend) {
+    di_backend *gathered = g_backend_with("DEEPINFER_CUDA_MOE_DIRECT", "0");
+    if (ptr && strided && ptr8 && ptrend && gathered) {
         g_experts_strict = 1;
         g_gpu = ptr;
         g_gpu_alt[0] = strided;
         g_gpu_alt[1] = ptrend;
+        g_gpu_alt[2] = gathered;
         experts_case("v2-lite ptr", 64, 6, 2048, 1408, 16, 0);
         experts_case("v2-lite ptr", 64, 6, 2048, 1408, 17, 0);
         experts_case("v2-lite ptr", 64, 6, 2048, 1408, 128, 0);
@@ -810,6 +961,7 @@ static void test_experts(void) {
         g_gpu = ptr8;
         g_gpu_alt[0] = save;
         g_gpu_alt[1] = NULL;
+        g_gpu_alt[2] = NULL;
         experts_case("v2-lite ptr", 64, 6, 2048, 1408, 8, 0);
         experts_case_r("v2-lite ptr", 64, 10, 6, 2048, 1408, 8, 0);
         g_gpu_alt[0] = NULL;
@@ -820,6 +972,8 @@ static void test_experts(void) {
     if (strided) di_backend_free(strided);
     if (ptr8) di_backend_free(ptr8);
     if (ptrend) di_backend_free(ptrend);
+    if (gathered) di_backend_free(gathered);
+    experts_graph_case();
     /* the same sizes through our grouped kernels (DEEPINFER_CUDA_MOE_LT=0) */
     di_backend *nolt = g_backend_with("DEEPINFER_CUDA_MOE_LT", "0");
     if (nolt) {
@@ -1245,6 +1399,7 @@ static void reserve_gpu(void) {
 int main(int argc, char **argv) {
     const t_group groups[] = {{"reserve", reserve_gpu}, {"decode", test_decode}, {"prefill", test_prefill},
                               {"route", test_route},     {"experts", test_experts}, {"small", test_small},
+                              {"expgraph", experts_graph_case}, {"defer", test_defer},
                               {"sample", test_sample},   {"indexer", test_indexer}};
     return t_main_first_always(argc, argv, groups, (int)(sizeof groups / sizeof groups[0]));
 }

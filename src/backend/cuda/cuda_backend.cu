@@ -397,6 +397,11 @@ static di_status c_reserve(di_backend *be, const di_backend_reserve *r) {
         DI_TRY(c_alloc(be, st->lt_ws_bytes, &st->lt_ws));
     }
     if (st->lanes && !st->lt_ws_side) DI_TRY(c_alloc(be, st->lt_ws_bytes, &st->lt_ws_side));
+    if (!st->moe_zero_dev) {
+        DI_TRY(c_alloc(be, sizeof(moe_zero), (void **)&st->moe_zero_dev));
+        cudaError_t e = cudaMemset(st->moe_zero_dev, 0, sizeof(moe_zero));
+        if (e != cudaSuccess) return cuda_fail(e, "cudaMemset");
+    }
     c_free(be, st->dec_part);
     st->dec_part = NULL;
     DI_TRY(alloc_act_quant(be));
@@ -437,7 +442,7 @@ static di_status c_graph_end(di_backend *be, void **graph) {
     st->capturing = 0;
     di_status s = take_error(st);
     if (s == DI_OK && e != cudaSuccess) s = cuda_fail(e, "cudaStreamEndCapture");
-    if (s == DI_OK && st->graph_fill) cuda_graph_fill_memsets(g);
+    if (s == DI_OK && st->graph_fill) cuda_graph_fill_memsets(st, g);
     cudaGraphExec_t x = NULL;
     if (s == DI_OK) {
         /* with lane priorities, the graph keeps each kernel's stream priority (node priority) */
@@ -471,6 +476,7 @@ static void c_destroy(di_backend *be) {
         if (st->main_stream) cudaStreamSynchronize(st->main_stream);
         if (st->side_stream) cudaStreamSynchronize(st->side_stream);
         if (st->lt_ws_side) cudaFree(st->lt_ws_side);
+        if (st->moe_zero_dev) cudaFree(st->moe_zero_dev);
         if (st->ev_fork) cudaEventDestroy(st->ev_fork);
         if (st->ev_join) cudaEventDestroy(st->ev_join);
         if (st->side_stream) cudaStreamDestroy(st->side_stream);
@@ -527,6 +533,11 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->gemv = env_on("DEEPINFER_CUDA_GEMV");
     const char *ml = getenv("DEEPINFER_CUDA_MOE_LT");
     st->moe_lt = ml && ml[0] >= '0' && ml[0] <= '4' && !ml[1] ? ml[0] - '0' : 2;
+    st->moe_direct = env_on("DEEPINFER_CUDA_MOE_DIRECT");
+    st->moe_defer = env_on("DEEPINFER_CUDA_MOE_DEFER");
+    st->mla_uv_multi = env_on("DEEPINFER_CUDA_MLA_UV_MULTI");
+    st->moe_fold = env_on("DEEPINFER_CUDA_MOE_FOLD");
+    st->moe_pdl = env_on("DEEPINFER_CUDA_MOE_PDL");
     const char *lp = getenv("DEEPINFER_CUDA_LT_PTR_ALGO");
     st->lt_ptr_algo = lp && atoi(lp) > 0 && atoi(lp) < 8 ? atoi(lp) : 0;
     st->lt_log = env_set("DEEPINFER_CUDA_LT_LOG");
@@ -648,6 +659,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->moe_experts = cuda_moe_experts;
     be->moe_scratch_bytes = cuda_moe_scratch_bytes;
     be->moe_experts_shared = cuda_moe_experts_shared;
+    be->moe_experts_defer = cuda_moe_experts_defer;
+    be->add_rmsnorm_experts = cuda_add_rmsnorm_experts;
     be->reserve = c_reserve;
     be->sample = cuda_sample;
     be->side_begin = c_side_begin;

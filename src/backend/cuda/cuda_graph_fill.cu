@@ -5,10 +5,13 @@
  * GEMM (bench_cuda_e2e --trace, docs/PERF.md 2026-12-02). A kernel node writing the same bytes
  * takes the memset's place, with the same incoming and outgoing edges.
  *
+ * The one that follows the routed experts' permutation kernel is folded into that kernel
+ * instead (fold_one below: no node at all).
+ *
  * Owner: cuda. Invariants: only 1-D memsets of at most FILL_MAX_BYTES whose edges are all
  * plain (no programmatic or port data) are rewritten; anything else is left as it is, and any
- * failure before the graph changes leaves it unchanged. Switch: st->graph_fill
- * (DEEPINFER_CUDA_GRAPH_FILL, default on). */
+ * failure before the graph changes leaves it unchanged. Switches: st->graph_fill
+ * (DEEPINFER_CUDA_GRAPH_FILL, default on), st->moe_fold (DEEPINFER_CUDA_MOE_FOLD, default on). */
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_internal.h"
@@ -32,10 +35,60 @@ static bool plain_edges(const cudaGraphEdgeData *e, size_t n) {
     return true;
 }
 
-/* 1 if node was replaced by a fill kernel, 0 if left as it is */
-static int replace_one(cudaGraph_t g, cudaGraphNode_t node) {
+/* Folding: a memset whose only predecessor is the routed experts' permutation kernel (the
+ * counter cuBLASLt zeroes before the pointer-array gate+up GEMM, in the main lane's workspace)
+ * is done by that kernel instead (moe_zero, cuda_internal.h) and its node removed, the kernel
+ * then feeding the memset's dependents directly. The kernel does the fill after its PDL wait, so
+ * every kernel before it on the lane (the last cuBLASLt GEMM among them) has completed, and the
+ * GEMM after it starts only when it completes: the same order as the memset had. One fill is
+ * registered per backend (the first one seen); a memset with other parameters is not folded. A
+ * permutation kernel in a graph without that memset does the fill anyway: harmless, as no
+ * cuBLASLt call of the main lane runs between its wait and its end. */
+enum { FOLD_MAX_BYTES = 256 };
+
+/* 1 if node (a memset with parameters p) was folded into the permutation kernel before it */
+static int fold_one(cuda_state *st, cudaGraph_t g, cudaGraphNode_t node, const cudaMemsetParams *p) {
+    if (!st->moe_fold || !st->moe_zero_dev || !st->lt_ws) return 0;
+    const char *d = (const char *)p->dst, *ws = (const char *)st->lt_ws;
+    size_t bytes = p->width * p->elementSize;
+    if (d < ws || bytes > FOLD_MAX_BYTES || d + bytes > ws + st->lt_ws_bytes) return 0;
+    moe_zero z = {p->dst, p->value, (int)p->elementSize, (unsigned long long)p->width};
+    const moe_zero &r = st->moe_zero_host;
+    if (r.dst && (r.dst != z.dst || r.value != z.value || r.esize != z.esize || r.width != z.width)) return 0;
+    cudaGraphNode_t in[2], out[FILL_MAX_EDGES];
+    cudaGraphEdgeData ein[2], eout[FILL_MAX_EDGES];
+    size_t nin = 0, nout = 0;
+    if (cudaGraphNodeGetDependencies(node, NULL, NULL, &nin) != cudaSuccess || nin != 1) return 0;
+    if (cudaGraphNodeGetDependentNodes(node, NULL, NULL, &nout) != cudaSuccess || nout > FILL_MAX_EDGES) return 0;
+    if (cudaGraphNodeGetDependencies(node, in, ein, &nin) != cudaSuccess ||
+        cudaGraphNodeGetDependentNodes(node, out, eout, &nout) != cudaSuccess)
+        return 0;
+    if (!plain_edges(ein, nin) || !plain_edges(eout, nout)) return 0;
+    cudaGraphNodeType t;
+    cudaKernelNodeParams kp;
+    if (cudaGraphNodeGetType(in[0], &t) != cudaSuccess || t != cudaGraphNodeTypeKernel ||
+        cudaGraphKernelNodeGetParams(in[0], &kp) != cudaSuccess || kp.func != cuda_moe_permute_fn())
+        return 0;
+    if (!r.dst) {
+        if (cudaMemcpy(st->moe_zero_dev, &z, sizeof z, cudaMemcpyHostToDevice) != cudaSuccess) return 0;
+        st->moe_zero_host = z;
+    }
+    for (size_t i = 0; i < nout; i++)
+        if (cudaGraphAddDependencies(g, &in[0], &out[i], NULL, 1) != cudaSuccess) {
+            for (size_t j = 0; j < i; j++) cudaGraphRemoveDependencies(g, &in[0], &out[j], NULL, 1);
+            return 0;
+        }
+    cudaGraphDestroyNode(node); /* and its edges */
+    return 1;
+}
+
+/* 1 if node was folded or replaced by a fill kernel, 0 if left as it is */
+static int replace_one(cuda_state *st, cudaGraph_t g, cudaGraphNode_t node) {
     cudaMemsetParams p;
     if (cudaGraphMemsetNodeGetParams(node, &p) != cudaSuccess) return 0;
+    if (p.height == 1 && (p.elementSize == 1 || p.elementSize == 2 || p.elementSize == 4) && p.width > 0 &&
+        fold_one(st, g, node, &p))
+        return 1;
     if (p.height != 1 || (p.elementSize != 1 && p.elementSize != 2 && p.elementSize != 4) ||
         p.width * p.elementSize > FILL_MAX_BYTES || p.width == 0)
         return 0;
@@ -69,7 +122,7 @@ static int replace_one(cudaGraph_t g, cudaGraphNode_t node) {
     return 1;
 }
 
-int cuda_graph_fill_memsets(cudaGraph_t g) {
+int cuda_graph_fill_memsets(cuda_state *st, cudaGraph_t g) {
     size_t n = 0;
     if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess || n == 0) return 0;
     cudaGraphNode_t *nodes = (cudaGraphNode_t *)malloc(n * sizeof *nodes);
@@ -79,7 +132,7 @@ int cuda_graph_fill_memsets(cudaGraph_t g) {
         for (size_t i = 0; i < n; i++) {
             cudaGraphNodeType t;
             if (cudaGraphNodeGetType(nodes[i], &t) == cudaSuccess && t == cudaGraphNodeTypeMemset)
-                replaced += replace_one(g, nodes[i]);
+                replaced += replace_one(st, g, nodes[i]);
         }
     free(nodes);
     cudaGetLastError(); /* a refused edit is not an error of the step */

@@ -37,6 +37,27 @@ typedef struct lt_plan {
 
 enum { LT_CACHE = 512 };
 
+/* A small fill the routed experts' permutation kernel does before its cuBLASLt GEMMs (device
+ * memory, one per backend; dst NULL: none): cudaMemset's semantics, width elements of esize bytes
+ * set to value. cuda_graph_fill.cu registers there the counter memset that cuBLASLt issues before
+ * the pointer-array gate+up GEMM, and drops that memset node from the graph. */
+typedef struct moe_zero {
+    void *dst;
+    unsigned value;
+    int esize;
+    unsigned long long width;
+} moe_zero;
+
+/* The routed experts' weighted sum left undone by moe_experts_defer (cuda_moe.cu) for the next
+ * add_rmsnorm_experts (cuda_ops.cu): delta[t, :] = bf16(Σ_j w[t, j] · Y[slot_of[t*k + j], :]),
+ * fp32 in j order, k_moe_combine_v8's arithmetic. Y NULL: none. */
+typedef struct moe_comb {
+    const bf16 *Y;
+    const int32_t *slot_of;
+    const float *w;
+    int k;
+} moe_comb;
+
 /* Steps of at most this many tokens use the side lane by default (DEEPINFER_CUDA_LANES). */
 enum { DEFAULT_LANES_MAX_T = 256 };
 
@@ -77,6 +98,24 @@ typedef struct cuda_state {
                                     * min(E, T*k) slots, only experts with tokens read from HBM;
                                     * 3 as 2 from 8 tokens on; 4 as 2 with the spare
                                     * slots after the active ones; 0 our grouped kernels */
+    moe_zero *moe_zero_dev;        /* device: the fill k_moe_permute does (NULL until reserve) */
+    moe_zero moe_zero_host;        /* its host copy (dst NULL: nothing registered yet) */
+    int moe_fold;                  /* DEEPINFER_CUDA_MOE_FOLD (default 1): graph_end folds the memset after
+                                    * k_moe_permute into it (moe_zero) */
+    int mla_uv_multi;              /* DEEPINFER_CUDA_MLA_UV_MULTI (default 1): decode steps of 2-16 tokens
+                                    * merge the KV splits inside the W_UV GEMV (k_mla_uv_multi) */
+    int moe_defer;                 /* DEEPINFER_CUDA_MOE_DEFER (default 1): moe_experts_defer offered */
+    struct {                       /* the last moe_experts_defer (scratch NULL: none pending) */
+        const void *scratch;
+        const float *w;
+        int T, k, D;
+        moe_comb c;
+        bf16 *spare;               /* [T, D] of the scratch nobody reads then (fallback combine) */
+    } deferred;
+    int moe_direct;                /* DEEPINFER_CUDA_MOE_DIRECT (default 1): the pointer-array expert
+                                    * path reads the token rows of x in place (no gather) */
+    int moe_pdl;                   /* DEEPINFER_CUDA_MOE_PDL (default 1): the padded expert path's permute,
+                                    * SiLU-mul and combine PDL-launched (after k_route / cuBLASLt) */
     int router_smem;               /* DEEPINFER_CUDA_ROUTER_SMEM (default 1): router logits of large
                                     * prefills on the kernel that stages x in shared memory */
     int wgmma;                     /* DEEPINFER_CUDA_WGMMA (default 1): grouped bf16 expert GEMMs with a
@@ -296,7 +335,9 @@ int lt_run_ptr(cuda_state *st, const lt_shape *g, const void *x_base, const void
 void lt_free_plans(cuda_state *st);
 
 /* cuda_graph_fill.cu: the small 1-D memset nodes of g as fill kernels; returns how many */
-int cuda_graph_fill_memsets(cudaGraph_t g);
+int cuda_graph_fill_memsets(cuda_state *st, cudaGraph_t g);
+/* cuda_moe.cu: the permutation kernel, as a graph node's function */
+void *cuda_moe_permute_fn(void);
 /* fp8 e4m3 activation quantization, DeepSeek act_quant (1x128 groups, amax clamp 1e-4). */
 void launch_act_quant(const bf16 *x, long ldx, int T, int K, uint8_t *q, float *scale, int scale_ld,
                       cudaStream_t s);
@@ -356,6 +397,12 @@ int cuda_moe_small_fits(int T, int k, const di_weight *gate_up, const di_weight 
 void cuda_moe_small(cuda_state *st, void *out, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
                     const di_weight *gate_up, const di_weight *down, const di_weight *sh_gate_up,
                     const di_weight *sh_down, int T, void *scratch);
+int cuda_moe_experts_defer(di_backend *be, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
+                           const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes);
+void cuda_add_rmsnorm_experts(di_backend *be, float *h, const void *scratch, const float *topk_w, int k, void *out,
+                              float *out_f32, const di_weight *w, float eps, int T, int D);
+/* the routed experts' combine kernel (cuda_moe.cu): out = the weighted sum of c's rows */
+void cuda_moe_combine_launch(cuda_state *st, bf16 *out, const moe_comb *c, int D, int T);
 int cuda_moe_experts_shared(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w,
                             int k, const di_weight *gate_up, const di_weight *down, const di_weight *sh_gate_up,
                             const di_weight *sh_down, int T, void *scratch, size_t scratch_bytes);

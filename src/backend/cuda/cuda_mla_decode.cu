@@ -507,6 +507,139 @@ __global__ void __launch_bounds__(256) k_mla_uv(dec_args a, wview w, bf16 *y, lo
             if (rok[r]) y[(long)h * hsy + rows[r]] = __float2bfloat16_rn(acc[r]);
 }
 
+/* k_mla_uv for a step of 2..UV_MAX_T decode tokens: block (row block, head h, token group)
+ * holds its 32 weight rows in registers as k_mla_uv does (loaded before the PDL wait), merges
+ * the splits of the group's UV_TG tokens for head h into shared memory with merge_head's
+ * arithmetic (so the same ō bits as k_mla_combine: warp w computes token w's split weights,
+ * then every thread sums its column quads over the splits in split order, the first MERGE_PRE
+ * splits loaded before the key counts are known), then dots each token's ō with the rows as
+ * k_mla_uv does. One launch instead of k_mla_combine + the W_UV bmm; the outputs are k_gemv's
+ * sums, not cuBLASLt's (bf16 rounding apart from mla_decode + bmm). A token without keys gets
+ * zeros (backend.h: never happens). */
+enum { UV_TG = 4, UV_MAX_T = 16 };
+__global__ void __launch_bounds__(256) k_mla_uv_multi(dec_args a, wview w, bf16 *y, long ldy, long hsy, int T) {
+    __shared__ float wsh[UV_TG][MLA_MAXSPLIT];
+    __shared__ float s_inv[UV_TG];
+    __shared__ int s_cnt[UV_TG];
+    __shared__ __align__(16) bf16 ol[UV_TG][FDV];
+    pdl_launch_dependents();
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, V = w.rows, H = a.n_heads;
+    const int t0 = blockIdx.z * UV_TG, nt = min(UV_TG, T - t0);
+    int rows[4];
+    bool rok[4];
+    wraw<false> wr[FDV / 256][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        rows[r] = (blockIdx.x * 8 + warp) * 4 + r;
+        rok[r] = rows[r] < V;
+    }
+#pragma unroll
+    for (int u = 0; u < FDV / 256; u++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) wr[u][r] = wload<false>(w, h, rows[r], lane * 8 + u * 256, rok[r]);
+    pdl_wait(); /* the partials come from the decode kernel */
+    /* column quads: item i = threadIdx.x + 256 j is token i / 128's quad i % 128 */
+    enum { ITEMS = UV_TG * 128 / 256 };
+    float4 pre[ITEMS][MERGE_PRE];
+#pragma unroll
+    for (int j = 0; j < ITEMS; j++) {
+        const int i = threadIdx.x + 256 * j, tw = i >> 7;
+        const long p0 = ((long)(t0 + tw) * H + h) * a.nsplit;
+        if (tw < nt)
+#pragma unroll
+            for (int s = 0; s < MERGE_PRE; s++)
+                if (s < a.nsplit) pre[j][s] = ld_act16f(a.part + (p0 + s) * FDV + (i & 127) * 4);
+    }
+    if (warp < nt) { /* token t0 + warp's split weights, as merge_head's first warp */
+        const int t = t0 + warp;
+        const long p0 = ((long)t * H + h) * a.nsplit;
+        float2 mlp[2] = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int s = lane + 32 * r;
+            if (s < a.nsplit) mlp[r] = *(const float2 *)(a.ml + (p0 + s) * 2);
+        }
+        int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t), S = 0;
+        if (seq >= 0) {
+            int keys = dec_nkeys<false>(a, dec_sel{NULL, NULL, 0}, seq, t);
+            int ntiles = (keys + a.kt - 1) / a.kt;
+            if (ntiles > 0) {
+                int tps = (ntiles + a.nsplit - 1) / a.nsplit;
+                S = (ntiles + tps - 1) / tps;
+            }
+        }
+        float M = -INFINITY;
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (lane + 32 * r < S) M = fmaxf(M, mlp[r].x);
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.f;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int s = lane + 32 * r;
+            if (s >= S) continue;
+            float e = expf(mlp[r].x - M);
+            wsh[warp][s] = e;
+            L += mlp[r].y * e;
+        }
+        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+        if (lane == 0) {
+            s_inv[warp] = 1.0f / L;
+            s_cnt[warp] = S;
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < ITEMS; j++) {
+        const int i = threadIdx.x + 256 * j, tw = i >> 7, c = (i & 127) * 4;
+        if (tw >= nt) continue;
+        const int S = s_cnt[tw];
+        const long p0 = ((long)(t0 + tw) * H + h) * a.nsplit;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        auto add = [&](float wt, float4 v) {
+            acc.x += wt * v.x;
+            acc.y += wt * v.y;
+            acc.z += wt * v.z;
+            acc.w += wt * v.w;
+        };
+#pragma unroll
+        for (int s = 0; s < MERGE_PRE; s++) {
+            if (s >= S) break;
+            add(wsh[tw][s], pre[j][s]);
+        }
+#pragma unroll 8
+        for (int s = MERGE_PRE; s < S; s++) add(wsh[tw][s], ld_act16f(a.part + (p0 + s) * FDV + c));
+        float inv = S > 0 ? s_inv[tw] : 0.f;
+        uint2 o;
+        o.x = pack_bf16(acc.x * inv, acc.y * inv);
+        o.y = pack_bf16(acc.z * inv, acc.w * inv);
+        *(uint2 *)(&ol[tw][c]) = o;
+    }
+    __syncthreads();
+    for (int tw = 0; tw < nt; tw++) { /* k_mla_uv's GEMV per token */
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int u = 0; u < FDV / 256; u++) {
+            float x[8];
+            bf16x8_float(*(const uint4 *)(&ol[tw][lane * 8 + u * 256]), x);
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                float wf[8];
+                wfloat<false>(wr[u][r], wf);
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[r] = fmaf(wf[e], x[e], acc[r]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                if (rok[r]) y[(long)(t0 + tw) * ldy + (long)h * hsy + rows[r]] = __float2bfloat16_rn(acc[r]);
+    }
+}
+
 /* The split merge after a decode launch with a.nsplit > 1 splits (dense or SP). */
 template <bool SP>
 static void launch_combine(cuda_state *st, const dec_args &a, const dec_sel &sp, int n_tokens) {
@@ -663,8 +796,9 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
 }
 
 /* backend.h mla_decode_uv: at one token with split KV (dense), the merge moves into the W_UV
- * GEMV (k_mla_uv); otherwise mla_decode, then bmm. Taken only where the bmm itself would run
- * the one-split GEMV that k_mla_uv reproduces (bf16 W_UV of r = 512 columns, st->gemv). */
+ * GEMV (k_mla_uv), taken only where the bmm itself would run the one-split GEMV that k_mla_uv
+ * reproduces (bf16 W_UV of r = 512 columns, st->gemv); at 2..UV_MAX_T decode tokens with split
+ * KV into k_mla_uv_multi (st->mla_uv_multi); otherwise mla_decode, then bmm. */
 void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, const void *qt, const void *qpe,
                         int ldqpe, int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
                         const di_mla_dims *d, const di_weight *w_uv, int n_tokens) {
@@ -675,13 +809,25 @@ void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, c
                 w_uv->dtype == DI_DTYPE_BF16 && w_uv->n == H && w_uv->cols == r && w_uv->rows > 0 &&
                 ((uintptr_t)w_uv->data & 15) == 0 && ((uintptr_t)olat & 15) == 0 &&
                 gemv_splits(st, ceil_div_i(w_uv->rows, 4), H, r) == 1;
+    /* 2..UV_MAX_T tokens, all decoding: k_mla_uv_multi (any W_UV GEMV split choice: its sums are
+     * k_mla_uv's, not the bmm's) */
+    bool multi = st->mla_uv_multi && n_tokens >= 2 && n_tokens <= UV_MAX_T && ab->n_tokens == n_tokens &&
+                 !ab->sel_pos && r == FDV && w_uv->dtype == DI_DTYPE_BF16 && w_uv->n == H && w_uv->cols == r &&
+                 w_uv->rows > 0 && ((uintptr_t)w_uv->data & 15) == 0;
     dec_args a;
-    if (fuse && mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, true)) {
-        cuda_launch_pdl(st, st->pdl >= 1, k_mla_uv, dim3(ceil_div_i(w_uv->rows, 32), H), dim3(256), 0, a,
-                        wview_of(w_uv), (bf16 *)o, (long)hso);
+    if ((fuse || multi) &&
+        mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, true)) {
+        if (fuse)
+            cuda_launch_pdl(st, st->pdl >= 1, k_mla_uv, dim3(ceil_div_i(w_uv->rows, 32), H), dim3(256), 0, a,
+                            wview_of(w_uv), (bf16 *)o, (long)hso);
+        else
+            cuda_launch_pdl(st, st->pdl >= 1, k_mla_uv_multi,
+                            dim3(ceil_div_i(w_uv->rows, 32), H, ceil_div_i(n_tokens, UV_TG)), dim3(256), 0, a,
+                            wview_of(w_uv), (bf16 *)o, (long)ldo, (long)hso, n_tokens);
         CUDA_LAUNCHED(st, "mla_uv");
         return;
     }
-    if (!fuse) mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false);
+    /* (fuse or multi with one split: the decode kernel wrote the merged latents; the bmm follows) */
+    if (!fuse && !multi) mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false);
     cuda_bmm(be, o, ldo, hso, olat, H * r, r, w_uv, n_tokens);
 }

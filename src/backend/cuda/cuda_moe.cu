@@ -7,7 +7,8 @@
  * T rows (a token picks an expert at most once, so none overflows) and run the two GEMMs as
  * cuBLASLt batched calls (gather, GEMM, SiLU-mul, GEMM, combine): by default over min(E, T*k)
  * slots whose matrices come from pointer arrays the permutation kernel writes (only experts with
- * tokens are read from HBM), or strided over all experts (DEEPINFER_CUDA_MOE_LT=1, or when
+ * tokens are read from HBM; every slot's gate+up input is x itself, so there is no gather:
+ * st->moe_direct), or strided over all experts (DEEPINFER_CUDA_MOE_LT=1, or when
  * cuBLASLt has no pointer-array algorithm). Steps of at most DEEPINFER_CUDA_MOE_SMALL tokens
  * (default 1) go to cuda_moe_small.cu instead.
  *
@@ -78,19 +79,32 @@ typedef struct moe_ptr_args {
     const void **arr; /* NULL: no pointer arrays (strided or grouped path) */
     const bf16 *w1, *w2;
     bf16 *xp, *hp, *ap, *yp;
+    const bf16 *x; /* non-NULL: direct (see moe_padded): every slot's gate+up input is x itself */
     int nb, cap, D, I, spread;
 } moe_ptr_args;
 
 /* One block: counts per expert, offsets, tile table (tiles of bm rows), the list of experts
  * with tokens (active[0..n), n in active[E]), permutation (perm: position -> token, unless NULL;
  * slot_of: pair -> position); cap > 0: positions are padded rows (expert e owns e*cap..);
- * pa.arr: also the pointer arrays (moe_ptr_args). */
+ * pa.arr: also the pointer arrays (moe_ptr_args); pa.x (direct): pair (t, j) of expert e sits in
+ * row e*cap + t, the row its token has in x (no atomics, no gather). */
 __global__ void __launch_bounds__(1024) k_moe_permute(const int32_t *idx, int Tk, int k, int E, int bm,
                                                       int32_t *offsets, int32_t *tile_off, int32_t *active,
-                                                      int32_t *perm, int32_t *slot_of, int cap, moe_ptr_args pa) {
+                                                      int32_t *perm, int32_t *slot_of, int cap, moe_ptr_args pa,
+                                                      const moe_zero *zero) {
     __shared__ int cnt[DI_MAX_EXPERTS], cur[DI_MAX_EXPERTS];
     int tid = threadIdx.x;
     for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
+    pdl_wait(); /* st->moe_pdl: the ids come from the router */
+    if (zero) { /* the fill of a memset node folded into this kernel (moe_zero, cuda_graph_fill.cu) */
+        const moe_zero z = *zero;
+        if (z.dst)
+            for (unsigned long long i = tid; i < z.width; i += blockDim.x) {
+                if (z.esize == 4) ((unsigned *)z.dst)[i] = z.value;
+                else if (z.esize == 2) ((unsigned short *)z.dst)[i] = (unsigned short)z.value;
+                else ((unsigned char *)z.dst)[i] = (unsigned char)z.value;
+            }
+    }
     __syncthreads();
     for (int i = tid; i < Tk; i += blockDim.x) {
         int e = idx[i];
@@ -142,7 +156,7 @@ __global__ void __launch_bounds__(1024) k_moe_permute(const int32_t *idx, int Tk
         long cap = pa.cap, D = pa.D, I = pa.I;
         const void **a = pa.arr;
         a[i] = pa.w1 + (long)e * 2 * I * D;
-        a[nb + i] = pa.xp + (long)e * cap * D;
+        a[nb + i] = pa.x ? pa.x : pa.xp + (long)e * cap * D;
         a[2 * nb + i] = pa.hp + (spare ? (long)E : (long)e) * cap * 2 * I;
         a[3 * nb + i] = pa.w2 + (long)e * D * I;
         a[4 * nb + i] = pa.ap + (long)e * cap * I;
@@ -151,12 +165,18 @@ __global__ void __launch_bounds__(1024) k_moe_permute(const int32_t *idx, int Tk
     for (int i = tid; i < Tk; i += blockDim.x) {
         int e = idx[i];
         if (e < 0 || e >= E) continue;
-        int pos = atomicAdd(&cur[e], 1);
-        if (cap > 0) pos = e * cap + (pos - offsets[e]); /* padded: expert e owns rows e*cap.. */
+        int pos;
+        if (pa.x) pos = e * cap + i / k; /* direct: the token's own row of x */
+        else {
+            pos = atomicAdd(&cur[e], 1);
+            if (cap > 0) pos = e * cap + (pos - offsets[e]); /* padded: expert e owns rows e*cap.. */
+        }
         if (perm) perm[pos] = i / k;
         slot_of[i] = pos;
     }
 }
+
+void *cuda_moe_permute_fn(void) { return (void *)k_moe_permute; }
 
 /* Padded path, one block per (token, expert) pair i: Xp[slot_of[i]] = x[i / k] (D % 8 == 0).
  * Padded rows without a token are never written (nor read back). */
@@ -170,17 +190,19 @@ __global__ void k_moe_gather(bf16 *Xp, const bf16 *x, const int32_t *slot_of, in
 /* Padded path, one block per pair i: Ap[r] = silu(Hp[r, :I]) * Hp[r, I:] for r = slot_of[i]
  * (I % 8 == 0), the arithmetic of cuda_ops.cu's k_silu_mul (same bits); only rows with a token. */
 __global__ void k_moe_silu_rows(bf16 *Ap, const bf16 *Hp, const int32_t *slot_of, int I) {
+    pdl_wait(); /* st->moe_pdl: Hp comes from the gate+up GEMM */
     long r = slot_of[blockIdx.x];
     int I8 = I / 8;
     const uint4 *row = (const uint4 *)(Hp + r * 2 * I);
     uint4 *o = (uint4 *)(Ap + r * I);
-    for (int c = threadIdx.x; c < I8; c += blockDim.x) o[c] = silu_mul_bf16x8(row[c], row[I8 + c]);
+    for (int c = threadIdx.x; c < I8; c += blockDim.x) o[c] = silu_mul_bf16x8(ld_act16(row + c), ld_act16(row + I8 + c));
 }
 
 /* out[t, :] = sum_j w[t, j] * Y[slot_of[t*k + j], :] in j order (fp32). */
 __global__ void k_moe_combine(bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k, int D,
                               int release) {
     if (release) pdl_launch_dependents(); /* st->combine_pdl: the next layer's norm (PDL) may launch */
+    pdl_wait();                           /* st->moe_pdl: Y comes from the down GEMM */
     int t = blockIdx.x;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float acc = 0.f;
@@ -198,12 +220,13 @@ enum { COMBINE_MAXK = 16 };
 __global__ void k_moe_combine_v8(bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k, int D,
                                  int release) {
     if (release) pdl_launch_dependents();
+    pdl_wait(); /* st->moe_pdl: Y comes from the down GEMM */
     int t = blockIdx.x, D8 = D / 8;
     for (int c = threadIdx.x; c < D8; c += blockDim.x) {
         uint4 r[COMBINE_MAXK];
 #pragma unroll
         for (int j = 0; j < COMBINE_MAXK; j++)
-            if (j < k) r[j] = ((const uint4 *)(Y + (long)slot_of[(long)t * k + j] * D))[c];
+            if (j < k) r[j] = ld_act16((const uint4 *)(Y + (long)slot_of[(long)t * k + j] * D) + c);
         float acc[8];
 #pragma unroll
         for (int i = 0; i < 8; i++) acc[i] = 0.f;
@@ -223,13 +246,14 @@ __global__ void k_moe_combine_v8(bf16 *out, const bf16 *Y, const int32_t *slot_o
     }
 }
 
+/* pdl: launched with PDL (st->moe_pdl, the padded path: after a cuBLASLt GEMM) */
 static void launch_combine(cuda_state *st, bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k,
-                           int D, int T) {
+                           int D, int T, bool pdl) {
     if (D % 8 == 0 && k <= COMBINE_MAXK && ((uintptr_t)out & 15) == 0 && ((uintptr_t)Y & 15) == 0)
-        k_moe_combine_v8<<<T, D / 8 < 256 ? (D / 8 + 31) / 32 * 32 : 256, 0, st->stream>>>(out, Y, slot_of, w, k, D,
-                                                                                             st->combine_pdl);
+        cuda_launch_pdl(st, pdl, k_moe_combine_v8, dim3(T), dim3(D / 8 < 256 ? (D / 8 + 31) / 32 * 32 : 256), 0, out,
+                        Y, slot_of, w, k, D, st->combine_pdl);
     else
-        k_moe_combine<<<T, 256, 0, st->stream>>>(out, Y, slot_of, w, k, D, st->combine_pdl);
+        cuda_launch_pdl(st, pdl, k_moe_combine, dim3(T), dim3(256), 0, out, Y, slot_of, w, k, D, st->combine_pdl);
     CUDA_LAUNCHED(st, "moe_combine");
 }
 
@@ -239,11 +263,13 @@ static void launch_combine(cuda_state *st, bf16 *out, const bf16 *Y, const int32
  * gate+up GEMM, SiLU-mul of the rows with a token, down GEMM, combine. moe_lt >= 2: batches of
  * nb = min(E, T*k) slots through pointer arrays written by k_moe_permute, so only the experts
  * with tokens stream their weights from HBM (the spare slots re-read an active expert's from
- * L2; moe_ptr_args); if cuBLASLt has no pointer-array algorithm (or moe_lt 1), strided batches over all E
- * experts. 0: not taken (the grouped kernels run). */
+ * L2; moe_ptr_args); with st->moe_direct the token of pair (t, j) keeps row t of its expert's
+ * cap rows, and every slot's gate+up input is x itself ([T, D] = [cap, D]): no gather. If
+ * cuBLASLt has no pointer-array algorithm (or moe_lt 1), strided batches over all E experts.
+ * 0: not taken (the grouped kernels run). */
 static int moe_padded(cuda_state *st, void *out, const void *x, const int32_t *topk_idx,
                       const float *topk_w, int k, const di_weight *gate_up, const di_weight *down, int T,
-                      moe_scratch *ms, int bm) {
+                      moe_scratch *ms, int bm, const void *defer_scratch) {
     int E = gate_up->n, D = gate_up->cols, I = down->cols, Tk = T * k, mode = st->moe_lt;
     int min_t = mode == 3 ? MOE_LT_PTR_MIN_T : MOE_LT_MIN_T; /* 4: as 2, spare slots at the end */
     if (mode < 1 || T < min_t || T > MOE_LT_MAX_CAP || gate_up->dtype != DI_DTYPE_BF16 ||
@@ -257,9 +283,14 @@ static int moe_padded(cuda_state *st, void *out, const void *x, const int32_t *t
     if (mode >= 2 && ((uintptr_t)gate_up->data & 255) == 0 && ((uintptr_t)down->data & 255) == 0) {
         g1.batch = g2.batch = nb;
         g1.ptr_array = g2.ptr_array = 1;
-        if (lt_ready(st, &g1, ms->Xp, ms->Hp) && lt_ready(st, &g2, ms->Ap, ms->Yp))
+        /* direct: cap = T, so x itself is every slot's [cap, D] input; a row without a token of
+         * the expert is computed as in the gathered layout (whose padding rows hold stale
+         * data) and never read */
+        const bf16 *xd = st->moe_direct ? (const bf16 *)x : NULL;
+        if (xd && !lt_ready(st, &g1, xd, ms->Hp)) xd = NULL;
+        if (lt_ready(st, &g1, xd ? xd : ms->Xp, ms->Hp) && lt_ready(st, &g2, ms->Ap, ms->Yp))
             pa = moe_ptr_args{ms->ptrs, (const bf16 *)gate_up->data, (const bf16 *)down->data,
-                              ms->Xp, ms->Hp, ms->Ap, ms->Yp, nb, cap, D, I, mode != 4};
+                              ms->Xp, ms->Hp, ms->Ap, ms->Yp, xd, nb, cap, D, I, mode != 4};
     }
     if (!pa.arr) { /* strided over all experts */
         if (T < MOE_LT_MIN_T) return 0;
@@ -267,19 +298,22 @@ static int moe_padded(cuda_state *st, void *out, const void *x, const int32_t *t
         g1.ptr_array = g2.ptr_array = 0;
         if (!lt_ready(st, &g1, ms->Xp, ms->Hp) || !lt_ready(st, &g2, ms->Ap, ms->Yp)) return 0;
     }
-    k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms->offsets, ms->tile_off, ms->active, NULL,
-                                              ms->slot_of, cap, pa);
+    const bool pdl = pdl_with(st, st->moe_pdl);
+    cuda_launch_pdl(st, pdl, k_moe_permute, dim3(1), dim3(1024), 0, topk_idx, Tk, k, E, bm, ms->offsets, ms->tile_off,
+                    ms->active, (int32_t *)NULL, ms->slot_of, cap, pa, (const moe_zero *)st->moe_zero_dev);
     CUDA_LAUNCHED(st, "moe_permute");
-    k_moe_gather<<<Tk, 128, 0, st->stream>>>(ms->Xp, (const bf16 *)x, ms->slot_of, k, D);
-    CUDA_LAUNCHED(st, "moe_gather");
+    if (!pa.x) {
+        k_moe_gather<<<Tk, 128, 0, st->stream>>>(ms->Xp, (const bf16 *)x, ms->slot_of, k, D);
+        CUDA_LAUNCHED(st, "moe_gather");
+    }
     if (pa.arr) {
         const void **a = ms->ptrs;
-        lt_run_ptr(st, &g1, ms->Xp, ms->Hp, a, a + nb, (void *)(a + 2 * nb));
+        lt_run_ptr(st, &g1, pa.x ? (const void *)pa.x : ms->Xp, ms->Hp, a, a + nb, (void *)(a + 2 * nb));
     } else {
         lt_run(st, &g1, gate_up->data, ms->Xp, ms->Hp);
     }
-    k_moe_silu_rows<<<Tk, I / 8 < 128 ? (I / 8 + 31) / 32 * 32 : 128, 0, st->stream>>>(ms->Ap, ms->Hp, ms->slot_of,
-                                                                                       I);
+    cuda_launch_pdl(st, pdl, k_moe_silu_rows, dim3(Tk), dim3(I / 8 < 128 ? (I / 8 + 31) / 32 * 32 : 128), 0, ms->Ap,
+                    (const bf16 *)ms->Hp, (const int32_t *)ms->slot_of, I);
     CUDA_LAUNCHED(st, "moe_silu_rows");
     if (pa.arr) {
         const void **a = ms->ptrs;
@@ -287,8 +321,22 @@ static int moe_padded(cuda_state *st, void *out, const void *x, const int32_t *t
     } else {
         lt_run(st, &g2, down->data, ms->Ap, ms->Yp);
     }
-    launch_combine(st, (bf16 *)out, ms->Yp, ms->slot_of, topk_w, k, D, T);
+    if (defer_scratch) { /* moe_experts_defer: the combine is the next add_rmsnorm_experts' */
+        st->deferred.scratch = defer_scratch;
+        st->deferred.w = topk_w;
+        st->deferred.T = T;
+        st->deferred.k = k;
+        st->deferred.D = D;
+        st->deferred.c = moe_comb{ms->Yp, ms->slot_of, topk_w, k};
+        st->deferred.spare = ms->Xp; /* read by the gate+up GEMM at most, which is done by then */
+        return 1;
+    }
+    launch_combine(st, (bf16 *)out, ms->Yp, ms->slot_of, topk_w, k, D, T, pdl);
     return 1;
+}
+
+void cuda_moe_combine_launch(cuda_state *st, bf16 *out, const moe_comb *c, int D, int T) {
+    launch_combine(st, out, c->Y, c->slot_of, c->w, c->k, D, T, false);
 }
 
 void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
@@ -312,9 +360,9 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
     int avg = ceil_div_i(Tk, E);
     int bm = avg >= 96 ? 128 : 64;
     moe_ptr_args no_ptrs = {};
-    if (moe_padded(st, out, x, topk_idx, topk_w, k, gate_up, down, T, &ms, bm)) return;
+    if (moe_padded(st, out, x, topk_idx, topk_w, k, gate_up, down, T, &ms, bm, NULL)) return;
     k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active, ms.perm,
-                                              ms.slot_of, 0, no_ptrs);
+                                              ms.slot_of, 0, no_ptrs, NULL);
     CUDA_LAUNCHED(st, "moe_permute");
     gemm_rows r1 = {ms.offsets, ms.perm, ms.tile_off, bm, Tk, T, ms.active, ms.active + E};
     gemm_out o1 = {ms.A, I, 0, 0, 0, I};
@@ -322,5 +370,20 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
     gemm_rows r2 = {ms.offsets, NULL, ms.tile_off, bm, Tk, T, ms.active, ms.active + E};
     gemm_out o2 = {ms.Y, D, 0, 0, 0, 0};
     cuda_gemm(st, &o2, ms.A, I, 0, down, &r2);
-    launch_combine(st, (bf16 *)out, ms.Y, ms.slot_of, topk_w, k, D, T);
+    launch_combine(st, (bf16 *)out, ms.Y, ms.slot_of, topk_w, k, D, T, false);
+}
+
+/* backend.h moe_experts_defer: the padded path (16-128 tokens, bf16) without its combine, which
+ * the next add_rmsnorm_experts does (cuda_ops.cu); 0, nothing launched, elsewhere. */
+int cuda_moe_experts_defer(di_backend *be, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
+                           const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes) {
+    cuda_state *st = cst(be);
+    int E = gate_up->n, D = gate_up->cols, I = down->cols;
+    DI_ASSERT(gate_up->rows == 2 * I && down->n == E && down->rows == D && E <= DI_MAX_EXPERTS);
+    DI_ASSERT(scratch_bytes >= cuda_moe_scratch_bytes(be, T, k, D, I, E));
+    if (!st->moe_defer || T <= 0 || T <= st->moe_small) return 0;
+    moe_scratch ms;
+    carve(&ms, scratch, T * k, D, I, E, lt_cap(T));
+    int bm = ceil_div_i(T * k, E) >= 96 ? 128 : 64;
+    return moe_padded(st, NULL, x, topk_idx, topk_w, k, gate_up, down, T, &ms, bm, scratch);
 }

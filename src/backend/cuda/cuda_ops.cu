@@ -138,10 +138,13 @@ __global__ void k_add_rmsnorm(bf16 *out, float *out_f32, float *h, const bf16 *d
  * one round of loads, a block sum and one round of stores (the generic kernels above stage the
  * row in shared memory and reload w after the sum). Same arithmetic per element; the sum of
  * squares is added in another order. */
+enum { COMB_MAXK = 16 }; /* the most experts per token the fused combine takes (k_moe_combine_v8's) */
 static __device__ __forceinline__ float sq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
+/* With mc.Y (add_rmsnorm_experts) delta is the routed experts' combine, computed here with
+ * k_moe_combine_v8's arithmetic (fp32 in j order, rounded to bf16) instead of read. */
 __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16 *delta, const float *w, float eps,
-                                 int D, int pdl) {
+                                 int D, int pdl, moe_comb mc) {
     __shared__ float red[32];
     const int t = blockIdx.x, D4 = D >> 2;
     float4 *hr = (float4 *)(h + (long)t * D);
@@ -152,6 +155,17 @@ __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16
         int i = threadIdx.x + q * blockDim.x;
         if (i < D4) wv[q] = __ldg((const float4 *)w + i);
     }
+    /* the combine's rows and weights too: the permutation and the router wrote them before the
+     * down GEMM, the plain launch this PDL chain starts after (cuda_pdl.cuh) */
+    long crow[COMB_MAXK];
+    float cw[COMB_MAXK];
+    if (mc.Y)
+#pragma unroll
+        for (int j = 0; j < COMB_MAXK; j++)
+            if (j < mc.k) {
+                crow[j] = (long)mc.slot_of[(long)t * mc.k + j] * D;
+                cw[j] = mc.w[(long)t * mc.k + j];
+            }
     if (pdl) {
         pdl_launch_dependents();
         pdl_wait();
@@ -161,7 +175,26 @@ __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16
         int i = threadIdx.x + q * blockDim.x;
         if (i >= D4) continue;
         v[q] = hr[i];
-        if (delta) {
+        if (mc.Y) {
+            uint2 r[COMB_MAXK];
+#pragma unroll
+            for (int j = 0; j < COMB_MAXK; j++)
+                if (j < mc.k) r[j] = *(const uint2 *)(mc.Y + crow[j] + 4 * i);
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < COMB_MAXK; j++)
+                if (j < mc.k) {
+                    float wj = cw[j];
+                    const bf16 *b = (const bf16 *)&r[j];
+#pragma unroll
+                    for (int c = 0; c < 4; c++) acc[c] += wj * __bfloat162float(b[c]);
+                }
+            v[q].x += __bfloat162float(__float2bfloat16_rn(acc[0]));
+            v[q].y += __bfloat162float(__float2bfloat16_rn(acc[1]));
+            v[q].z += __bfloat162float(__float2bfloat16_rn(acc[2]));
+            v[q].w += __bfloat162float(__float2bfloat16_rn(acc[3]));
+            hr[i] = v[q];
+        } else if (delta) {
             uint2 u = *(const uint2 *)(delta + (long)t * D + 4 * i);
             const bf16 *b = (const bf16 *)&u;
             v[q].x += __bfloat162float(b[0]);
@@ -270,21 +303,53 @@ void cuda_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, co
     CUDA_LAUNCHED(st, "rmsnorm");
 }
 
+/* The vectorised kernel's conditions (mc: with a combine, whose rows are 8-byte aligned when
+ * Y is and D % 4 == 0) */
+static bool add_rmsnorm_vec(const float *h, const void *delta, const void *out, const float *out_f32,
+                            const di_weight *w, int D, const moe_comb *mc) {
+    return D % 4 == 0 && norm_threads_vec(D / 4) && aligned16(h) && aligned16(w->data) &&
+           (!out_f32 || aligned16(out_f32)) && ((uintptr_t)out & 7) == 0 && (!delta || ((uintptr_t)delta & 7) == 0) &&
+           (!mc || (mc->k <= COMB_MAXK && ((uintptr_t)mc->Y & 7) == 0));
+}
+
+static void launch_add_rmsnorm_v4(cuda_state *st, float *h, const void *delta, void *out, float *out_f32,
+                                  const di_weight *w, float eps, int T, int D, moe_comb mc) {
+    bool pdl = pdl_with(st, st->norm_pdl);
+    cuda_launch_pdl(st, pdl, k_add_rmsnorm_v4, dim3(T), dim3(norm_threads_vec(D / 4)), 0, (bf16 *)out, out_f32, h,
+                    (const bf16 *)delta, (const float *)w->data, eps, D, (int)pdl, mc);
+}
+
 void cuda_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, float *out_f32, const di_weight *w,
                       float eps, int T, int D) {
     cuda_state *st = cst(be);
     DI_ASSERT(w->dtype == DI_DTYPE_F32 && w->cols == D && out != (void *)h && out_f32 != h);
     if (T <= 0) return;
-    int vt = norm_threads_vec(D / 4);
-    bool pdl = pdl_with(st, st->norm_pdl);
-    if (D % 4 == 0 && vt && aligned16(h) && aligned16(w->data) && (!out_f32 || aligned16(out_f32)) &&
-        ((uintptr_t)out & 7) == 0 && (!delta || ((uintptr_t)delta & 7) == 0))
-        cuda_launch_pdl(st, pdl, k_add_rmsnorm_v4, dim3(T), dim3(vt), 0, (bf16 *)out, out_f32, h, (const bf16 *)delta,
-                        (const float *)w->data, eps, D, (int)pdl);
+    if (add_rmsnorm_vec(h, delta, out, out_f32, w, D, NULL))
+        launch_add_rmsnorm_v4(st, h, delta, out, out_f32, w, eps, T, D, moe_comb{});
     else
         k_add_rmsnorm<<<T, norm_threads(D), (size_t)D * sizeof(float), st->stream>>>(
             (bf16 *)out, out_f32, h, (const bf16 *)delta, (const float *)w->data, eps, D);
     CUDA_LAUNCHED(st, "add_rmsnorm");
+}
+
+/* backend.h add_rmsnorm_experts: the combine inside the vectorised add + RMSNorm; where that
+ * kernel cannot run, the combine kernel into the scratch's spare rows, then add_rmsnorm. */
+void cuda_add_rmsnorm_experts(di_backend *be, float *h, const void *scratch, const float *topk_w, int k, void *out,
+                              float *out_f32, const di_weight *w, float eps, int T, int D) {
+    cuda_state *st = cst(be);
+    DI_ASSERT(st->deferred.scratch == scratch && st->deferred.w == topk_w && st->deferred.k == k &&
+              st->deferred.T == T && st->deferred.D == D);
+    DI_ASSERT(w->dtype == DI_DTYPE_F32 && w->cols == D && out != (void *)h && out_f32 != h);
+    moe_comb mc = st->deferred.c;
+    st->deferred.scratch = NULL;
+    if (T <= 0) return;
+    if (add_rmsnorm_vec(h, NULL, out, out_f32, w, D, &mc)) {
+        launch_add_rmsnorm_v4(st, h, NULL, out, out_f32, w, eps, T, D, mc);
+        CUDA_LAUNCHED(st, "add_rmsnorm_experts");
+        return;
+    }
+    cuda_moe_combine_launch(st, st->deferred.spare, &mc, D, T);
+    cuda_add_rmsnorm(be, h, st->deferred.spare, out, out_f32, w, eps, T, D);
 }
 
 /* ---------------------------------------------------------------- silu_mul / add ---- */

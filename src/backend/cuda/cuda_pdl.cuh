@@ -14,8 +14,11 @@
  * (default) the GEMV and small-expert kernels, the vectorised RMSNorms (DEEPINFER_CUDA_NORM_PDL),
  * the decode router pair (DEEPINFER_CUDA_ROUTE_PDL), the samplers (DEEPINFER_CUDA_SAMPLE_PDL),
  * small steps' silu_mul (DEEPINFER_CUDA_SILU_PDL) and rope_kv_write (DEEPINFER_CUDA_ROPE_PDL), the
- * dense MLA decode kernel when it loads early (DEEPINFER_CUDA_MLA_EARLY), and the routed experts'
- * combine releasing the next norm (DEEPINFER_CUDA_COMBINE_PDL); 2 also RoPE,
+ * dense MLA decode kernel when it loads early (DEEPINFER_CUDA_MLA_EARLY), the routed experts'
+ * combine releasing the next norm (DEEPINFER_CUDA_COMBINE_PDL), and the 16-128-token expert
+ * path's permutation (released by k_route), SiLU-mul and combine (DEEPINFER_CUDA_MOE_PDL; the
+ * add + RMSNorm that takes over a deferred combine reads the routing rows and weights before its
+ * wait: the router and the permutation wrote them before the down GEMM, a plain launch); 2 also RoPE,
  * the KV-cache write and MLA decode attention with its combine (measured: no gain at batch 1,
  * about 1-2% slower at batch 16-64; docs/PERF.md, "Small-batch decode").
  * Releasing a successor early pays when it has few blocks or weights to preload while the SMs

@@ -315,9 +315,10 @@ static __host__ __device__ size_t route_smem_per_warp(int E, int G, int k) {
  * NJ: its slots per lane, E <= 32 NJ (see cuda_moe_route) */
 template <int NJ>
 __global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
-                        float *w_out, int redux) {
+                        float *w_out, int redux, int release) {
     extern __shared__ unsigned char smem[];
     pdl_wait(); /* st->route_pdl: launched early; the logits come from the router-logits kernel */
+    if (release) pdl_launch_dependents(); /* the padded experts' permute (PDL, st->moe_pdl) may launch */
     const int E = rp.n_experts, k = rp.top_k, G = rp.n_group > 0 ? rp.n_group : 1;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     size_t per_warp = route_smem_per_warp(E, G, k);
@@ -426,9 +427,13 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
      * registers (ptxas: 32 / 47 / 78 per thread), which would cut large prefills' occupancy */
     static_assert(DI_MAX_EXPERTS <= 32 * 32, "k_route: at most 32 slots per lane (one 32-bit pick mask)");
     auto route = E <= 256 ? k_route<8> : E <= 512 ? k_route<16> : k_route<32>;
+    /* release: past the small experts' sizes (whose k_small_gu, released early, took slots from
+     * the work beside it) the next kernel is the permutation, one block that waits resident */
+    int release = pdl_with(st, st->moe_pdl) && T > st->moe_small;
     cuda_launch_pdl(st, pdl_with(st, st->route_pdl && T <= 32), route, dim3(ceil_div_i(T, warps)),
                     dim3(warps * 32), per_warp * warps, (const float *)scratch,
-                    bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w, (int)(T <= st->route_redux));
+                    bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w, (int)(T <= st->route_redux),
+                    release);
     CUDA_LAUNCHED(st, "moe_route");
 }
 
