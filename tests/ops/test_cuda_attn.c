@@ -880,6 +880,7 @@ static void test_defer(void) {
     experts_defer_case(64, 64, 6, 2048, 1408, 128, 0);
     experts_defer_case(12, 5, 3, 136, 40, 23, 0);
     experts_defer_case(12, 12, 8, 128, 40, 17, 1);
+    experts_defer_case(8, 8, 8, 7168, 64, 16, 0); /* V3's hidden size: 896 threads per row */
     experts_defer_case(64, 64, 6, 2048, 1408, 8, 0);   /* below the padded path: declined */
     experts_defer_case(64, 64, 6, 2048, 1408, 129, 0); /* above it: declined */
 }

@@ -133,10 +133,10 @@ typedef struct cuda_state {
                                     * the wait) */
     int route_pdl;                 /* DEEPINFER_CUDA_ROUTE_PDL (default 1): router logits of <= 32 tokens
                                     * PDL-launched, releasing k_route (PDL) at their start */
-    int route_redux;               /* DEEPINFER_CUDA_ROUTE_REDUX=N (default 1): steps of at most N tokens
+    int route_redux;               /* DEEPINFER_CUDA_ROUTE_REDUX=N (default 16): steps of at most N tokens
                                     * take k_route's top-k on warp reductions of register keys
                                     * (warp_topk_redux); others (or 0) warp_argmax; same ids and bits.
-                                    * Measured faster at one token, slower at 16 */
+                                    * Measured faster at 1 and 16 tokens (2026-12-02) */
     int sample_pdl;                /* DEEPINFER_CUDA_SAMPLE_PDL (default 1): the greedy and cluster samplers
                                     * PDL-launched (row parameters read before the wait) */
     int rope_pdl;                  /* DEEPINFER_CUDA_ROPE_PDL (default 1): rope_kv_write of 2-16 tokens

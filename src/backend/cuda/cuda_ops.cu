@@ -141,8 +141,12 @@ __global__ void k_add_rmsnorm(bf16 *out, float *out_f32, float *h, const bf16 *d
 enum { COMB_MAXK = 16 }; /* the most experts per token the fused combine takes (k_moe_combine_v8's) */
 static __device__ __forceinline__ float sq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
-/* With mc.Y (add_rmsnorm_experts) delta is the routed experts' combine, computed here with
- * k_moe_combine_v8's arithmetic (fp32 in j order, rounded to bf16) instead of read. */
+/* COMB (add_rmsnorm_experts): delta is the routed experts' combine mc, computed here with
+ * k_moe_combine_v8's arithmetic (fp32 in j order, rounded to bf16) instead of read. Its rows and
+ * weights take registers, so it is a variant of its own: the plain kernel keeps its register
+ * count, which V3's 896 threads per row (D = 7168) need (add_rmsnorm_vec checks the variant's
+ * thread limit). */
+template <bool COMB>
 __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16 *delta, const float *w, float eps,
                                  int D, int pdl, moe_comb mc) {
     __shared__ float red[32];
@@ -157,13 +161,13 @@ __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16
     }
     /* the combine's rows and weights too: the permutation and the router wrote them before the
      * down GEMM, the plain launch this PDL chain starts after (cuda_pdl.cuh) */
-    long crow[COMB_MAXK];
-    float cw[COMB_MAXK];
-    if (mc.Y)
+    int crow[COMB ? COMB_MAXK : 1];
+    float cw[COMB ? COMB_MAXK : 1];
+    if constexpr (COMB)
 #pragma unroll
         for (int j = 0; j < COMB_MAXK; j++)
             if (j < mc.k) {
-                crow[j] = (long)mc.slot_of[(long)t * mc.k + j] * D;
+                crow[j] = mc.slot_of[(long)t * mc.k + j];
                 cw[j] = mc.w[(long)t * mc.k + j];
             }
     if (pdl) {
@@ -175,11 +179,11 @@ __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16
         int i = threadIdx.x + q * blockDim.x;
         if (i >= D4) continue;
         v[q] = hr[i];
-        if (mc.Y) {
+        if constexpr (COMB) {
             uint2 r[COMB_MAXK];
 #pragma unroll
             for (int j = 0; j < COMB_MAXK; j++)
-                if (j < mc.k) r[j] = *(const uint2 *)(mc.Y + crow[j] + 4 * i);
+                if (j < mc.k) r[j] = *(const uint2 *)(mc.Y + (long)crow[j] * D + 4 * i);
             float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int j = 0; j < COMB_MAXK; j++)
@@ -305,18 +309,31 @@ void cuda_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, co
 
 /* The vectorised kernel's conditions (mc: with a combine, whose rows are 8-byte aligned when
  * Y is and D % 4 == 0) */
+/* The most threads a block of the combining variant may have (its registers), once. */
+static int comb_max_threads(void) {
+    static int max_threads = -1; /* host-only, set once */
+    if (max_threads < 0) {
+        cudaFuncAttributes fa;
+        max_threads = cudaFuncGetAttributes(&fa, k_add_rmsnorm_v4<true>) == cudaSuccess ? fa.maxThreadsPerBlock : 0;
+        cudaGetLastError();
+    }
+    return max_threads;
+}
+
 static bool add_rmsnorm_vec(const float *h, const void *delta, const void *out, const float *out_f32,
                             const di_weight *w, int D, const moe_comb *mc) {
     return D % 4 == 0 && norm_threads_vec(D / 4) && aligned16(h) && aligned16(w->data) &&
            (!out_f32 || aligned16(out_f32)) && ((uintptr_t)out & 7) == 0 && (!delta || ((uintptr_t)delta & 7) == 0) &&
-           (!mc || (mc->k <= COMB_MAXK && ((uintptr_t)mc->Y & 7) == 0));
+           (!mc || (mc->k <= COMB_MAXK && ((uintptr_t)mc->Y & 7) == 0 &&
+                    norm_threads_vec(D / 4) <= comb_max_threads()));
 }
 
 static void launch_add_rmsnorm_v4(cuda_state *st, float *h, const void *delta, void *out, float *out_f32,
                                   const di_weight *w, float eps, int T, int D, moe_comb mc) {
     bool pdl = pdl_with(st, st->norm_pdl);
-    cuda_launch_pdl(st, pdl, k_add_rmsnorm_v4, dim3(T), dim3(norm_threads_vec(D / 4)), 0, (bf16 *)out, out_f32, h,
-                    (const bf16 *)delta, (const float *)w->data, eps, D, (int)pdl, mc);
+    cuda_launch_pdl(st, pdl, mc.Y ? k_add_rmsnorm_v4<true> : k_add_rmsnorm_v4<false>, dim3(T),
+                    dim3(norm_threads_vec(D / 4)), 0, (bf16 *)out, out_f32, h, (const bf16 *)delta,
+                    (const float *)w->data, eps, D, (int)pdl, mc);
 }
 
 void cuda_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, float *out_f32, const di_weight *w,
