@@ -458,33 +458,26 @@ __global__ void __launch_bounds__(128) k_mla_combine(dec_args a, dec_sel sp) {
     merge_head<SP>(a, sp, t, h, a.out + ((long)t * a.n_heads + h) * FDV, wsh, &s_inv);
 }
 
-/* o_h = W_UV_h ō_h for a one-token step whose decode left split partials: block (row block,
- * head h) merges h's splits into shared memory with merge_head (k_mla_combine's arithmetic),
- * then its 8 warps x 4 rows dot them exactly as k_gemv<NT 1, RW 4, U 1> does for the W_UV bmm
- * at one token (lane l: columns 8l + 256i in order, fmaf per element, xor tree, one rounding).
- * Same bits as k_mla_combine followed by that GEMV, one launch fewer. The weight rows are
- * loaded before pdl_wait (they are constant). */
-__global__ void __launch_bounds__(256) k_mla_uv(dec_args a, wview w, bf16 *y, long hsy) {
-    __shared__ float wsh[MLA_MAXSPLIT];
-    __shared__ float s_inv;
-    __shared__ __align__(16) bf16 ol[FDV];
-    pdl_launch_dependents();
-    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, V = w.rows;
-    int rows[4];
-    bool rok[4];
-    wraw<false> wr[FDV / 256][4];
+/* The W_UV GEMV of k_mla_uv and k_mla_uv_multi (k_gemv's arithmetic at one row): warp `warp` of
+ * the block owns rows (blockIdx.x * 8 + warp) * 4 + r, r < 4, of head h; uv_rows loads them into
+ * registers (constant: before the PDL wait), uv_dot dots them with ō (FDV bf16 in shared
+ * memory; lane l: columns 8l + 256u in order, fmaf per element, xor tree, one rounding) and
+ * lane 0 writes the four outputs to y[rows[r]]. */
+static __device__ __forceinline__ void uv_rows(const wview &w, int h, int warp, int lane, int (&rows)[4],
+                                               bool (&rok)[4], wraw<false> (&wr)[FDV / 256][4]) {
 #pragma unroll
     for (int r = 0; r < 4; r++) {
         rows[r] = (blockIdx.x * 8 + warp) * 4 + r;
-        rok[r] = rows[r] < V;
+        rok[r] = rows[r] < w.rows;
     }
 #pragma unroll
     for (int u = 0; u < FDV / 256; u++)
 #pragma unroll
         for (int r = 0; r < 4; r++) wr[u][r] = wload<false>(w, h, rows[r], lane * 8 + u * 256, rok[r]);
-    pdl_wait(); /* the partials come from the decode kernel */
-    if (!merge_head<false>(a, dec_sel{NULL, NULL, 0}, 0, h, ol, wsh, &s_inv)) return;
-    __syncthreads();
+}
+
+static __device__ __forceinline__ void uv_dot(const wraw<false> (&wr)[FDV / 256][4], const bf16 *ol, int lane,
+                                              const int (&rows)[4], const bool (&rok)[4], bf16 *y) {
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int u = 0; u < FDV / 256; u++) {
@@ -504,7 +497,29 @@ __global__ void __launch_bounds__(256) k_mla_uv(dec_args a, wview w, bf16 *y, lo
     if (lane == 0)
 #pragma unroll
         for (int r = 0; r < 4; r++)
-            if (rok[r]) y[(long)h * hsy + rows[r]] = __float2bfloat16_rn(acc[r]);
+            if (rok[r]) y[rows[r]] = __float2bfloat16_rn(acc[r]);
+}
+
+/* o_h = W_UV_h ō_h for a one-token step whose decode left split partials: block (row block,
+ * head h) merges h's splits into shared memory with merge_head (k_mla_combine's arithmetic),
+ * then its 8 warps x 4 rows dot them exactly as k_gemv<NT 1, RW 4, U 1> does for the W_UV bmm
+ * at one token (lane l: columns 8l + 256i in order, fmaf per element, xor tree, one rounding).
+ * Same bits as k_mla_combine followed by that GEMV, one launch fewer. The weight rows are
+ * loaded before pdl_wait (they are constant). */
+__global__ void __launch_bounds__(256) k_mla_uv(dec_args a, wview w, bf16 *y, long hsy) {
+    __shared__ float wsh[MLA_MAXSPLIT];
+    __shared__ float s_inv;
+    __shared__ __align__(16) bf16 ol[FDV];
+    pdl_launch_dependents();
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int rows[4];
+    bool rok[4];
+    wraw<false> wr[FDV / 256][4];
+    uv_rows(w, h, warp, lane, rows, rok, wr);
+    pdl_wait(); /* the partials come from the decode kernel */
+    if (!merge_head<false>(a, dec_sel{NULL, NULL, 0}, 0, h, ol, wsh, &s_inv)) return;
+    __syncthreads();
+    uv_dot(wr, ol, lane, rows, rok, y + (long)h * hsy);
 }
 
 /* k_mla_uv for a step of 2..UV_MAX_T decode tokens: block (row block, head h, token group)
@@ -523,20 +538,12 @@ __global__ void __launch_bounds__(256) k_mla_uv_multi(dec_args a, wview w, bf16 
     __shared__ int s_cnt[UV_TG];
     __shared__ __align__(16) bf16 ol[UV_TG][FDV];
     pdl_launch_dependents();
-    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, V = w.rows, H = a.n_heads;
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, H = a.n_heads;
     const int t0 = blockIdx.z * UV_TG, nt = min(UV_TG, T - t0);
     int rows[4];
     bool rok[4];
     wraw<false> wr[FDV / 256][4];
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        rows[r] = (blockIdx.x * 8 + warp) * 4 + r;
-        rok[r] = rows[r] < V;
-    }
-#pragma unroll
-    for (int u = 0; u < FDV / 256; u++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) wr[u][r] = wload<false>(w, h, rows[r], lane * 8 + u * 256, rok[r]);
+    uv_rows(w, h, warp, lane, rows, rok, wr);
     pdl_wait(); /* the partials come from the decode kernel */
     /* column quads: item i = threadIdx.x + 256 j is token i / 128's quad i % 128 */
     enum { ITEMS = UV_TG * 128 / 256 };
@@ -616,28 +623,8 @@ __global__ void __launch_bounds__(256) k_mla_uv_multi(dec_args a, wview w, bf16 
         *(uint2 *)(&ol[tw][c]) = o;
     }
     __syncthreads();
-    for (int tw = 0; tw < nt; tw++) { /* k_mla_uv's GEMV per token */
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int u = 0; u < FDV / 256; u++) {
-            float x[8];
-            bf16x8_float(*(const uint4 *)(&ol[tw][lane * 8 + u * 256]), x);
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                float wf[8];
-                wfloat<false>(wr[u][r], wf);
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[r] = fmaf(wf[e], x[e], acc[r]);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-        if (lane == 0)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                if (rok[r]) y[(long)(t0 + tw) * ldy + (long)h * hsy + rows[r]] = __float2bfloat16_rn(acc[r]);
-    }
+    for (int tw = 0; tw < nt; tw++) /* k_mla_uv's GEMV per token */
+        uv_dot(wr, ol[tw], lane, rows, rok, y + (long)(t0 + tw) * ldy + (long)h * hsy);
 }
 
 /* The split merge after a decode launch with a.nsplit > 1 splits (dense or SP). */
