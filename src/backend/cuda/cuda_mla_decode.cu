@@ -366,6 +366,28 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
  * MLA_MAXSPLIT) into weights in shared memory (fixed shuffle trees), then each thread sums 4
  * columns over the splits in split order with the split loads unrolled: deterministic. */
 enum { MLA_MAXSPLIT = 64, MERGE_PRE = 8 };
+/* One warp: the weights e^{m_s - M} of the S splits that had keys (lane holds splits lane and
+ * lane + 32: mlp = their (m, l)) into wsh[s], and returns L = Σ_s l_s e^{m_s - M} (fixed xor
+ * trees: every lane gets the same M and L). */
+static __device__ __forceinline__ float split_weights(const float2 (&mlp)[2], int S, int lane, float *wsh) {
+    float M = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        if (lane + 32 * r < S) M = fmaxf(M, mlp[r].x);
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float L = 0.f;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int s = lane + 32 * r;
+        if (s >= S) continue;
+        float w = expf(mlp[r].x - M);
+        wsh[s] = w;
+        L += mlp[r].y * w;
+    }
+    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+    return L;
+}
+
 /* The merge of token t's head h by a block of >= 128 threads (threads 128.. only take part in
  * the barrier) into dst[0, FDV) (bf16); false, with nothing written, when the token has no
  * keys. */
@@ -398,23 +420,8 @@ static __device__ __forceinline__ bool merge_head(const dec_args &a, const dec_s
     int tps = (ntiles + S - 1) / S;
     S = (ntiles + tps - 1) / tps;
     if (threadIdx.x < 32) {
-        int lane = threadIdx.x;
-        float M = -INFINITY;
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-            if (lane + 32 * r < S) M = fmaxf(M, mlp[r].x);
-        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        float L = 0.f;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            int s = lane + 32 * r;
-            if (s >= S) continue;
-            float w = expf(mlp[r].x - M);
-            wsh[s] = w;
-            L += mlp[r].y * w;
-        }
-        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
-        if (lane == 0) *s_inv = 1.0f / L;
+        float L = split_weights(mlp, S, threadIdx.x, wsh);
+        if (threadIdx.x == 0) *s_inv = 1.0f / L;
     }
     __syncthreads();
     if (threadIdx.x < 128) {
@@ -575,21 +582,7 @@ __global__ void __launch_bounds__(256) k_mla_uv_multi(dec_args a, wview w, bf16 
                 S = (ntiles + tps - 1) / tps;
             }
         }
-        float M = -INFINITY;
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-            if (lane + 32 * r < S) M = fmaxf(M, mlp[r].x);
-        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        float L = 0.f;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            int s = lane + 32 * r;
-            if (s >= S) continue;
-            float e = expf(mlp[r].x - M);
-            wsh[warp][s] = e;
-            L += mlp[r].y * e;
-        }
-        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+        float L = split_weights(mlp, S, lane, wsh[warp]);
         if (lane == 0) {
             s_inv[warp] = 1.0f / L;
             s_cnt[warp] = S;
