@@ -388,6 +388,33 @@ static __device__ __forceinline__ float split_weights(const float2 (&mlp)[2], in
     return L;
 }
 
+/* One thread's 4 columns of a merge: Σ_s wsh[s] · O_s[c..c+3] in split order over the S splits
+ * with keys (the first MERGE_PRE from pre, loaded already; split s's columns at part + s * FDV),
+ * times inv, rounded to bf16 into dst[0..4). CG: the later loads with ld.global.cg. */
+template <bool CG>
+static __device__ __forceinline__ void merge_cols(const float *wsh, const float4 (&pre)[MERGE_PRE], int S,
+                                                  const float *part, float inv, bf16 *dst) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    auto add = [&](float w, float4 v) {
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
+    };
+#pragma unroll
+    for (int s = 0; s < MERGE_PRE; s++) {
+        if (s >= S) break;
+        add(wsh[s], pre[s]);
+    }
+#pragma unroll 8
+    for (int s = MERGE_PRE; s < S; s++)
+        add(wsh[s], CG ? ld_act16f(part + (long)s * FDV) : *(const float4 *)(part + (long)s * FDV));
+    uint2 o;
+    o.x = pack_bf16(acc.x * inv, acc.y * inv);
+    o.y = pack_bf16(acc.z * inv, acc.w * inv);
+    *(uint2 *)dst = o;
+}
+
 /* The merge of token t's head h by a block of >= 128 threads (threads 128.. only take part in
  * the barrier) into dst[0, FDV) (bf16); false, with nothing written, when the token has no
  * keys. */
@@ -426,25 +453,7 @@ static __device__ __forceinline__ bool merge_head(const dec_args &a, const dec_s
     __syncthreads();
     if (threadIdx.x < 128) {
         int c = threadIdx.x * 4; /* 128 threads x 4 = FDV columns */
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        auto add = [&](float w, float4 v) {
-            acc.x += w * v.x;
-            acc.y += w * v.y;
-            acc.z += w * v.z;
-            acc.w += w * v.w;
-        };
-#pragma unroll
-        for (int s = 0; s < MERGE_PRE; s++) {
-            if (s >= S) break;
-            add(wsh[s], pre[s]);
-        }
-#pragma unroll 8
-        for (int s = MERGE_PRE; s < S; s++) add(wsh[s], *(const float4 *)(a.part + (p0 + s) * FDV + c));
-        float inv = *s_inv;
-        uint2 o;
-        o.x = pack_bf16(acc.x * inv, acc.y * inv);
-        o.y = pack_bf16(acc.z * inv, acc.w * inv);
-        *(uint2 *)(dst + c) = o;
+        merge_cols<false>(wsh, pre, S, a.part + p0 * FDV + c, *s_inv, dst + c);
     }
     return true;
 }
@@ -595,25 +604,7 @@ __global__ void __launch_bounds__(256) k_mla_uv_multi(dec_args a, wview w, bf16 
         if (tw >= nt) continue;
         const int S = s_cnt[tw];
         const long p0 = ((long)(t0 + tw) * H + h) * a.nsplit;
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        auto add = [&](float wt, float4 v) {
-            acc.x += wt * v.x;
-            acc.y += wt * v.y;
-            acc.z += wt * v.z;
-            acc.w += wt * v.w;
-        };
-#pragma unroll
-        for (int s = 0; s < MERGE_PRE; s++) {
-            if (s >= S) break;
-            add(wsh[tw][s], pre[j][s]);
-        }
-#pragma unroll 8
-        for (int s = MERGE_PRE; s < S; s++) add(wsh[tw][s], ld_act16f(a.part + (p0 + s) * FDV + c));
-        float inv = S > 0 ? s_inv[tw] : 0.f;
-        uint2 o;
-        o.x = pack_bf16(acc.x * inv, acc.y * inv);
-        o.y = pack_bf16(acc.z * inv, acc.w * inv);
-        *(uint2 *)(&ol[tw][c]) = o;
+        merge_cols<true>(wsh[tw], pre[j], S, a.part + p0 * FDV + c, S > 0 ? s_inv[tw] : 0.f, &ol[tw][c]);
     }
     __syncthreads();
     for (int tw = 0; tw < nt; tw++) /* k_mla_uv's GEMV per token */
