@@ -86,12 +86,9 @@ static int fold_one(cuda_state *st, cudaGraph_t g, cudaGraphNode_t node, const c
 static int replace_one(cuda_state *st, cudaGraph_t g, cudaGraphNode_t node) {
     cudaMemsetParams p;
     if (cudaGraphMemsetNodeGetParams(node, &p) != cudaSuccess) return 0;
-    if (p.height == 1 && (p.elementSize == 1 || p.elementSize == 2 || p.elementSize == 4) && p.width > 0 &&
-        fold_one(st, g, node, &p))
-        return 1;
-    if (p.height != 1 || (p.elementSize != 1 && p.elementSize != 2 && p.elementSize != 4) ||
-        p.width * p.elementSize > FILL_MAX_BYTES || p.width == 0)
-        return 0;
+    if (p.height != 1 || (p.elementSize != 1 && p.elementSize != 2 && p.elementSize != 4) || p.width == 0) return 0;
+    if (fold_one(st, g, node, &p)) return 1;
+    if (p.width * p.elementSize > FILL_MAX_BYTES) return 0;
     cudaGraphNode_t in[FILL_MAX_EDGES], out[FILL_MAX_EDGES];
     cudaGraphEdgeData ein[FILL_MAX_EDGES], eout[FILL_MAX_EDGES];
     size_t nin = FILL_MAX_EDGES, nout = FILL_MAX_EDGES;

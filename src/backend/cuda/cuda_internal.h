@@ -50,7 +50,9 @@ typedef struct moe_zero {
 
 /* The routed experts' weighted sum left undone by moe_experts_defer (cuda_moe.cu) for the next
  * add_rmsnorm_experts (cuda_ops.cu): delta[t, :] = bf16(Σ_j w[t, j] · Y[slot_of[t*k + j], :]),
- * fp32 in j order, k_moe_combine_v8's arithmetic. Y NULL: none. */
+ * fp32 in j order, k_moe_combine_v8's arithmetic. Y NULL: none. Both kernels that sum it hold
+ * the k rows of a column piece in registers: k <= COMBINE_MAXK. */
+enum { COMBINE_MAXK = 16 };
 typedef struct moe_comb {
     const bf16 *Y;
     const int32_t *slot_of;
@@ -107,9 +109,8 @@ typedef struct cuda_state {
     int moe_defer;                 /* DEEPINFER_CUDA_MOE_DEFER (default 1): moe_experts_defer offered */
     struct {                       /* the last moe_experts_defer (scratch NULL: none pending) */
         const void *scratch;
-        const float *w;
-        int T, k, D;
-        moe_comb c;
+        int T, D;
+        moe_comb c;                /* its rows, slots, routing weights (topk_w) and k */
         bf16 *spare;               /* [T, D] of the scratch nobody reads then (fallback combine) */
     } deferred;
     int moe_direct;                /* DEEPINFER_CUDA_MOE_DIRECT (default 1): the pointer-array expert

@@ -214,9 +214,8 @@ __global__ void k_moe_combine(bf16 *out, const bf16 *Y, const int32_t *slot_of, 
     }
 }
 
-/* The same with 8 columns per thread (D % 8 == 0): the k rows' 16-byte loads are all issued
- * before the sums, which run in j order as above (same bits). */
-enum { COMBINE_MAXK = 16 };
+/* The same with 8 columns per thread (D % 8 == 0; k <= COMBINE_MAXK): the k rows' 16-byte
+ * loads are all issued before the sums, which run in j order as above (same bits). */
 __global__ void k_moe_combine_v8(bf16 *out, const bf16 *Y, const int32_t *slot_of, const float *w, int k, int D,
                                  int release) {
     if (release) pdl_launch_dependents();
@@ -323,9 +322,7 @@ static int moe_padded(cuda_state *st, void *out, const void *x, const int32_t *t
     }
     if (defer_scratch) { /* moe_experts_defer: the combine is the next add_rmsnorm_experts' */
         st->deferred.scratch = defer_scratch;
-        st->deferred.w = topk_w;
         st->deferred.T = T;
-        st->deferred.k = k;
         st->deferred.D = D;
         st->deferred.c = moe_comb{ms->Yp, ms->slot_of, topk_w, k};
         st->deferred.spare = ms->Xp; /* read by the gate+up GEMM at most, which is done by then */
@@ -339,12 +336,23 @@ void cuda_moe_combine_launch(cuda_state *st, bf16 *out, const moe_comb *c, int D
     launch_combine(st, out, c->Y, c->slot_of, c->w, c->k, D, T, false);
 }
 
+/* The backend.h contract of moe_experts' weights and scratch (shared by moe_experts_defer). */
+static void check_experts(di_backend *be, const di_weight *gate_up, const di_weight *down, int T, int k,
+                          size_t scratch_bytes) {
+    int E = gate_up->n, D = gate_up->cols, I = down->cols;
+    DI_ASSERT(gate_up->rows == 2 * I && down->n == E && down->rows == D && E <= DI_MAX_EXPERTS);
+    DI_ASSERT(scratch_bytes >= cuda_moe_scratch_bytes(be, T, k, D, I, E));
+}
+
+/* The tile table's row height for T*k pairs over E experts: 128 with >= 96 rows per expert on
+ * average (the wgmma kernel's BM), else 64. */
+static int tile_rows(int Tk, int E) { return ceil_div_i(Tk, E) >= 96 ? 128 : 64; }
+
 void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
                       const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes) {
     cuda_state *st = cst(be);
     int E = gate_up->n, D = gate_up->cols, I = down->cols;
-    DI_ASSERT(gate_up->rows == 2 * I && down->n == E && down->rows == D && E <= DI_MAX_EXPERTS);
-    DI_ASSERT(scratch_bytes >= cuda_moe_scratch_bytes(be, T, k, D, I, E));
+    check_experts(be, gate_up, down, T, k, scratch_bytes);
     if (T <= 0) return;
     /* up to st->moe_small (<= 4) tokens: no permutation, each selected expert read once
      * (cuda_moe_small.cu) */
@@ -357,8 +365,7 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
     /* the caller sized the scratch for some max_tokens >= T: the padded area holds lt_cap(T)
      * rows per expert at least */
     carve(&ms, scratch, Tk, D, I, E, lt_cap(T));
-    int avg = ceil_div_i(Tk, E);
-    int bm = avg >= 96 ? 128 : 64;
+    int bm = tile_rows(Tk, E);
     moe_ptr_args no_ptrs = {};
     if (moe_padded(st, out, x, topk_idx, topk_w, k, gate_up, down, T, &ms, bm, NULL)) return;
     k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active, ms.perm,
@@ -379,11 +386,9 @@ int cuda_moe_experts_defer(di_backend *be, const void *x, const int32_t *topk_id
                            const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes) {
     cuda_state *st = cst(be);
     int E = gate_up->n, D = gate_up->cols, I = down->cols;
-    DI_ASSERT(gate_up->rows == 2 * I && down->n == E && down->rows == D && E <= DI_MAX_EXPERTS);
-    DI_ASSERT(scratch_bytes >= cuda_moe_scratch_bytes(be, T, k, D, I, E));
-    if (!st->moe_defer || T <= 0 || T <= st->moe_small) return 0;
+    check_experts(be, gate_up, down, T, k, scratch_bytes);
+    if (!st->moe_defer || T <= 0) return 0; /* moe_padded declines the small path's sizes itself */
     moe_scratch ms;
     carve(&ms, scratch, T * k, D, I, E, lt_cap(T));
-    int bm = ceil_div_i(T * k, E) >= 96 ? 128 : 64;
-    return moe_padded(st, NULL, x, topk_idx, topk_w, k, gate_up, down, T, &ms, bm, scratch);
+    return moe_padded(st, NULL, x, topk_idx, topk_w, k, gate_up, down, T, &ms, tile_rows(T * k, E), scratch);
 }

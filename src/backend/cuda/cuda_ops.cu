@@ -138,7 +138,6 @@ __global__ void k_add_rmsnorm(bf16 *out, float *out_f32, float *h, const bf16 *d
  * one round of loads, a block sum and one round of stores (the generic kernels above stage the
  * row in shared memory and reload w after the sum). Same arithmetic per element; the sum of
  * squares is added in another order. */
-enum { COMB_MAXK = 16 }; /* the most experts per token the fused combine takes (k_moe_combine_v8's) */
 static __device__ __forceinline__ float sq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
 /* COMB (add_rmsnorm_experts): delta is the routed experts' combine mc, computed here with
@@ -161,11 +160,11 @@ __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16
     }
     /* the combine's rows and weights too: the permutation and the router wrote them before the
      * down GEMM, the plain launch this PDL chain starts after (cuda_pdl.cuh) */
-    int crow[COMB ? COMB_MAXK : 1];
-    float cw[COMB ? COMB_MAXK : 1];
+    int crow[COMB ? COMBINE_MAXK : 1];
+    float cw[COMB ? COMBINE_MAXK : 1];
     if constexpr (COMB)
 #pragma unroll
-        for (int j = 0; j < COMB_MAXK; j++)
+        for (int j = 0; j < COMBINE_MAXK; j++)
             if (j < mc.k) {
                 crow[j] = mc.slot_of[(long)t * mc.k + j];
                 cw[j] = mc.w[(long)t * mc.k + j];
@@ -180,13 +179,13 @@ __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16
         if (i >= D4) continue;
         v[q] = hr[i];
         if constexpr (COMB) {
-            uint2 r[COMB_MAXK];
+            uint2 r[COMBINE_MAXK];
 #pragma unroll
-            for (int j = 0; j < COMB_MAXK; j++)
+            for (int j = 0; j < COMBINE_MAXK; j++)
                 if (j < mc.k) r[j] = *(const uint2 *)(mc.Y + (long)crow[j] * D + 4 * i);
             float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int j = 0; j < COMB_MAXK; j++)
+            for (int j = 0; j < COMBINE_MAXK; j++)
                 if (j < mc.k) {
                     float wj = cw[j];
                     const bf16 *b = (const bf16 *)&r[j];
@@ -307,8 +306,6 @@ void cuda_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, co
     CUDA_LAUNCHED(st, "rmsnorm");
 }
 
-/* The vectorised kernel's conditions (mc: with a combine, whose rows are 8-byte aligned when
- * Y is and D % 4 == 0) */
 /* The most threads a block of the combining variant may have (its registers), once. */
 static int comb_max_threads(void) {
     static int max_threads = -1; /* host-only, set once */
@@ -320,11 +317,13 @@ static int comb_max_threads(void) {
     return max_threads;
 }
 
+/* The vectorised kernel's conditions (mc: with a combine, whose rows are 8-byte aligned when
+ * Y is and D % 4 == 0) */
 static bool add_rmsnorm_vec(const float *h, const void *delta, const void *out, const float *out_f32,
                             const di_weight *w, int D, const moe_comb *mc) {
     return D % 4 == 0 && norm_threads_vec(D / 4) && aligned16(h) && aligned16(w->data) &&
            (!out_f32 || aligned16(out_f32)) && ((uintptr_t)out & 7) == 0 && (!delta || ((uintptr_t)delta & 7) == 0) &&
-           (!mc || (mc->k <= COMB_MAXK && ((uintptr_t)mc->Y & 7) == 0 &&
+           (!mc || (mc->k <= COMBINE_MAXK && ((uintptr_t)mc->Y & 7) == 0 &&
                     norm_threads_vec(D / 4) <= comb_max_threads()));
 }
 
@@ -354,7 +353,7 @@ void cuda_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, fl
 void cuda_add_rmsnorm_experts(di_backend *be, float *h, const void *scratch, const float *topk_w, int k, void *out,
                               float *out_f32, const di_weight *w, float eps, int T, int D) {
     cuda_state *st = cst(be);
-    DI_ASSERT(st->deferred.scratch == scratch && st->deferred.w == topk_w && st->deferred.k == k &&
+    DI_ASSERT(st->deferred.scratch == scratch && st->deferred.c.w == topk_w && st->deferred.c.k == k &&
               st->deferred.T == T && st->deferred.D == D);
     DI_ASSERT(w->dtype == DI_DTYPE_F32 && w->cols == D && out != (void *)h && out_f32 != h);
     moe_comb mc = st->deferred.c;
