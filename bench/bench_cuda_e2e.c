@@ -253,7 +253,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--trace")) g_trace_steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--async")) g_async = atoi(argv[i + 1]);
     }
-    if (!dir || P < 1 || G < 4 || g_trace_steps < 0 || g_trace_steps > G - 8) {
+    if (!dir || P < 1 || G < 4 || g_trace_steps < 0 || (g_trace_steps > 0 && g_trace_steps > G - 8)) {
         fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128] "
                         "[--prefill 512,8192|none] [--ceilings 0|1] [--trace K (0..gen-8)] [--async 0|1]\n");
         return 2;
