@@ -329,19 +329,41 @@ __global__ void k_route(const float *logits, const float *bias, di_route_params 
     if (t >= T) return;
     const float *lg = logits + (long)t * E;
     const bool noaux = rp.method == DI_ROUTE_NOAUX_TC;
+    /* lane l's logits e = l + 32 j (E <= 32 NJ) in registers, all loads in flight at once (one
+     * memory round trip on the step's critical path, not one per pass); each lane then works
+     * through its e in ascending order, as a `for (e = lane; e < E; e += 32)` loop would */
+    float lv[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) lv[j] = lane + 32 * j < E ? lg[lane + 32 * j] : 0.0f;
     if (noaux) {
-        for (int e = lane; e < E; e += 32) {
-            s[e] = 1.0f / (1.0f + expf(-lg[e]));
-            sel[e] = s[e] + (bias ? bias[e] : 0.0f);
+        float bv[NJ];
+#pragma unroll
+        for (int j = 0; j < NJ; j++) bv[j] = bias && lane + 32 * j < E ? bias[lane + 32 * j] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int e = lane + 32 * j;
+            if (e >= E) continue;
+            const float sv = 1.0f / (1.0f + expf(-lv[j]));
+            s[e] = sv;
+            sel[e] = sv + bv[j];
         }
     } else {
         float mx = -FLT_MAX;
-        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+            if (lane + 32 * j < E) mx = fmaxf(mx, lv[j]);
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         double sum = 0.0;
-        for (int e = lane; e < E; e += 32) sum += (s[e] = expf(lg[e] - mx));
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+            if (lane + 32 * j < E) {
+                lv[j] = expf(lv[j] - mx);
+                sum += lv[j];
+            }
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        for (int e = lane; e < E; e += 32) sel[e] = s[e] = (float)((double)s[e] / sum);
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+            if (lane + 32 * j < E) sel[lane + 32 * j] = s[lane + 32 * j] = (float)((double)lv[j] / sum);
     }
     for (int e = lane; e < E; e += 32) taken[e] = 0;
     __syncwarp();
@@ -399,16 +421,15 @@ __global__ void k_route(const float *logits, const float *bias, di_route_params 
     }
     __syncwarp();
     /* the selected weights from shared memory (not read back from wo: one memory round trip
-     * less on the step's critical path), summed in rank order */
-    if (lane == 0) {
-        double sum = 0.0;
-        for (int i = 0; i < k; i++) sum += wsel[i];
-        float denom = (float)sum + 1e-20f;
-        for (int i = 0; i < k; i++) {
-            float w = wsel[i];
-            if (rp.norm_topk_prob) w /= denom;
-            wo[i] = w * rp.routed_scaling_factor;
-        }
+     * less on the step's critical path), summed in rank order by every lane (the same sum),
+     * then lane i < k divides weight i: the divisions side by side, not one after another */
+    double sum = 0.0;
+    for (int i = 0; i < k; i++) sum += wsel[i];
+    const float denom = (float)sum + 1e-20f;
+    for (int i = lane; i < k; i += 32) {
+        float w = wsel[i];
+        if (rp.norm_topk_prob) w /= denom;
+        wo[i] = w * rp.routed_scaling_factor;
     }
 }
 
@@ -423,10 +444,11 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
     launch_router_logits(st, scratch, x, W_g, T);
     int warps = E > 512 ? 2 : 4;
     size_t per_warp = route_smem_per_warp(E, G, k);
-    /* the fewest register slots per lane for warp_topk_redux: the larger variants hold more
-     * registers (ptxas: 32 / 47 / 78 per thread), which would cut large prefills' occupancy */
+    /* the fewest register slots per lane (the logits, warp_topk_redux's keys): the larger
+     * variants hold more registers (ptxas: 32 / 47 / 78 per thread at 8 / 16 / 32), which would
+     * cut large prefills' occupancy, and run more predicated slots */
     static_assert(DI_MAX_EXPERTS <= 32 * 32, "k_route: at most 32 slots per lane (one 32-bit pick mask)");
-    auto route = E <= 256 ? k_route<8> : E <= 512 ? k_route<16> : k_route<32>;
+    auto route = E <= 64 ? k_route<2> : E <= 256 ? k_route<8> : E <= 512 ? k_route<16> : k_route<32>;
     /* release: past the small experts' sizes (whose k_small_gu, released early, took slots from
      * the work beside it) the next kernel is the permutation, one block that waits resident */
     int release = pdl_with(st, st->moe_pdl) && T > st->moe_small;
