@@ -456,16 +456,6 @@ struct di_backend {
      *   moe_experts(..., tmp, ...); add_rmsnorm(h, tmp, out, out_f32, w, eps, T, D). */
     void (*add_rmsnorm_experts)(di_backend *be, float *h, const void *scratch, const float *topk_w, int k,
                                 void *out, float *out_f32, const di_weight *w, float eps, int T, int D);
-    /* moe_route followed by moe_experts_defer (k = rp->top_k) in one op where the backend fuses
-     * the top-k into the experts' token permutation (CUDA: steps of at most 32 tokens of the
-     * padded path); returns 0 without doing anything otherwise, and the caller runs the two.
-     * When it returns 1, topk_idx / topk_w and the deferred experts are those of the two ops,
-     * bit for bit, and add_rmsnorm_experts follows as after moe_experts_defer. Arguments as
-     * the two ops' (xr: moe_route's x; route_scratch: its scratch). */
-    int (*moe_route_defer)(di_backend *be, int32_t *topk_idx, float *topk_w, const float *xr, const di_weight *W_g,
-                           const di_weight *bias, const di_route_params *rp, float *route_scratch, const void *x,
-                           const di_weight *gate_up, const di_weight *down, int T, void *scratch,
-                           size_t scratch_bytes);
 
     /* The latent's RMSNorm, RoPE of q and of k_pe, and the latent-cache write in one op (NULL:
      * the caller runs the four). Exactly, bit for bit:

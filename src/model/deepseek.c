@@ -210,22 +210,12 @@ static const void *ffn(di_model *m, const di_layer *ly, int T, int may_defer) {
         be->side_end(be);
     }
     const float *router_in = m->xr ? m->xr : (const float *)m->x; /* f32 normed rows */
-    const di_weight *router_bias = ly->router_bias.n ? &ly->router_bias : NULL;
-    /* with the shared experts beside them and a next layer: the routing and the routed experts
-     * in one op where the backend fuses them, else routing then experts (deferred or not) */
-    int defer = side && may_defer && be->add_rmsnorm_experts;
-    int deferred = defer && be->moe_route_defer &&
-                   be->moe_route_defer(be, m->topk_idx, m->topk_w, router_in, &ly->router, router_bias, &m->route,
-                                       m->route_scratch, m->x, &ly->exp_gate_up, &ly->exp_down, T, m->moe_scratch,
-                                       m->moe_scratch_bytes);
-    if (!deferred)
-        be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router, router_bias, &m->route, T,
-                      m->route_scratch);
+    be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router,
+                  ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
     if (side) {
-        deferred = deferred || (defer && be->moe_experts_defer &&
-                                be->moe_experts_defer(be, m->x, m->topk_idx, m->topk_w, m->route.top_k,
-                                                      &ly->exp_gate_up, &ly->exp_down, T, m->moe_scratch,
-                                                      m->moe_scratch_bytes));
+        int deferred = may_defer && be->moe_experts_defer && be->add_rmsnorm_experts &&
+                       be->moe_experts_defer(be, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,
+                                             &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);
         if (!deferred)
             be->moe_experts(be, m->ffn_out, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,
                             &ly->exp_down, T, m->moe_scratch, m->moe_scratch_bytes);

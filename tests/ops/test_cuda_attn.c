@@ -871,103 +871,6 @@ static void experts_defer_case(int E, int e_route, int k, int D, int I, int T, i
     t_weight_free(&gu); t_weight_free(&dn);
 }
 
-/* moe_route_defer (the top-k inside the experts' permutation kernel) against moe_route +
- * moe_experts_defer, each followed by add_rmsnorm_experts: the ids, the weight bits and h / out
- * / out_f32 bit for bit, eagerly and replayed from a graph (where the memset before the gate+up
- * GEMM is folded into the fused kernel). want: whether the backend should take it. */
-static void route_defer_case(const char *name, di_route_params rp, int D, int I, int T, float bias_amp, int want) {
-    int E = rp.n_experts, k = rp.top_k;
-    t_weight wg = t_weight_make(1, E, D, 0, 0.05f);
-    t_weight gu = t_weight_make(E, 2 * I, D, 0, 0.05f), dn = t_weight_make(E, D, I, 0, 0.05f);
-    di_weight gg = t_weight_upload(g_gpu, &wg, DI_WEIGHT_PLAIN);
-    di_weight gug = t_weight_upload(g_gpu, &gu, DI_WEIGHT_PLAIN), dng = t_weight_upload(g_gpu, &dn, DI_WEIGHT_PLAIN);
-    float *bias = t_rand((size_t)E, bias_amp), *xr = t_rand_f32((size_t)T * D, 1.0f);
-    float *x = t_rand((size_t)T * D, 1.0f), *h0 = t_rand_f32((size_t)T * D, 2.0f), *nw = t_rand_f32((size_t)D, 1.0f);
-    di_weight bg = t_vec_upload(g_gpu, bias, E), wn = t_vec_upload(g_gpu, nw, D);
-    const di_weight *b = bias_amp > 0 ? &bg : NULL;
-    size_t sg = g_gpu->moe_scratch_bytes(g_gpu, T, k, D, I, E);
-    void *ds = g_alloc(sg), *dxr = g_raw(xr, (size_t)T * D * 4), *dx = g_act(x, (size_t)T * D);
-    void *di = g_alloc((size_t)T * k * 4), *dw = g_alloc((size_t)T * k * 4), *drs = g_alloc((size_t)T * 2 * E * 4);
-    void *dh = g_alloc((size_t)T * D * 4), *dout = g_alloc((size_t)T * D * 2), *dof = g_alloc((size_t)T * D * 4);
-    size_t nres[5] = {(size_t)T * k * 4, (size_t)T * k * 4, (size_t)T * D * 4, (size_t)T * D * 2, (size_t)T * D * 4};
-    void *dres[5] = {di, dw, dh, dout, dof};
-    const char *what[5] = {"ids", "weights", "h", "out", "out_f32"};
-    unsigned char *res[4][5];
-    int took = 0, nv = 0;
-    void *graph = NULL;
-    if (!want) { /* declined: nothing launched, the ids untouched */
-        g_poison(di, nres[0]);
-        unsigned char *before = (unsigned char *)malloc(nres[0]), *after = (unsigned char *)malloc(nres[0]);
-        CHECK_OK(g_gpu->download(g_gpu, before, di, nres[0]));
-        took = g_gpu->moe_route_defer(g_gpu, (int32_t *)di, (float *)dw, (const float *)dxr, &gg, b, &rp, (float *)drs,
-                                      dx, &gug, &dng, T, ds, sg);
-        CHECK_OK(g_gpu->download(g_gpu, after, di, nres[0]));
-        CHECK_MSG(took || memcmp(before, after, nres[0]) == 0, "moe_route_defer %s T=%d declined but wrote ids", name, T);
-        free(before);
-        free(after);
-    }
-    /* v 0: the two ops; 1: fused, eager; 2, 3: fused, two replays of a graph captured before */
-    for (int v = 0; v < 4 && want; v++) {
-        if (v == 2) {
-            CHECK_OK(g_gpu->graph_begin(g_gpu));
-            g_gpu->moe_route_defer(g_gpu, (int32_t *)di, (float *)dw, (const float *)dxr, &gg, b, &rp, (float *)drs,
-                                   dx, &gug, &dng, T, ds, sg);
-            g_gpu->add_rmsnorm_experts(g_gpu, (float *)dh, ds, (const float *)dw, k, dout, (float *)dof, &wn, 1e-6f,
-                                       T, D);
-            CHECK_OK(g_gpu->graph_end(g_gpu, &graph));
-            CHECK(graph != NULL);
-        }
-        g_gpu->upload(g_gpu, dh, h0, (size_t)T * D * 4);
-        for (int r = 0; r < 5; r++)
-            if (r != 2) g_poison(dres[r], nres[r]);
-        g_poison(ds, sg);
-        g_poison(drs, (size_t)T * 2 * E * 4);
-        if (v == 0) {
-            g_gpu->moe_route(g_gpu, (int32_t *)di, (float *)dw, (const float *)dxr, &gg, b, &rp, T, (float *)drs);
-            int d = g_gpu->moe_experts_defer(g_gpu, dx, (const int32_t *)di, (const float *)dw, k, &gug, &dng, T, ds, sg);
-            CHECK_MSG(d, "route_defer %s T=%d: moe_experts_defer declined", name, T);
-        } else if (v == 1) {
-            took = g_gpu->moe_route_defer(g_gpu, (int32_t *)di, (float *)dw, (const float *)dxr, &gg, b, &rp,
-                                          (float *)drs, dx, &gug, &dng, T, ds, sg);
-            if (!took) break;
-        } else if (graph) {
-            CHECK_OK(g_gpu->graph_launch(g_gpu, graph));
-        }
-        if (v < 2)
-            g_gpu->add_rmsnorm_experts(g_gpu, (float *)dh, ds, (const float *)dw, k, dout, (float *)dof, &wn, 1e-6f,
-                                       T, D);
-        for (int r = 0; r < 5; r++) {
-            res[v][r] = (unsigned char *)malloc(nres[r]);
-            CHECK_OK(g_gpu->download(g_gpu, res[v][r], dres[r], nres[r]));
-        }
-        nv = v + 1;
-        if (v >= 1)
-            for (int r = 0; r < 5; r++)
-                CHECK_MSG(memcmp(res[0][r], res[v][r], nres[r]) == 0, "route_defer %s T=%d (%s): %s differ", name, T,
-                          v == 1 ? "eager" : "graph replay", what[r]);
-        if (v == 0) { /* the ids are real picks: in range, ascending per token */
-            const int32_t *id = (const int32_t *)res[0][0];
-            int bad = 0;
-            for (int t = 0; t < T; t++)
-                for (int j = 0; j < k; j++)
-                    bad += id[t * k + j] < 0 || id[t * k + j] >= E || (j && id[t * k + j] <= id[t * k + j - 1]);
-            CHECK_MSG(bad == 0, "route_defer %s T=%d: %d bad ids", name, T, bad);
-        }
-    }
-    CHECK_MSG(took == want, "moe_route_defer %s T=%d: returned %d, expected %d", name, T, took, want);
-    printf("  moe_route_defer %s E%d k%d D%d I%d T%d: %s\n", name, E, k, D, I, T,
-           took ? "same ids, weights and norm bits as moe_route + moe_experts_defer, eager and in a graph"
-                : "declined");
-    for (int v = 0; v < nv; v++)
-        for (int r = 0; r < 5; r++) free(res[v][r]);
-    if (graph) g_gpu->graph_free(g_gpu, graph);
-    free(bias); free(xr); free(x); free(h0); free(nw);
-    g_free(ds); g_free(dxr); g_free(dx); g_free(di); g_free(dw); g_free(drs); g_free(dh); g_free(dout); g_free(dof);
-    g_gpu->weight_free(g_gpu, &gg); g_gpu->weight_free(g_gpu, &gug); g_gpu->weight_free(g_gpu, &dng);
-    g_gpu->weight_free(g_gpu, &bg); g_gpu->weight_free(g_gpu, &wn);
-    t_weight_free(&wg); t_weight_free(&gu); t_weight_free(&dn);
-}
-
 static void test_defer(void) {
     CHECK_MSG(g_gpu->moe_experts_defer && g_gpu->add_rmsnorm_experts, "no moe_experts_defer / add_rmsnorm_experts");
     if (!g_gpu->moe_experts_defer || !g_gpu->add_rmsnorm_experts) return;
@@ -980,20 +883,6 @@ static void test_defer(void) {
     experts_defer_case(8, 8, 8, 7168, 64, 16, 0); /* V3's hidden size: 896 threads per row */
     experts_defer_case(64, 64, 6, 2048, 1408, 8, 0);   /* below the padded path: declined */
     experts_defer_case(64, 64, 6, 2048, 1408, 129, 0); /* above it: declined */
-    CHECK_MSG(g_gpu->moe_route_defer != NULL, "no moe_route_defer");
-    if (!g_gpu->moe_route_defer) return;
-    route_defer_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 2048, 1408, 16, 0.0f, 1);
-    route_defer_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 2048, 1408, 32, 0.0f, 1);
-    route_defer_case("noaux_tc tiny", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 160, 40, 23, 0.3f, 1);
-    route_defer_case("group_limited", (di_route_params){DI_ROUTE_GROUP_LIMITED_GREEDY, 16, 3, 4, 2, 0, 2.0f}, 96, 40, 17,
-                     0.0f, 1);
-    route_defer_case("noaux_tc V3", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 256, 64, 16, 0.05f, 1);
-    route_defer_case("noaux_tc V3", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 256, 64, 32, 0.05f,
-                     0); /* 32 warps' routing scratch over 48 KB: declined */
-    route_defer_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 2048, 1408, 33, 0.0f,
-                     0); /* more tokens than warps: declined */
-    route_defer_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 2048, 1408, 8, 0.0f,
-                     0); /* below the padded path: declined */
 }
 
 static void test_small(void) {

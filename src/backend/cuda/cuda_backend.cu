@@ -535,7 +535,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->moe_lt = ml && ml[0] >= '0' && ml[0] <= '4' && !ml[1] ? ml[0] - '0' : 2;
     st->moe_direct = env_on("DEEPINFER_CUDA_MOE_DIRECT");
     st->moe_defer = env_on("DEEPINFER_CUDA_MOE_DEFER");
-    st->route_fuse = env_on("DEEPINFER_CUDA_ROUTE_FUSE");
     st->mla_uv_multi = env_on("DEEPINFER_CUDA_MLA_UV_MULTI");
     st->moe_fold = env_on("DEEPINFER_CUDA_MOE_FOLD");
     st->moe_pdl = env_on("DEEPINFER_CUDA_MOE_PDL");
@@ -662,7 +661,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->moe_experts_shared = cuda_moe_experts_shared;
     be->moe_experts_defer = cuda_moe_experts_defer;
     be->add_rmsnorm_experts = cuda_add_rmsnorm_experts;
-    be->moe_route_defer = cuda_moe_route_defer;
     be->reserve = c_reserve;
     be->sample = cuda_sample;
     be->side_begin = c_side_begin;

@@ -67,7 +67,7 @@ static int fold_one(cuda_state *st, cudaGraph_t g, cudaGraphNode_t node, const c
     cudaGraphNodeType t;
     cudaKernelNodeParams kp;
     if (cudaGraphNodeGetType(in[0], &t) != cudaSuccess || t != cudaGraphNodeTypeKernel ||
-        cudaGraphKernelNodeGetParams(in[0], &kp) != cudaSuccess || !cuda_moe_permute_is(kp.func))
+        cudaGraphKernelNodeGetParams(in[0], &kp) != cudaSuccess || kp.func != cuda_moe_permute_fn())
         return 0;
     if (!r.dst) {
         if (cudaMemcpy(st->moe_zero_dev, &z, sizeof z, cudaMemcpyHostToDevice) != cudaSuccess) return 0;

@@ -113,8 +113,6 @@ typedef struct cuda_state {
         moe_comb c;                /* its rows, slots, routing weights (topk_w) and k */
         bf16 *spare;               /* [T, D] of the scratch nobody reads then (fallback combine) */
     } deferred;
-    int route_fuse;                /* DEEPINFER_CUDA_ROUTE_FUSE (default 1): moe_route_defer offered (the
-                                    * top-k inside the experts' permutation kernel, <= 32 tokens) */
     int moe_direct;                /* DEEPINFER_CUDA_MOE_DIRECT (default 1): the pointer-array expert
                                     * path reads the token rows of x in place (no gather) */
     int moe_pdl;                   /* DEEPINFER_CUDA_MOE_PDL (default 1): the padded expert path's permute,
@@ -339,11 +337,8 @@ void lt_free_plans(cuda_state *st);
 
 /* cuda_graph_fill.cu: the small 1-D memset nodes of g as fill kernels; returns how many */
 int cuda_graph_fill_memsets(cuda_state *st, cudaGraph_t g);
-/* cuda_moe.cu: whether a graph node's function is one of the permutation kernels (k_moe_permute
- * or the fused routing + permutation), which do the moe_zero fill */
-bool cuda_moe_permute_is(const void *fn);
-/* cuda_router.cu: the router-logits kernel for T tokens into out [T, E] (f32) */
-void launch_router_logits(cuda_state *st, float *out, const float *x, const di_weight *W, int T);
+/* cuda_moe.cu: the permutation kernel, as a graph node's function */
+void *cuda_moe_permute_fn(void);
 /* fp8 e4m3 activation quantization, DeepSeek act_quant (1x128 groups, amax clamp 1e-4). */
 void launch_act_quant(const bf16 *x, long ldx, int T, int K, uint8_t *q, float *scale, int scale_ld,
                       cudaStream_t s);
@@ -407,11 +402,6 @@ int cuda_moe_experts_defer(di_backend *be, const void *x, const int32_t *topk_id
                            const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes);
 void cuda_add_rmsnorm_experts(di_backend *be, float *h, const void *scratch, const float *topk_w, int k, void *out,
                               float *out_f32, const di_weight *w, float eps, int T, int D);
-int cuda_moe_route_defer(di_backend *be, int32_t *topk_idx, float *topk_w, const float *xr, const di_weight *W_g,
-                         const di_weight *bias, const di_route_params *rp, float *route_scratch, const void *x,
-                         const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes);
-/* the backend.h moe_route contract (shared by moe_route_defer) */
-void cuda_check_route(const di_weight *W_g, const di_weight *bias, const di_route_params *rp);
 /* the routed experts' combine kernel (cuda_moe.cu): out = the weighted sum of c's rows */
 void cuda_moe_combine_launch(cuda_state *st, bf16 *out, const moe_comb *c, int D, int T);
 int cuda_moe_experts_shared(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w,

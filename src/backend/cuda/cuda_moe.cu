@@ -10,8 +10,7 @@
  * tokens are read from HBM; every slot's gate+up input is x itself, so there is no gather:
  * st->moe_direct), or strided over all experts (DEEPINFER_CUDA_MOE_LT=1, or when
  * cuBLASLt has no pointer-array algorithm). Steps of at most DEEPINFER_CUDA_MOE_SMALL tokens
- * (default 1) go to cuda_moe_small.cu instead. moe_route_defer (<= 32 tokens of the padded path)
- * runs the router's top-k inside the permutation kernel (k_moe_route_permute).
+ * (default 1) go to cuda_moe_small.cu instead.
  *
  * Owner: cuda. Semantics follow backend.h / cpu_moe.c (HF transformers 5.17). The permutation
  * order inside an expert comes from shared atomics (not deterministic), but every output row
@@ -22,7 +21,6 @@
  * Yp with cap spare rows more; cap = min(max_tokens, 128)). */
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
-#include "backend/cuda/cuda_route.cuh"
 
 /* ---------------------------------------------------------------- experts ---- */
 
@@ -85,42 +83,28 @@ typedef struct moe_ptr_args {
     int nb, cap, D, I, spread;
 } moe_ptr_args;
 
-/* The permutation's arguments (k_moe_permute / k_moe_route_permute) */
-typedef struct moe_perm_args {
-    const int32_t *idx; /* [Tk] expert ids, pair i = (token i / k, slot i % k) */
-    int Tk, k, E, bm;
-    int32_t *offsets, *tile_off, *active, *perm, *slot_of;
-    int cap;
-    moe_ptr_args pa;
-    const moe_zero *zero; /* the folded memset's fill (NULL: none) */
-} moe_perm_args;
-
-/* The fill of a memset node folded into the permutation (moe_zero, cuda_graph_fill.cu), after
- * the kernel's PDL wait */
-static __device__ void moe_zero_fill(const moe_zero *zero) {
-    if (!zero) return;
-    const moe_zero z = *zero;
-    if (z.dst)
-        for (unsigned long long i = threadIdx.x; i < z.width; i += blockDim.x) {
-            if (z.esize == 4) ((unsigned *)z.dst)[i] = z.value;
-            else if (z.esize == 2) ((unsigned short *)z.dst)[i] = (unsigned short)z.value;
-            else ((unsigned char *)z.dst)[i] = (unsigned char)z.value;
-        }
-}
-
-/* The permutation proper, by the whole block (cnt / cur: shared [E], cnt zeroed by the caller
- * before its first barrier; p.idx readable by every thread after that barrier): counts per
- * expert, offsets, tile table (tiles of bm rows), the list of experts with tokens (active[0..n),
- * n in active[E]), permutation (perm: position -> token, unless NULL; slot_of: pair -> position);
- * cap > 0: positions are padded rows (expert e owns e*cap..); pa.arr: also the pointer arrays
- * (moe_ptr_args); pa.x (direct): pair (t, j) of expert e sits in row e*cap + t, the row its
- * token has in x (no atomics, no gather). */
-static __device__ void moe_permute_block(const moe_perm_args &p, int *cnt, int *cur) {
-    const int32_t *idx = p.idx;
-    const int Tk = p.Tk, k = p.k, E = p.E, bm = p.bm, cap = p.cap;
-    int32_t *offsets = p.offsets, *tile_off = p.tile_off, *active = p.active, *perm = p.perm, *slot_of = p.slot_of;
-    const moe_ptr_args &pa = p.pa;
+/* One block: counts per expert, offsets, tile table (tiles of bm rows), the list of experts
+ * with tokens (active[0..n), n in active[E]), permutation (perm: position -> token, unless NULL;
+ * slot_of: pair -> position); cap > 0: positions are padded rows (expert e owns e*cap..);
+ * pa.arr: also the pointer arrays (moe_ptr_args); pa.x (direct): pair (t, j) of expert e sits in
+ * row e*cap + t, the row its token has in x (no atomics, no gather). */
+__global__ void __launch_bounds__(1024) k_moe_permute(const int32_t *idx, int Tk, int k, int E, int bm,
+                                                      int32_t *offsets, int32_t *tile_off, int32_t *active,
+                                                      int32_t *perm, int32_t *slot_of, int cap, moe_ptr_args pa,
+                                                      const moe_zero *zero) {
+    __shared__ int cnt[DI_MAX_EXPERTS], cur[DI_MAX_EXPERTS];
     int tid = threadIdx.x;
+    for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
+    pdl_wait(); /* st->moe_pdl: the ids come from the router */
+    if (zero) { /* the fill of a memset node folded into this kernel (moe_zero, cuda_graph_fill.cu) */
+        const moe_zero z = *zero;
+        if (z.dst)
+            for (unsigned long long i = tid; i < z.width; i += blockDim.x) {
+                if (z.esize == 4) ((unsigned *)z.dst)[i] = z.value;
+                else if (z.esize == 2) ((unsigned short *)z.dst)[i] = (unsigned short)z.value;
+                else ((unsigned char *)z.dst)[i] = (unsigned char)z.value;
+            }
+    }
     __syncthreads();
     for (int i = tid; i < Tk; i += blockDim.x) {
         int e = idx[i];
@@ -192,37 +176,7 @@ static __device__ void moe_permute_block(const moe_perm_args &p, int *cnt, int *
     }
 }
 
-__global__ void __launch_bounds__(1024) k_moe_permute(moe_perm_args p) {
-    __shared__ int cnt[DI_MAX_EXPERTS], cur[DI_MAX_EXPERTS];
-    for (int e = threadIdx.x; e < p.E; e += blockDim.x) cnt[e] = 0;
-    pdl_wait(); /* st->moe_pdl: the ids come from the router */
-    moe_zero_fill(p.zero);
-    moe_permute_block(p, cnt, cur);
-}
-
-/* The routing of T <= 32 tokens (warp t routes token t: route_token, the ids and weights k_route
- * would write, to p.idx / w_out) and then the permutation of their pairs, in one block: one
- * kernel boundary fewer on a decode step's critical path (moe_route_defer). Dynamic shared
- * memory: route_smem_per_warp(E, G, k) per routing warp. */
-template <int NJ>
-__global__ void __launch_bounds__(1024) k_moe_route_permute(moe_perm_args p, const float *logits, const float *bias,
-                                                            di_route_params rp, int T, float *w_out, int redux) {
-    __shared__ int cnt[DI_MAX_EXPERTS], cur[DI_MAX_EXPERTS];
-    extern __shared__ unsigned char route_smem[];
-    for (int e = threadIdx.x; e < p.E; e += blockDim.x) cnt[e] = 0;
-    pdl_wait(); /* st->route_pdl: launched early; the logits come from the router-logits kernel */
-    moe_zero_fill(p.zero);
-    const int warp = threadIdx.x >> 5, G = rp.n_group > 0 ? rp.n_group : 1;
-    if (warp < T)
-        route_token<NJ>(logits, bias, rp, warp, (int32_t *)p.idx, w_out, redux,
-                        route_smem + route_smem_per_warp(rp.n_experts, G, rp.top_k) * warp);
-    moe_permute_block(p, cnt, cur); /* its first barrier makes the ids visible to the block */
-}
-
-bool cuda_moe_permute_is(const void *fn) {
-    return fn == (const void *)k_moe_permute || fn == (const void *)k_moe_route_permute<8> ||
-           fn == (const void *)k_moe_route_permute<16> || fn == (const void *)k_moe_route_permute<32>;
-}
+void *cuda_moe_permute_fn(void) { return (void *)k_moe_permute; }
 
 /* Padded path, one block per (token, expert) pair i: Xp[slot_of[i]] = x[i / k] (D % 8 == 0).
  * Padded rows without a token are never written (nor read back). */
@@ -316,18 +270,9 @@ static void launch_combine(cuda_state *st, bf16 *out, const bf16 *Y, const int32
  * cap rows, and every slot's gate+up input is x itself ([T, D] = [cap, D]): no gather. If
  * cuBLASLt has no pointer-array algorithm (or moe_lt 1), strided batches over all E experts.
  * 0: not taken (the grouped kernels run). */
-/* The routing that moe_route_defer leaves to the permutation (NULL: the ids come from moe_route) */
-typedef struct moe_route_in {
-    const float *xr; /* the router's f32 input rows */
-    const di_weight *W_g, *bias;
-    const di_route_params *rp;
-    float *logits; /* the router scratch: [T, E] logits */
-    size_t smem;   /* the routing warps' dynamic shared memory */
-} moe_route_in;
-
 static int moe_padded(cuda_state *st, void *out, const void *x, const int32_t *topk_idx,
                       const float *topk_w, int k, const di_weight *gate_up, const di_weight *down, int T,
-                      moe_scratch *ms, int bm, const void *defer_scratch, const moe_route_in *ri) {
+                      moe_scratch *ms, int bm, const void *defer_scratch) {
     int E = gate_up->n, D = gate_up->cols, I = down->cols, Tk = T * k, mode = st->moe_lt;
     int min_t = mode == 3 ? MOE_LT_PTR_MIN_T : MOE_LT_MIN_T; /* 4: as 2, spare slots at the end */
     if (mode < 1 || T < min_t || T > MOE_LT_MAX_CAP || gate_up->dtype != DI_DTYPE_BF16 ||
@@ -357,19 +302,9 @@ static int moe_padded(cuda_state *st, void *out, const void *x, const int32_t *t
         if (!lt_ready(st, &g1, ms->Xp, ms->Hp) || !lt_ready(st, &g2, ms->Ap, ms->Yp)) return 0;
     }
     const bool pdl = pdl_with(st, st->moe_pdl);
-    const moe_perm_args perm = {topk_idx, Tk, k, E, bm, ms->offsets, ms->tile_off, ms->active, NULL, ms->slot_of,
-                                cap, pa, (const moe_zero *)st->moe_zero_dev};
-    if (ri) { /* moe_route_defer: the router logits, then the routing inside the permutation */
-        launch_router_logits(st, ri->logits, ri->xr, ri->W_g, T);
-        auto rperm = E <= 256 ? k_moe_route_permute<8> : E <= 512 ? k_moe_route_permute<16> : k_moe_route_permute<32>;
-        cuda_launch_pdl(st, pdl_with(st, st->route_pdl), rperm, dim3(1), dim3(1024), ri->smem, perm,
-                        (const float *)ri->logits, ri->bias ? (const float *)ri->bias->data : NULL, *ri->rp, T,
-                        (float *)topk_w, (int)(T <= st->route_redux));
-        CUDA_LAUNCHED(st, "moe_route_permute");
-    } else {
-        cuda_launch_pdl(st, pdl, k_moe_permute, dim3(1), dim3(1024), 0, perm);
-        CUDA_LAUNCHED(st, "moe_permute");
-    }
+    cuda_launch_pdl(st, pdl, k_moe_permute, dim3(1), dim3(1024), 0, topk_idx, Tk, k, E, bm, ms->offsets, ms->tile_off,
+                    ms->active, (int32_t *)NULL, ms->slot_of, cap, pa, (const moe_zero *)st->moe_zero_dev);
+    CUDA_LAUNCHED(st, "moe_permute");
     if (!pa.x) {
         k_moe_gather<<<Tk, 128, 0, st->stream>>>(ms->Xp, (const bf16 *)x, ms->slot_of, k, D);
         CUDA_LAUNCHED(st, "moe_gather");
@@ -436,9 +371,9 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
     carve(&ms, scratch, Tk, D, I, E, lt_cap(T));
     int bm = tile_rows(Tk, E);
     moe_ptr_args no_ptrs = {};
-    if (moe_padded(st, out, x, topk_idx, topk_w, k, gate_up, down, T, &ms, bm, NULL, NULL)) return;
-    k_moe_permute<<<1, 1024, 0, st->stream>>>(
-        moe_perm_args{topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active, ms.perm, ms.slot_of, 0, no_ptrs, NULL});
+    if (moe_padded(st, out, x, topk_idx, topk_w, k, gate_up, down, T, &ms, bm, NULL)) return;
+    k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active, ms.perm,
+                                              ms.slot_of, 0, no_ptrs, NULL);
     CUDA_LAUNCHED(st, "moe_permute");
     gemm_rows r1 = {ms.offsets, ms.perm, ms.tile_off, bm, Tk, T, ms.active, ms.active + E};
     gemm_out o1 = {ms.A, I, 0, 0, 0, I};
@@ -459,26 +394,5 @@ int cuda_moe_experts_defer(di_backend *be, const void *x, const int32_t *topk_id
     if (!st->moe_defer || T <= 0) return 0; /* moe_padded declines the small path's sizes itself */
     moe_scratch ms;
     carve(&ms, scratch, T * k, D, I, E, lt_cap(T));
-    return moe_padded(st, NULL, x, topk_idx, topk_w, k, gate_up, down, T, &ms, tile_rows(T * k, E), scratch, NULL);
-}
-
-/* backend.h moe_route_defer: moe_route + moe_experts_defer with k_route's work inside the
- * permutation kernel (k_moe_route_permute), for the padded path's steps of at most 32 tokens
- * (a warp per token in the one block) whose routing scratch fits the default 48 KB of shared
- * memory; 0, nothing launched, elsewhere. */
-int cuda_moe_route_defer(di_backend *be, int32_t *topk_idx, float *topk_w, const float *xr, const di_weight *W_g,
-                         const di_weight *bias, const di_route_params *rp, float *route_scratch, const void *x,
-                         const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes) {
-    cuda_state *st = cst(be);
-    int E = gate_up->n, D = gate_up->cols, I = down->cols, k = rp->top_k, G = rp->n_group > 0 ? rp->n_group : 1;
-    cuda_check_route(W_g, bias, rp);
-    check_experts(be, gate_up, down, T, k, scratch_bytes);
-    DI_ASSERT(rp->n_experts == E);
-    size_t smem = route_smem_per_warp(E, G, k) * (size_t)T;
-    if (!st->route_fuse || !st->moe_defer || T <= 0 || T > 32 || smem + 2 * DI_MAX_EXPERTS * sizeof(int) > 48 * 1024)
-        return 0;
-    moe_scratch ms;
-    carve(&ms, scratch, T * k, D, I, E, lt_cap(T));
-    moe_route_in ri = {xr, W_g, bias, rp, route_scratch, smem};
-    return moe_padded(st, NULL, x, topk_idx, topk_w, k, gate_up, down, T, &ms, tile_rows(T * k, E), scratch, &ri);
+    return moe_padded(st, NULL, x, topk_idx, topk_w, k, gate_up, down, T, &ms, tile_rows(T * k, E), scratch);
 }
