@@ -417,8 +417,14 @@ static void test_prefill(void) {
 /* ---------------------------------------------------------------- MoE ---- */
 
 /* k_route's two top-k paths at every step size: DEEPINFER_CUDA_ROUTE_REDUX=0 (warp_argmax) and
- * =65536 (warp_topk_redux); the default backend takes the latter at one token only */
-static di_backend *g_route_argmax, *g_route_redux;
+ * =65536 (warp_topk_redux); the default backend takes the latter up to 16 tokens. And the router
+ * logits of <= 32-token steps with 8 and 1 tokens per block (DEEPINFER_CUDA_ROUTER_TT; default 2) */
+enum { ROUTE_ALTS = 4 };
+static di_backend *g_route_alt[ROUTE_ALTS];
+static const char *const g_route_alt_env[ROUTE_ALTS][2] = {{"DEEPINFER_CUDA_ROUTE_REDUX", "0"},
+                                                          {"DEEPINFER_CUDA_ROUTE_REDUX", "65536"},
+                                                          {"DEEPINFER_CUDA_ROUTER_TT", "8"},
+                                                          {"DEEPINFER_CUDA_ROUTER_TT", "1"}};
 
 /* route_case with inputs that stress k_route's tie, -INF and NaN rules. dup > 0: gate row e
  * (and bias e) a copy of row e % dup, so experts share bit-identical logits (exact ties, which
@@ -488,10 +494,8 @@ static void route_case_x(const char *name, di_route_params rp, int T, int D, flo
     int32_t *ig = (int32_t *)malloc((size_t)T * k * 4);
     float *wgot = g_get_f32(dw, (size_t)T * k);
     g_gpu->download(g_gpu, ig, di, (size_t)T * k * 4);
-    di_backend *alts[2] = {g_route_argmax, g_route_redux};
-    const char *alt_names[2] = {"DEEPINFER_CUDA_ROUTE_REDUX=0", "DEEPINFER_CUDA_ROUTE_REDUX=65536"};
-    for (int v = 0; v < 2; v++) { /* the same inputs through each path: the same ids, the same weight bits */
-        di_backend *alt = alts[v];
+    for (int v = 0; v < ROUTE_ALTS; v++) { /* the same inputs through each path: the same ids and weight bits */
+        di_backend *alt = g_route_alt[v];
         if (!alt) continue;
         void *di0 = g_alloc((size_t)T * k * 4), *dw0 = g_alloc((size_t)T * k * 4);
         void *ds0 = g_alloc((size_t)T * 2 * E * 4);
@@ -505,8 +509,10 @@ static void route_case_x(const char *name, di_route_params rp, int T, int D, flo
         g_gpu->download(g_gpu, i0, di0, (size_t)T * k * 4);
         g_gpu->download(g_gpu, w0, dw0, (size_t)T * k * 4);
         int same = !memcmp(i0, ig, (size_t)T * k * 4) && !memcmp(w0, wgot, (size_t)T * k * 4);
-        fprintf(stderr, "  moe_route %s: %s: %s\n", name, alt_names[v], same ? "same ids and weight bits" : "DIFFERS");
-        CHECK_MSG(same, "moe_route %s: ids / weight bits differ with %s", name, alt_names[v]);
+        fprintf(stderr, "  moe_route %s: %s=%s: %s\n", name, g_route_alt_env[v][0], g_route_alt_env[v][1],
+                same ? "same ids and weight bits" : "DIFFERS");
+        CHECK_MSG(same, "moe_route %s: ids / weight bits differ with %s=%s", name, g_route_alt_env[v][0],
+                  g_route_alt_env[v][1]);
         free(i0); free(w0);
         g_free(di0); g_free(dw0); g_free(ds0);
     }
@@ -529,10 +535,10 @@ static void route_case(const char *name, di_route_params rp, int T, int D, float
     route_case_x(name, rp, T, D, bias_amp, 0, 0, -1);
 }
 
-/* every case also runs with each top-k path forced (same ids, same bits) */
+/* every case also runs with each top-k path forced and with 8 and 1 router-logits tokens per block
+ * (same ids, same bits) */
 static void test_route(void) {
-    g_route_argmax = g_backend_with("DEEPINFER_CUDA_ROUTE_REDUX", "0");
-    g_route_redux = g_backend_with("DEEPINFER_CUDA_ROUTE_REDUX", "65536");
+    for (int v = 0; v < ROUTE_ALTS; v++) g_route_alt[v] = g_backend_with(g_route_alt_env[v][0], g_route_alt_env[v][1]);
     route_case("noaux_tc V3", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 50, 1024, 0.05f);
     route_case("noaux_tc tiny", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 33, 160, 0.3f);
     route_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 50, 2048, 0.0f);
@@ -584,9 +590,10 @@ static void test_route(void) {
                96, 0.0f);
     route_case_x("noaux_tc V3 NaN row", v3, 3, 1024, 0.05f, 0, 0, 37);
     route_case_x("greedy V2-Lite NaN row", v2, 2, 2048, 0.0f, 0, 0, 5);
-    if (g_route_argmax) di_backend_free(g_route_argmax);
-    if (g_route_redux) di_backend_free(g_route_redux);
-    g_route_argmax = g_route_redux = NULL;
+    for (int v = 0; v < ROUTE_ALTS; v++) {
+        if (g_route_alt[v]) di_backend_free(g_route_alt[v]);
+        g_route_alt[v] = NULL;
+    }
 }
 
 /* A router's output for tests: per token k distinct experts in ascending order, one pick in

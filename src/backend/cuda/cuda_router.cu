@@ -13,7 +13,7 @@
 #include "backend/cuda/cuda_pdl.cuh"
 
 /* Router logits in fp32: out[t, e] = Σ_d x[t, d] · W[e, d], x f32 [T, D], W bf16 [E, D].
- * One kernel for every T. A block of RT_Q = 4 warps computes EE experts x RT_TOK tokens; warp q,
+ * One kernel for every T. A block of RT_Q = 4 warps computes EE experts x TT tokens; warp q,
  * lane l owns the columns (q·32 + l)·4 + 512·i + c, c < 4 (vec: D % 4 == 0, aligned rows) or
  * q·32 + l + 128·i (scalar) of every row. Its partial sums run in column order with fmaf, then
  * a shuffle tree per warp, then the four warps' partials are added in q order. So each
@@ -74,10 +74,10 @@ static __device__ __forceinline__ void rt_reduce_store(float (&acc)[EE][TT], flo
     if (REUSE) __syncthreads();
 }
 
-template <int EE, int UNROLL>
+template <int EE, int UNROLL, int TT = RT_TOK>
 __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T, int E,
                                                              int D, int vec, int pdl) {
-    __shared__ float part[RT_Q][EE][RT_TOK];
+    __shared__ float part[RT_Q][EE][TT];
     if (pdl) { /* launched with PDL; k_route (one block per 4 tokens) released at once (st->route_pdl) */
         pdl_launch_dependents();
         pdl_wait();
@@ -89,17 +89,17 @@ __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const f
         eb = (int)(flat % gridDim.y);
         tb = (int)(flat / gridDim.y);
     }
-    const int e0 = eb * EE, t0 = tb * RT_TOK;
-    const int nt = min(RT_TOK, T - t0), ne = min(EE, E - e0);
-    float acc[EE][RT_TOK];
+    const int e0 = eb * EE, t0 = tb * TT;
+    const int nt = min(TT, T - t0), ne = min(EE, E - e0);
+    float acc[EE][TT];
 #pragma unroll
     for (int j = 0; j < EE; j++)
 #pragma unroll
-        for (int tt = 0; tt < RT_TOK; tt++) acc[j][tt] = 0.f;
+        for (int tt = 0; tt < TT; tt++) acc[j][tt] = 0.f;
     if (vec) {
 #pragma unroll UNROLL
         for (int d = (q * 32 + lane) * 4; d < D; d += RT_Q * 128)
-            rt_step_vec<EE, RT_TOK>(acc, W, e0, ne, D, d, x, t0, nt);
+            rt_step_vec<EE, TT>(acc, W, e0, ne, D, d, x, t0, nt);
     } else {
 #pragma unroll UNROLL
         for (int d = q * 32 + lane; d < D; d += RT_Q * 32) {
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const f
 #pragma unroll
             for (int j = 0; j < EE; j++) w[j] = j < ne ? __bfloat162float(W[(long)(e0 + j) * D + d]) : 0.f;
 #pragma unroll
-            for (int tt = 0; tt < RT_TOK; tt++)
+            for (int tt = 0; tt < TT; tt++)
                 if (tt < nt) {
                     float v = x[(long)(t0 + tt) * D + d];
 #pragma unroll
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const f
                 }
         }
     }
-    rt_reduce_store<EE, RT_TOK, false>(acc, part, out, E, e0, ne, t0, nt);
+    rt_reduce_store<EE, TT, false>(acc, part, out, E, e0, ne, t0, nt);
 }
 
 /* Prefill variant (T > 32, vec): a block stages its TT tokens' x rows in shared memory once
@@ -158,9 +158,16 @@ static void launch_router_logits(cuda_state *st, float *out, const float *x, con
     const bf16 *w = (const bf16 *)W->data;
     /* tokens on x (no 65535 limit), experts on y (E <= DI_MAX_EXPERTS) */
     if (T <= 32) {
-        dim3 grid(ceil_div_i(T, RT_TOK), E);
+        /* st->router_tt tokens per block (the same sums whatever the grouping; fewer tokens per
+         * block: fewer x loads and registers per thread, more blocks) */
+        const int tt = st->router_tt;
+        dim3 grid(ceil_div_i(T, tt), E);
         bool pdl = pdl_with(st, st->route_pdl);
-        cuda_launch_pdl(st, pdl, k_router_logits<1, 4>, grid, dim3(RT_Q * 32), 0, out, x, w, T, E, D, vec, (int)pdl);
+        auto kern = tt == 1   ? k_router_logits<1, 4, 1>
+                    : tt == 2 ? k_router_logits<1, 4, 2>
+                    : tt == 4 ? k_router_logits<1, 4, 4>
+                              : k_router_logits<1, 4, 8>;
+        cuda_launch_pdl(st, pdl, kern, grid, dim3(RT_Q * 32), 0, out, x, w, T, E, D, vec, (int)pdl);
     } else if (vec && st->router_smem && (long)RT_TOK * D * 4 <= 160 * 1024 && ceil_div_i(T, RT_TOK) >= 2 * st->n_sm) {
         /* large prefills only: a block walks every expert group, so it needs >= 2 blocks per SM
          * (2112 tokens on 132 SMs); below that the one-group blocks keep more SMs busy (measured:
