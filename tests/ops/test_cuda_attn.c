@@ -418,13 +418,13 @@ static void test_prefill(void) {
 
 /* k_route's two top-k paths at every step size: DEEPINFER_CUDA_ROUTE_REDUX=0 (warp_argmax) and
  * =65536 (warp_topk_redux); the default backend takes the latter up to 16 tokens. And the router
- * logits of <= 32-token steps with 8 and 1 tokens per block (DEEPINFER_CUDA_ROUTER_TT; default 2) */
+ * logits of <= 32-token steps with 8 and 2 tokens per block (DEEPINFER_CUDA_ROUTER_TT; default 1) */
 enum { ROUTE_ALTS = 4 };
 static di_backend *g_route_alt[ROUTE_ALTS];
 static const char *const g_route_alt_env[ROUTE_ALTS][2] = {{"DEEPINFER_CUDA_ROUTE_REDUX", "0"},
                                                           {"DEEPINFER_CUDA_ROUTE_REDUX", "65536"},
                                                           {"DEEPINFER_CUDA_ROUTER_TT", "8"},
-                                                          {"DEEPINFER_CUDA_ROUTER_TT", "1"}};
+                                                          {"DEEPINFER_CUDA_ROUTER_TT", "2"}};
 
 /* route_case with inputs that stress k_route's tie, -INF and NaN rules. dup > 0: gate row e
  * (and bias e) a copy of row e % dup, so experts share bit-identical logits (exact ties, which
@@ -535,7 +535,7 @@ static void route_case(const char *name, di_route_params rp, int T, int D, float
     route_case_x(name, rp, T, D, bias_amp, 0, 0, -1);
 }
 
-/* every case also runs with each top-k path forced and with 8 and 1 router-logits tokens per block
+/* every case also runs with each top-k path forced and with 8 and 2 router-logits tokens per block
  * (same ids, same bits) */
 static void test_route(void) {
     for (int v = 0; v < ROUTE_ALTS; v++) g_route_alt[v] = g_backend_with(g_route_alt_env[v][0], g_route_alt_env[v][1]);

@@ -558,7 +558,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     const char *rr = getenv("DEEPINFER_CUDA_ROUTE_REDUX");
     st->route_redux = rr && rr[0] >= '0' && rr[0] <= '9' ? atoi(rr) : 16;
     const char *rt = getenv("DEEPINFER_CUDA_ROUTER_TT");
-    st->router_tt = rt && (!strcmp(rt, "1") || !strcmp(rt, "2") || !strcmp(rt, "4") || !strcmp(rt, "8")) ? atoi(rt) : 2;
+    st->router_tt = rt && (!strcmp(rt, "1") || !strcmp(rt, "2") || !strcmp(rt, "4") || !strcmp(rt, "8")) ? atoi(rt) : 1;
     st->mla_early = env_on("DEEPINFER_CUDA_MLA_EARLY");
     st->pdl = pd && pd[0] >= '0' && pd[0] <= '2' && !pd[1] ? pd[0] - '0' : 1;
     const char *sc = getenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");

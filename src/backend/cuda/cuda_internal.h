@@ -134,9 +134,10 @@ typedef struct cuda_state {
                                     * the wait) */
     int route_pdl;                 /* DEEPINFER_CUDA_ROUTE_PDL (default 1): router logits of <= 32 tokens
                                     * PDL-launched, releasing k_route (PDL) at their start */
-    int router_tt;                 /* DEEPINFER_CUDA_ROUTER_TT=1|2|4|8 (default 2): tokens per block of the
+    int router_tt;                 /* DEEPINFER_CUDA_ROUTER_TT=1|2|4|8 (default 1): tokens per block of the
                                     * router logits of <= 32-token steps. Measured (2026-12-02,
-                                    * v2lite-8l, 3 rounds): 2 against 8 batch 1 +1.4%, 16 +0.9% */
+                                    * v2lite-8l, 3 rounds per call): 2 against 8 batch 1 +1.4%, 16
+                                    * +0.9%; 1 against 2 batch 1 +2%, 16 / 64 the same */
     int route_redux;               /* DEEPINFER_CUDA_ROUTE_REDUX=N (default 16): steps of at most N tokens
                                     * take k_route's top-k on warp reductions of register keys
                                     * (warp_topk_redux); others (or 0) warp_argmax; same ids and bits.
