@@ -187,12 +187,12 @@ __global__ void k_moe_gather(bf16 *Xp, const bf16 *x, const int32_t *slot_of, in
     for (int c = threadIdx.x; c < D / 8; c += blockDim.x) d[c] = s[c];
 }
 
-/* Padded path, one block per pair i: Ap[r] = silu(Hp[r, :I]) * Hp[r, I:] for r = slot_of[i]
- * (I % 8 == 0), the arithmetic of cuda_ops.cu's k_silu_mul (same bits); only rows with a token. */
 /* threads of a k_moe_silu_rows block: one 8-column piece each up to 512 (V2-Lite's I = 1408:
  * 176 pieces, 192 threads; with 128 a quarter of them took a second dependent round trip) */
 static int silu_rows_threads(int I) { return I / 8 < 512 ? (I / 8 + 31) / 32 * 32 : 512; }
 
+/* Padded path, one block per pair i: Ap[r] = silu(Hp[r, :I]) * Hp[r, I:] for r = slot_of[i]
+ * (I % 8 == 0), the arithmetic of cuda_ops.cu's k_silu_mul (same bits); only rows with a token. */
 __global__ void k_moe_silu_rows(bf16 *Ap, const bf16 *Hp, const int32_t *slot_of, int I) {
     pdl_wait(); /* st->moe_pdl: Hp comes from the gate+up GEMM */
     long r = slot_of[blockIdx.x];
