@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_rope.cuh"
 
 static __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -448,20 +449,13 @@ __global__ void k_rope(bf16 *x, long ldx, int n_heads, int hs, const int32_t *po
     pdl_wait(); /* PDL (cuda_pdl.cuh): everything below reads the step's data */
     int t = blockIdx.x, half = dim / 2;
     float pos = (float)positions[t];
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float phi = __fmul_rn(pos, inv_freq[i]);
-        cs[i] = (float)cos((double)phi) * mscale;
-        cs[half + i] = (float)sin((double)phi) * mscale;
-    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cos_sin(pos, inv_freq[i], mscale, &cs[i], &cs[half + i]);
     __syncthreads();
     for (int j = threadIdx.x; j < n_heads * half; j += blockDim.x) {
         int h = j / half, i = j % half;
         bf16 *v = x + (long)t * ldx + (long)h * hs;
         int a = interleave ? 2 * i : i, b = interleave ? 2 * i + 1 : i + half;
-        float xa = __bfloat162float(v[a]), xb = __bfloat162float(v[b]);
-        float c = cs[i], s = cs[half + i];
-        v[a] = __float2bfloat16_rn(xa * c - xb * s);
-        v[b] = __float2bfloat16_rn(xb * c + xa * s);
+        rope_pair(__bfloat162float(v[a]), __bfloat162float(v[b]), cs[i], cs[half + i], &v[a], &v[b]);
     }
 }
 
@@ -523,11 +517,7 @@ __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *k
     const int pos_raw = positions[t], slot = slots[t];
     float pos = (float)pos_raw;
     auto cos_sin = [&]() {
-        for (int i = tid; i < half; i += blockDim.x) {
-            float phi = __fmul_rn(pos, inv_freq[i]);
-            cs[i] = (float)cos((double)phi) * mscale;
-            cs[half + i] = (float)sin((double)phi) * mscale;
-        }
+        for (int i = tid; i < half; i += blockDim.x) rope_cos_sin(pos, inv_freq[i], mscale, &cs[i], &cs[half + i]);
     };
     if (early) { /* the position is the step's upload: the cos / sin table before the wait */
         cos_sin();
@@ -581,8 +571,8 @@ __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *k
         for (int u = 0; u < RKV_U; u++) {
             int j = j0 + u * blockDim.x;
             if (j >= np) continue;
-            float c = cs[ii[u]], s = cs[half + ii[u]];
-            bf16 ya = __float2bfloat16_rn(xa[u] * c - xb[u] * s), yb = __float2bfloat16_rn(xb[u] * c + xa[u] * s);
+            bf16 ya, yb;
+            rope_pair(xa[u], xb[u], cs[ii[u]], cs[half + ii[u]], &ya, &yb);
             vp[u][ia[u]] = ya;
             vp[u][ib[u]] = yb;
             if (j / half == n_heads && crow) {
