@@ -475,13 +475,16 @@ struct di_backend {
 
     /* MLA decode attention and the W_UV projection in one op (NULL: the caller runs the two).
      * Exactly, bit for bit:
+     *   if (q_rope) rope(be, qpe, ldqpe, H, hsqpe, ab->positions, ab->n_tokens, q_rope);
      *   mla_decode(be, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d);
      *   bmm(be, o, ldo, hso, olat, H * r, r, w_uv, n_tokens);
      * (n_tokens: the decode tokens, those of sequences [seq_begin, seq_end)). olat ([tokens, H, r],
-     * as mla_decode's out) is scratch: it may be left unwritten. */
+     * as mla_decode's out) is scratch: it may be left unwritten. q_rope (NULL: q_pe is rotated
+     * already): q_pe is read un-rotated, and left rotated or not. */
     void (*mla_decode_uv)(di_backend *be, void *o, int ldo, int hso, void *olat, const void *qt, const void *qpe,
                           int ldqpe, int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin,
-                          int seq_end, const di_mla_dims *d, const di_weight *w_uv, int n_tokens);
+                          int seq_end, const di_mla_dims *d, const di_weight *w_uv, int n_tokens,
+                          const di_rope_params *q_rope);
 
     /* Two-lane concurrency (all three NULL: every op runs in issue order, which is always
      * correct; a backend that has them may overlap independent ops, e.g. a latency-bound chain

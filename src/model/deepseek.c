@@ -120,9 +120,12 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
         be->matmul(be, m->q, H * qk, m->x, c->hidden_size, &ly->q, T, 0);
     }
     int side_rope = 0;
+    /* split with mla_decode_uv: q's RoPE inside the decode op (as it loads q_pe), not before */
+    const di_rope_params *q_rope = split && be->mla_decode_uv && m->q_rope_in_decode ? &m->rope : NULL;
     if (split) {
-        be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, NULL, 0, 0, NULL, ab->slot_mapping, W,
-                          ab->positions, T, &m->rope, NULL, (float)c->rms_norm_eps);
+        if (!q_rope)
+            be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, NULL, 0, 0, NULL, ab->slot_mapping, W,
+                              ab->positions, T, &m->rope, NULL, (float)c->rms_norm_eps);
         side_rope = 1; /* the side lane is joined after the W_UK absorption below */
     } else {
         if (side) be->side_join(be);
@@ -159,7 +162,7 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
         if (side_rope) be->side_join(be);
         if (be->mla_decode_uv) {
             be->mla_decode_uv(be, m->o, H * d->v_dim, d->v_dim, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk,
-                              cache, ab, 0, n_decode_seqs, d, &ly->w_uv, n_decode_tokens);
+                              cache, ab, 0, n_decode_seqs, d, &ly->w_uv, n_decode_tokens, q_rope);
         } else {
             be->mla_decode(be, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk, cache, ab, 0, n_decode_seqs, d);
             be->bmm(be, m->o, H * d->v_dim, d->v_dim, m->olat, H * r, r, &ly->w_uv, n_decode_tokens);
@@ -204,14 +207,20 @@ static const void *ffn(di_model *m, const di_layer *ly, int T, int may_defer) {
     int Is = c->moe_intermediate_size * c->n_shared_experts;
     /* shared experts on the backend's side lane where it has one, overlapping the routing and
      * the routed experts, accumulated straight into h in fp32 */
+    const float *router_in = m->xr ? m->xr : (const float *)m->x; /* f32 normed rows */
+    /* late (T <= shared_late_max_t): the routing first, alone on HBM, then the fork */
+    int late = T <= m->shared_late_max_t;
+    if (late)
+        be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router,
+                      ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
     int side = c->n_shared_experts > 0 && be->side_begin && be->side_begin(be, T);
     if (side) {
         swiglu(m, &ly->sh_gate_up, &ly->sh_down, Is, T, m->h, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
         be->side_end(be);
     }
-    const float *router_in = m->xr ? m->xr : (const float *)m->x; /* f32 normed rows */
-    be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router,
-                  ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
+    if (!late)
+        be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router,
+                      ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
     if (side) {
         int deferred = may_defer && be->moe_experts_defer && be->add_rmsnorm_experts &&
                        be->moe_experts_defer(be, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,

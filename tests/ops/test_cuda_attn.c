@@ -169,7 +169,8 @@ static void decode_case(const char *name, int S, const int *q_len, const int *ct
 /* mla_decode_uv (decode + W_UV in one op; with split KV the merge runs inside the W_UV GEMV)
  * against mla_decode + bmm on the GPU and against the CPU's two ops. One token: bit for bit
  * (k_mla_uv is k_mla_combine + the bmm's GEMV). 2-16 tokens (k_mla_uv_multi: the GEMV's sums
- * where the bmm runs cuBLASLt): within bf16 rounding of the two ops, and the same bits twice. */
+ * where the bmm runs cuBLASLt): within bf16 rounding of the two ops, and the same bits twice.
+ * With q_rope (q_pe rotated inside the op): the same bits as rope, then the op without it. */
 static void decode_uv_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d) {
     int H = d.n_heads, r = d.kv_rank, dr = d.rope_dim, W = r + dr, hs = 128 + dr, ldq = H * hs, V = d.v_dim;
     paged p;
@@ -194,7 +195,7 @@ static void decode_uv_case(const char *name, int S, const int *q_len, const int 
         g_poison(dlat, (size_t)T * H * r * 2);
         g_poison(db, (size_t)T * H * V * 2);
         g_gpu->mla_decode_uv(g_gpu, db, H * V, V, dlat, dqt, (uint16_t *)dq + 128, ldq, hs, p.dcache, &p.dab, 0, S, &d,
-                             &wg, T);
+                             &wg, T, NULL);
         CHECK_OK(g_gpu->download(g_gpu, rep ? hc : hb, db, (size_t)T * H * V * 2));
     }
     CHECK_OK(g_gpu->download(g_gpu, ha, da, (size_t)T * H * V * 2));
@@ -211,6 +212,30 @@ static void decode_uv_case(const char *name, int S, const int *q_len, const int 
         snprintf(w2, sizeof w2, "%s vs mla_decode + bmm (%zu outputs differ in bits)", what, diff);
         T_CHECK(w2, got, two, (size_t)T * H * V, 4e-3, 8e-3);
     }
+    /* q_rope: q_pe handed over un-rotated (the op rotates it) against rope, then the op; both
+     * pair layouts, a YaRN-like mscale with the NeoX one */
+    int half = dr / 2;
+    float *inv = (float *)malloc((size_t)half * 4);
+    for (int i = 0; i < half; i++) inv[i] = powf(10000.0f, -2.0f * i / dr) * (i > half * 2 / 3 ? 0.025f : 1.0f);
+    float *dinv = (float *)g_raw(inv, (size_t)half * 4);
+    for (int il = 1; il >= 0; il--) {
+        di_rope_params rg = {dr, il, il ? 1.0f : 1.2f, dinv};
+        void *dq_rot = g_act(q, (size_t)T * ldq), *dq_raw = g_act(q, (size_t)T * ldq);
+        g_gpu->rope(g_gpu, (uint16_t *)dq_rot + 128, ldq, H, hs, p.dpos, T, &rg);
+        for (int v = 0; v < 2; v++) {
+            g_poison(dlat, (size_t)T * H * r * 2);
+            g_poison(db, (size_t)T * H * V * 2);
+            g_gpu->mla_decode_uv(g_gpu, db, H * V, V, dlat, dqt, (uint16_t *)(v ? dq_raw : dq_rot) + 128, ldq, hs,
+                                 p.dcache, &p.dab, 0, S, &d, &wg, T, v ? &rg : NULL);
+            CHECK_OK(g_gpu->download(g_gpu, v ? hc : hb, db, (size_t)T * H * V * 2));
+        }
+        size_t rd = 0;
+        for (size_t i = 0; i < (size_t)T * H * V; i++) rd += hb[i] != hc[i];
+        CHECK_MSG(rd == 0, "%s q_rope interleave %d: %zu of %d outputs differ from rope + the op", what, il, rd,
+                  T * H * V);
+        g_free(dq_rot); g_free(dq_raw);
+    }
+    free(inv); g_free(dinv);
     free(qt); free(q); free(lat); free(ref); free(ha); free(hb); free(hc); free(got); free(two);
     g_free(dqt); g_free(dq); g_free(dlat); g_free(da); g_free(db);
     g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg);
@@ -418,13 +443,15 @@ static void test_prefill(void) {
 
 /* k_route's two top-k paths at every step size: DEEPINFER_CUDA_ROUTE_REDUX=0 (warp_argmax) and
  * =65536 (warp_topk_redux); the default backend takes the latter up to 16 tokens. And the router
- * logits of <= 32-token steps with 8 and 2 tokens per block (DEEPINFER_CUDA_ROUTER_TT; default 1) */
-enum { ROUTE_ALTS = 4 };
+ * logits of <= 32-token steps with 8 and 2 tokens per block (DEEPINFER_CUDA_ROUTER_TT; default 1)
+ * and with their weight loads' L2 hint flipped (DEEPINFER_CUDA_ROUTER_L2) */
+enum { ROUTE_ALTS = 5 };
 static di_backend *g_route_alt[ROUTE_ALTS];
 static const char *const g_route_alt_env[ROUTE_ALTS][2] = {{"DEEPINFER_CUDA_ROUTE_REDUX", "0"},
                                                           {"DEEPINFER_CUDA_ROUTE_REDUX", "65536"},
                                                           {"DEEPINFER_CUDA_ROUTER_TT", "8"},
-                                                          {"DEEPINFER_CUDA_ROUTER_TT", "2"}};
+                                                          {"DEEPINFER_CUDA_ROUTER_TT", "2"},
+                                                          {"DEEPINFER_CUDA_ROUTER_L2", "1"}};
 
 /* route_case with inputs that stress k_route's tie, -INF and NaN rules. dup > 0: gate row e
  * (and bias e) a copy of row e % dup, so experts share bit-identical logits (exact ties, which

@@ -557,6 +557,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");
     const char *rr = getenv("DEEPINFER_CUDA_ROUTE_REDUX");
     st->route_redux = rr && rr[0] >= '0' && rr[0] <= '9' ? atoi(rr) : 16;
+    const char *rl = getenv("DEEPINFER_CUDA_ROUTER_L2");
+    st->router_l2 = rl && !strcmp(rl, "1");
     const char *rt = getenv("DEEPINFER_CUDA_ROUTER_TT");
     st->router_tt = rt && (!strcmp(rt, "1") || !strcmp(rt, "2") || !strcmp(rt, "4") || !strcmp(rt, "8")) ? atoi(rt) : 1;
     st->mla_early = env_on("DEEPINFER_CUDA_MLA_EARLY");

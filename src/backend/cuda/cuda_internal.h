@@ -134,6 +134,8 @@ typedef struct cuda_state {
                                     * the wait) */
     int route_pdl;                 /* DEEPINFER_CUDA_ROUTE_PDL (default 1): router logits of <= 32 tokens
                                     * PDL-launched, releasing k_route (PDL) at their start */
+    int router_l2;                 /* DEEPINFER_CUDA_ROUTER_L2=1 (default 0): the router logits of <= 32-token
+                                    * steps load the weights with L2 priority evict_last */
     int router_tt;                 /* DEEPINFER_CUDA_ROUTER_TT=1|2|4|8 (default 1): tokens per block of the
                                     * router logits of <= 32-token steps. Measured (2026-12-02,
                                     * v2lite-8l, 3 rounds per call): 2 against 8 batch 1 +1.4%, 16
@@ -378,7 +380,8 @@ void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe,
                      const di_mla_dims *d);
 void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, const void *qt, const void *qpe,
                         int ldqpe, int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
-                        const di_mla_dims *d, const di_weight *w_uv, int n_tokens);
+                        const di_mla_dims *d, const di_weight *w_uv, int n_tokens,
+                        const di_rope_params *q_rope);
 size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_tokens);
 /* DeepSeek-V3.2 (cuda_indexer.cu): the indexer's LayerNorm and top-k (cuda_mla_decode /
  * cuda_mla_prefill attend over each token's selected positions when ab->sel_pos != NULL). */

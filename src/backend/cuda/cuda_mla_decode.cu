@@ -40,6 +40,7 @@
 #include "backend/cuda/cuda_mla_decode.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_rope.cuh"
 #include "backend/cuda/cuda_wload.cuh"
 
 /* DSA selection, a separate kernel parameter of the SP kernels (dense: zeros; keeping it out of
@@ -137,10 +138,12 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
     constexpr int RW = R / 16, CW = NW / RW, KPW = FKT / CW, NJS = KPW / 8, OCOLS = FDV / CW, NJO = OCOLS / 8;
     static_assert(KPW % 8 == 0 && NJO % 2 == 0, "tile split");
     extern __shared__ __align__(16) unsigned char sm[];
+    __shared__ float rcs[2 * (FD - FDV) / 2]; /* q_pe's rotation (dense, a.rope_inv_freq): cos, then sin */
     pdl_launch_dependents();
     /* early (dense only): the step's metadata (uploaded before its first kernel) and the cache
      * rows of earlier steps are read before the wait; q and this step's cache rows after it */
     const bool early = !SP && a.early;
+    const bool rope = !SP && a.rope_inv_freq;
     if (!early) pdl_wait(); /* PDL (cuda_pdl.cuh): everything below reads the step's data */
     bf16 *Qs = (bf16 *)sm, *Ks0 = (bf16 *)(sm + L::q), *Ps = (bf16 *)(sm + L::q + 2 * L::k);
     float *redm = (float *)(sm + L::q + 2 * L::k + L::p), *redl = redm + CW * R;
@@ -160,6 +163,9 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
         if (early) pdl_wait();
         return;
     }
+    constexpr int RH = (FD - FDV) / 2; /* rope pairs per head */
+    if (rope && tid < RH) /* the position is step metadata: before the wait where early */
+        rope_cos_sin((float)a.rope_pos[t], a.rope_inv_freq[tid], a.rope_mscale, &rcs[tid], &rcs[RH + tid]);
 
     int *slots = (int *)(sm + L::total); /* SP: cache slot of each key of this split */
     if (SP) {
@@ -217,6 +223,16 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
         load_tile(tb, 0);
     }
     cp_async_commit();
+    if (rope) { /* q_pe of the block's R heads rotated in place once its tile has landed */
+        cp_async_wait<0>();
+        __syncthreads();
+        for (int j = tid; j < R * RH; j += NW * 32) {
+            int i = j % RH, ia = a.rope_interleave ? 2 * i : i, ib = a.rope_interleave ? 2 * i + 1 : i + RH;
+            bf16 *v = Qs + (j / RH) * FLD + FDV;
+            rope_pair(__bfloat162float(v[ia]), __bfloat162float(v[ib]), rcs[i], rcs[RH + i], &v[ia], &v[ib]);
+        }
+        /* (the first tile's wait and barrier below order these writes before the reads) */
+    }
 
     float o[NJO][4];
 #pragma unroll
@@ -686,9 +702,10 @@ static void launch_decode(cuda_state *st, const dec_args &a, const dec_sel &sp, 
 
 /* The decode launches; with leave_split, a dense launch with several splits skips the combine
  * and returns 1 (the partials in *ap are then merged by the caller). */
-static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *qt, const void *qpe, int ldqpe,
+static int mla_decode_run(di_backend *be, dec_args *ap, void *out, const void *qt, const void *qpe, int ldqpe,
                           int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
-                          const di_mla_dims *d, bool leave_split) {
+                          const di_mla_dims *d, bool leave_split, const di_rope_params *q_rope) {
+    cuda_state *st = cst(be);
     dec_args &a = *ap;
     a.out = (bf16 *)out;
     a.qt = (const bf16 *)qt;
@@ -711,6 +728,10 @@ static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *q
     a.part = NULL;
     a.ml = NULL;
     a.early = st->mla_early;
+    a.rope_pos = NULL;
+    a.rope_inv_freq = NULL;
+    a.rope_mscale = 1.0f;
+    a.rope_interleave = 0;
     dec_sel sp = {ab->sel_pos, ab->sel_count, ab->sel_stride};
     int fast = d->kv_rank == FDV && d->rope_dim == FD - FDV && d->n_heads % 16 == 0 && ldqpe % 8 == 0 &&
                hsqpe % 8 == 0 && ((uintptr_t)qpe & 15) == 0 && ((uintptr_t)qt & 15) == 0;
@@ -719,6 +740,16 @@ static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *q
     int wg = fast && !ab->sel_pos && use_wg(st, d);
     int R = wg ? 64 : fast ? heads_per_block(d->n_heads) : 16, n_hg = d->n_heads / R;
     int S = fast ? n_splits(st, ab->n_tokens, n_hg, wg) : 1;
+    if (q_rope) { /* q_pe un-rotated: the dense mma.sync kernel rotates it as it loads it, else k_rope first */
+        if (fast && !wg && !ab->sel_pos && q_rope->dim == d->rope_dim) {
+            a.rope_pos = ab->positions;
+            a.rope_inv_freq = q_rope->inv_freq;
+            a.rope_mscale = q_rope->mscale;
+            a.rope_interleave = q_rope->interleave;
+        } else {
+            cuda_rope(be, (void *)qpe, ldqpe, d->n_heads, hsqpe, ab->positions, ab->n_tokens, q_rope);
+        }
+    }
     if (ab->sel_pos && ab->sel_stride > 0) { /* sparse: splits of at least sp_min_tiles tiles of the list */
         int cap = ((ab->sel_stride + FKT - 1) / FKT + st->sp_min_tiles - 1) / st->sp_min_tiles;
         if (S > cap) S = cap > 1 ? cap : 1;
@@ -760,19 +791,19 @@ static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *q
 
 void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
                      const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end, const di_mla_dims *d) {
-    cuda_state *st = cst(be);
     if (seq_end <= seq_begin || ab->n_tokens <= 0) return;
     dec_args a;
-    mla_decode_run(st, &a, out, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false);
+    mla_decode_run(be, &a, out, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false, NULL);
 }
 
 /* backend.h mla_decode_uv: at one token with split KV (dense), the merge moves into the W_UV
  * GEMV (k_mla_uv), taken only where the bmm itself would run the one-split GEMV that k_mla_uv
  * reproduces (bf16 W_UV of r = 512 columns, st->gemv); at 2..UV_MAX_T decode tokens with split
- * KV into k_mla_uv_multi (st->mla_uv_multi); otherwise mla_decode, then bmm. */
+ * KV into k_mla_uv_multi (st->mla_uv_multi); otherwise mla_decode, then bmm. With q_rope, the
+ * dense mma.sync decode kernel rotates q_pe as it loads it (k_rope first on other paths). */
 void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, const void *qt, const void *qpe,
                         int ldqpe, int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
-                        const di_mla_dims *d, const di_weight *w_uv, int n_tokens) {
+                        const di_mla_dims *d, const di_weight *w_uv, int n_tokens, const di_rope_params *q_rope) {
     cuda_state *st = cst(be);
     if (seq_end <= seq_begin || ab->n_tokens <= 0 || n_tokens <= 0) return;
     const int H = d->n_heads, r = d->kv_rank;
@@ -787,7 +818,7 @@ void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, c
                  w_uv->rows > 0 && ((uintptr_t)w_uv->data & 15) == 0;
     dec_args a;
     if ((fuse || multi) &&
-        mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, true)) {
+        mla_decode_run(be, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, true, q_rope)) {
         if (fuse)
             cuda_launch_pdl(st, st->pdl >= 1, k_mla_uv, dim3(ceil_div_i(w_uv->rows, 32), H), dim3(256), 0, a,
                             wview_of(w_uv), (bf16 *)o, (long)hso);
@@ -799,6 +830,7 @@ void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, c
         return;
     }
     /* (fuse or multi with one split: the decode kernel wrote the merged latents; the bmm follows) */
-    if (!fuse && !multi) mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false);
+    if (!fuse && !multi)
+        mla_decode_run(be, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false, q_rope);
     cuda_bmm(be, o, ldo, hso, olat, H * r, r, w_uv, n_tokens);
 }

@@ -21,6 +21,12 @@ typedef struct dec_args {
     float *ml;   /* [n_tokens * H * nsplit][2] */
     int early;   /* k_mla_decode_fast (dense): metadata and earlier steps' cache rows before the PDL
                   * wait, launched with PDL (DEEPINFER_CUDA_MLA_EARLY) */
+    /* k_mla_decode_fast (dense) with rope_inv_freq: q_pe is read un-rotated and rotated in
+     * shared memory as rope(q_pe, positions) would (cuda_rope.cuh; rope width a.dr) */
+    const int32_t *rope_pos;
+    const float *rope_inv_freq;
+    float rope_mscale;
+    int rope_interleave;
 } dec_args;
 
 static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {

@@ -11,13 +11,9 @@
  * with cos/sin in double. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_norm.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_rope.cuh"
-
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 /* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result. */
 static __device__ float block_sum(float v, float *red) {
@@ -226,30 +222,6 @@ __global__ void k_add_rmsnorm_v4(bf16 *out, float *out_f32, float *h, const bf16
     }
 }
 
-/* The two halves of k_rmsnorm_v8's per-piece arithmetic, shared with k_rope_kv_write's latent
- * norm so both give the same bits: 8 bf16 -> fp32 with their squares added to ss in order; and
- * the 8 outputs bf16(w[8i + e] * (v[e] * inv)), packed. */
-static __device__ __forceinline__ void norm8_in(uint4 u, float *v, float &ss) {
-    const bf16 *b = (const bf16 *)&u;
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-        v[e] = __bfloat162float(b[e]);
-        ss += v[e] * v[e];
-    }
-}
-
-static __device__ __forceinline__ uint4 norm8_out(const float *w, int i, const float *v, float inv) {
-    float4 w0 = ((const float4 *)w)[2 * i], w1 = ((const float4 *)w)[2 * i + 1];
-    const float wf[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-    uint32_t pk[4];
-#pragma unroll
-    for (int e = 0; e < 8; e += 2) {
-        __nv_bfloat162 p2 = __floats2bfloat162_rn(wf[e] * (v[e] * inv), wf[e + 1] * (v[e + 1] * inv));
-        pk[e / 2] = *(const uint32_t *)&p2;
-    }
-    return make_uint4(pk[0], pk[1], pk[2], pk[3]);
-}
-
 __global__ void k_rmsnorm_v8(bf16 *out, long ldo, const bf16 *x, long ldx, const float *w, float eps, int D,
                              int pdl) {
     __shared__ float red[32];
@@ -267,7 +239,7 @@ __global__ void k_rmsnorm_v8(bf16 *out, long ldo, const bf16 *x, long ldx, const
         norm8_in(*(const uint4 *)(x + (long)t * ldx + 8 * i), v[q], ss);
     }
     ss = block_sum(ss, red); /* its barriers also order an in-place row's reads before the writes */
-    float inv = (float)(1.0 / sqrt((double)ss / D + (double)eps));
+    float inv = norm_inv(ss, D, eps);
 #pragma unroll
     for (int q = 0; q < 2; q++) {
         int i = threadIdx.x + q * blockDim.x;
@@ -554,7 +526,7 @@ __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *k
         __syncthreads();
         float sum = 0.f;
         for (int w = 0; w < nvt >> 5; w++) sum += red[w];
-        float inv = (float)(1.0 / sqrt((double)sum / kv_rope + (double)eps));
+        float inv = norm_inv(sum, kv_rope, eps);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             int i = tid + r * nvt;
