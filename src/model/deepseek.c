@@ -106,24 +106,33 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
      * lane, and only q's RoPE waits for the query projection on the main lane; the lanes join
      * before the attention reads the cache. Else the whole fused op after both (see below). */
     int split = side && rope_beside && T <= m->rope_split_max_t && be->rope_kv_write;
-    if (split)
+    /* split with mla_decode_uv: q's RoPE (mla_pre & 1) and the latent's norm, k_pe's RoPE and the
+     * cache write (mla_pre & 2) inside the decode op (backend.h di_mla_pre) instead of before it */
+    di_mla_pre pre = {&m->rope, split && be->mla_decode_uv && (m->mla_pre & 1), NULL, W, &ly->kv_a_norm,
+                      (float)c->rms_norm_eps};
+    if (split && be->mla_decode_uv && (m->mla_pre & 2)) pre.kv = m->kva;
+    if (split && !pre.kv)
         be->rope_kv_write(be, NULL, 0, 0, qk, m->kva, W, r, cache, ab->slot_mapping, W, ab->positions, T, &m->rope,
                           &ly->kv_a_norm, (float)c->rms_norm_eps);
     if (side) be->side_end(be);
-    /* queries: q = W_qb · rmsnorm_qa(W_qa x)  or  q = W_q x        [T, H, dn + dr] */
+    /* queries: q = W_qb · rmsnorm_qa(W_qa x)  or  q = W_q x        [T, H, dn + dr]
+     * (a one-token decode step: with the W_UK absorption below in the same op where the
+     * backend has one, `absorbed`) */
+    const void *qx = m->x;
+    const di_weight *wq = &ly->q;
     if (c->q_lora_rank > 0) {
         be->matmul(be, m->cq, c->q_lora_rank, m->x, c->hidden_size, &ly->q_a, T, 0);
         be->rmsnorm(be, m->cq, c->q_lora_rank, m->cq, c->q_lora_rank, &ly->q_a_norm,
                     (float)c->rms_norm_eps, T, c->q_lora_rank);
-        be->matmul(be, m->q, H * qk, m->cq, c->q_lora_rank, &ly->q_b, T, 0);
-    } else {
-        be->matmul(be, m->q, H * qk, m->x, c->hidden_size, &ly->q, T, 0);
+        qx = m->cq;
+        wq = &ly->q_b;
     }
+    int absorbed = T == 1 && n_decode_tokens == 1 && be->q_absorb &&
+                   be->q_absorb(be, m->q, m->qt, qx, wq, &ly->w_uk_t, H, T);
+    if (!absorbed) be->matmul(be, m->q, H * qk, qx, wq->cols, wq, T, 0);
     int side_rope = 0;
-    /* split with mla_decode_uv: q's RoPE inside the decode op (as it loads q_pe), not before */
-    const di_rope_params *q_rope = split && be->mla_decode_uv && m->q_rope_in_decode ? &m->rope : NULL;
     if (split) {
-        if (!q_rope)
+        if (!pre.q)
             be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, NULL, 0, 0, NULL, ab->slot_mapping, W,
                               ab->positions, T, &m->rope, NULL, (float)c->rms_norm_eps);
         side_rope = 1; /* the side lane is joined after the W_UK absorption below */
@@ -158,11 +167,12 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     }
     /* decode: q̃ = W_UKᵀ q_nope; ō = attn over latents; o = W_UV ō */
     if (n_decode_tokens > 0) {
-        be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
+        if (!absorbed) be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
         if (side_rope) be->side_join(be);
         if (be->mla_decode_uv) {
             be->mla_decode_uv(be, m->o, H * d->v_dim, d->v_dim, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk,
-                              cache, ab, 0, n_decode_seqs, d, &ly->w_uv, n_decode_tokens, q_rope);
+                              cache, ab, 0, n_decode_seqs, d, &ly->w_uv, n_decode_tokens,
+                              pre.q || pre.kv ? &pre : NULL);
         } else {
             be->mla_decode(be, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk, cache, ab, 0, n_decode_seqs, d);
             be->bmm(be, m->o, H * d->v_dim, d->v_dim, m->olat, H * r, r, &ly->w_uv, n_decode_tokens);
