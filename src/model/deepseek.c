@@ -108,9 +108,8 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     int split = side && rope_beside && T <= m->rope_split_max_t && be->rope_kv_write;
     /* split with mla_decode_uv: q's RoPE (mla_pre & 1) and the latent's norm, k_pe's RoPE and the
      * cache write (mla_pre & 2) inside the decode op (backend.h di_mla_pre) instead of before it */
-    di_mla_pre pre = {&m->rope, split && be->mla_decode_uv && (m->mla_pre & 1), NULL, W, &ly->kv_a_norm,
-                      (float)c->rms_norm_eps};
-    if (split && be->mla_decode_uv && (m->mla_pre & 2)) pre.kv = m->kva;
+    const int pre_on = split && be->mla_decode_uv ? m->mla_pre : 0;
+    di_mla_pre pre = {&m->rope, pre_on & 1, pre_on & 2 ? m->kva : NULL, W, &ly->kv_a_norm, (float)c->rms_norm_eps};
     if (split && !pre.kv)
         be->rope_kv_write(be, NULL, 0, 0, qk, m->kva, W, r, cache, ab->slot_mapping, W, ab->positions, T, &m->rope,
                           &ly->kv_a_norm, (float)c->rms_norm_eps);
@@ -202,6 +201,13 @@ static void swiglu(di_model *m, const di_weight *gate_up, const di_weight *down,
 static const char moe_deferred;
 #define DELTA_DEFERRED ((const void *)&moe_deferred)
 
+/* The routing of the T normed rows (the f32 copy where there is one): topk_idx, topk_w. */
+static void route(di_model *m, const di_layer *ly, int T) {
+    const float *router_in = m->xr ? m->xr : (const float *)m->x; /* f32 normed rows */
+    m->be->moe_route(m->be, m->topk_idx, m->topk_w, router_in, &ly->router,
+                     ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
+}
+
 /* h += FFN(x): dense SwiGLU MLP (down_proj accumulates into h; returns NULL), or routed
  * experts (+ shared experts) in ffn_out, which the caller adds into h (returns ffn_out: the
  * next layer's add_rmsnorm takes it as its delta, saving a pass over h). may_defer (a next
@@ -217,20 +223,15 @@ static const void *ffn(di_model *m, const di_layer *ly, int T, int may_defer) {
     int Is = c->moe_intermediate_size * c->n_shared_experts;
     /* shared experts on the backend's side lane where it has one, overlapping the routing and
      * the routed experts, accumulated straight into h in fp32 */
-    const float *router_in = m->xr ? m->xr : (const float *)m->x; /* f32 normed rows */
     /* late (T <= shared_late_max_t): the routing first, alone on HBM, then the fork */
     int late = T <= m->shared_late_max_t;
-    if (late)
-        be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router,
-                      ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
+    if (late) route(m, ly, T);
     int side = c->n_shared_experts > 0 && be->side_begin && be->side_begin(be, T);
     if (side) {
         swiglu(m, &ly->sh_gate_up, &ly->sh_down, Is, T, m->h, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
         be->side_end(be);
     }
-    if (!late)
-        be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router,
-                      ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
+    if (!late) route(m, ly, T);
     if (side) {
         int deferred = may_defer && be->moe_experts_defer && be->add_rmsnorm_experts &&
                        be->moe_experts_defer(be, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,

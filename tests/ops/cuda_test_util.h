@@ -222,6 +222,15 @@ static inline di_weight t_vec_upload(di_backend *be, const float *v, int n) {
     return out;
 }
 
+/* A RoPE frequency table of dr / 2 entries (malloc'd): 10000^(-2i / dr), the last third scaled
+ * by 0.025 as YaRN's interpolated frequencies are. */
+static inline float *t_rope_inv_freq(int dr) {
+    int half = dr / 2;
+    float *inv = (float *)malloc((size_t)half * 4);
+    for (int i = 0; i < half; i++) inv[i] = powf(10000.0f, -2.0f * i / dr) * (i > half * 2 / 3 ? 0.025f : 1.0f);
+    return inv;
+}
+
 /* Another CUDA backend, created with the environment switch var=val (unset again afterwards,
  * so the next backends see the default); NULL, with a failed check, if it cannot be made. */
 static inline di_backend *g_backend_with(const char *var, const char *val) {

@@ -219,8 +219,7 @@ static void decode_uv_case(const char *name, int S, const int *q_len, const int 
      * with both pair layouts (a YaRN-like mscale with the NeoX one) */
     int half = dr / 2;
     size_t ncache = (size_t)p.n_blocks * 64 * W;
-    float *inv = (float *)malloc((size_t)half * 4), *kvraw = t_rand((size_t)T * W, 2.0f), *nwv = t_rand((size_t)r, 1.0f);
-    for (int i = 0; i < half; i++) inv[i] = powf(10000.0f, -2.0f * i / dr) * (i > half * 2 / 3 ? 0.025f : 1.0f);
+    float *inv = t_rope_inv_freq(dr), *kvraw = t_rand((size_t)T * W, 2.0f), *nwv = t_rand((size_t)r, 1.0f);
     float *dinv = (float *)g_raw(inv, (size_t)half * 4);
     di_weight nwg = t_vec_upload(g_gpu, nwv, r);
     uint16_t *cc[2] = {(uint16_t *)malloc(ncache * 2), (uint16_t *)malloc(ncache * 2)};

@@ -23,8 +23,7 @@
 static void rope_kv_case(int T, int H, int dn, int dr, int r, int il, int norm, int ld, int split) {
     int qk = dn + dr, ldq = H * qk, W = r + dr, nslots = 3 * 64, half = dr / 2;
     if (ld < W) ld = W;
-    float *inv = (float *)malloc((size_t)half * 4);
-    for (int i = 0; i < half; i++) inv[i] = powf(10000.0f, -2.0f * i / dr) * (i > half * 2 / 3 ? 0.025f : 1.0f);
+    float *inv = t_rope_inv_freq(dr);
     int32_t *pos = (int32_t *)malloc((size_t)T * 4), *slots = (int32_t *)malloc((size_t)T * 4);
     for (int t = 0; t < T; t++) {
         pos[t] = t == 0 ? 0 : t_int(200000);

@@ -61,21 +61,34 @@ static __device__ __forceinline__ float4 ld_act16f(const void *p) {
     return v;
 }
 
-/* kernel<<<grid, block, smem, st->stream>>>(args...), with programmatic stream serialisation
- * allowed when `pdl` is true; launch errors are recorded in st. */
+/* kernel<<<grid, block, smem, st->stream>>>(args...) in thread-block clusters of `cluster`
+ * blocks along x (0: no cluster attribute), with programmatic stream serialisation allowed
+ * when `pdl` is true; launch errors are recorded in st under `what`. */
 template <typename... KArgs, typename... Args>
-static void cuda_launch_pdl(cuda_state *st, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                            Args... args) {
+static void cuda_launch_cluster(cuda_state *st, bool pdl, unsigned cluster, const char *what, void (*kernel)(KArgs...),
+                                dim3 grid, dim3 block, size_t smem, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st->stream;
-    cudaLaunchAttribute at[1];
+    cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+    at[1].id = cudaLaunchAttributeClusterDimension;
+    at[1].val.clusterDim.x = cluster;
+    at[1].val.clusterDim.y = 1;
+    at[1].val.clusterDim.z = 1;
     cfg.attrs = at;
-    cfg.numAttrs = 1;
-    cuda_note(st, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), "kernel launch (pdl)");
+    cfg.numAttrs = cluster ? 2 : 1;
+    cuda_note(st, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), what);
+}
+
+/* kernel<<<grid, block, smem, st->stream>>>(args...), with programmatic stream serialisation
+ * allowed when `pdl` is true; launch errors are recorded in st. */
+template <typename... KArgs, typename... Args>
+static void cuda_launch_pdl(cuda_state *st, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                            Args... args) {
+    cuda_launch_cluster(st, pdl, 0, "kernel launch (pdl)", kernel, grid, block, smem, args...);
 }
 #endif

@@ -15,8 +15,12 @@
  *
  * Owner: cuda. Shapes: bf16 weights, qk = 192 (nope 128 + rope 64), r = 512, K a multiple of 8
  * up to QA_MAXK; anything else returns 0 and the model runs matmul + bmm. */
+#include <cooperative_groups.h>
+
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_wload.cuh"
+
+namespace cg = cooperative_groups;
 
 enum { QA_CB = 8, QA_QK = 192, QA_DN = 128, QA_R = 512, QA_MAXK = 2048, QA_MAXS = 8 };
 /* rows per block and per warp of the query part; 16-byte pieces per lane; q̃ passes per warp
@@ -31,25 +35,9 @@ typedef struct qa_args {
     int K, S, kslice;        /* the query GEMV's K slices as launch_gemv_t splits them */
 } qa_args;
 
-static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-static __device__ __forceinline__ void cluster_sync_all() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-static __device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-static __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-/* 16 bytes at `local` (a shared address of this block) in block `rank` of the cluster */
-static __device__ __forceinline__ uint4 ld_cluster16(const void *local, unsigned rank) {
-    uint32_t a = smem_u32(local), ra;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(rank));
-    uint4 v;
-    asm volatile("ld.shared::cluster.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(ra));
-    return v;
-}
-
 __global__ void __launch_bounds__(256, 1) k_q_absorb(qa_args a) {
     __shared__ __align__(16) bf16 qs[QA_RPB]; /* this block's query rows */
+    cg::cluster_group cl = cg::this_cluster();
     pdl_launch_dependents();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int h = blockIdx.x / QA_CB, c = blockIdx.x % QA_CB; /* the cluster is the head */
@@ -107,11 +95,10 @@ __global__ void __launch_bounds__(256, 1) k_q_absorb(qa_args a) {
             a.q[row0 + r] = v;
         }
     }
-    cluster_sync_all(); /* every block's query rows in its shared memory */
+    cl.sync(); /* every block's query rows in its shared memory */
     /* the head's nope piece hl (values 8 hl .. 8 hl + 7): block (8 hl) / RPB holds it */
     uint4 qn = make_uint4(0, 0, 0, 0);
-    if (hl * 8 < QA_DN) qn = ld_cluster16(qs + (hl * 8) % QA_RPB, (unsigned)((hl * 8) / QA_RPB));
-    cluster_arrive(); /* done reading the others' shared memory (waited for before exiting) */
+    if (hl * 8 < QA_DN) qn = *(const uint4 *)cl.map_shared_rank(qs + (hl * 8) % QA_RPB, (unsigned)((hl * 8) / QA_RPB));
     float xf[8];
     bf16x8_float(qn, xf);
 #pragma unroll
@@ -124,7 +111,7 @@ __global__ void __launch_bounds__(256, 1) k_q_absorb(qa_args a) {
         for (int o = 8; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (hl == 0) a.qt[(long)h * QA_R + ur0 + 2 * u + hw] = __float2bfloat16_rn(acc);
     }
-    cluster_wait();
+    cl.sync(); /* no block leaves while another may still read its shared memory */
 }
 
 int cuda_q_absorb(di_backend *be, void *q, void *qt, const void *x, const di_weight *w_q, const di_weight *w_uk,
@@ -143,20 +130,8 @@ int cuda_q_absorb(di_backend *be, void *q, void *qt, const void *x, const di_wei
     /* ... and the bmm runs one slice (the q̃ arithmetic above assumes it) */
     if (S > QA_MAXS || S * (kslice / 256) > QA_NP || gemv_splits(st, ceil_div_i(QA_R, 4), H, QA_DN) != 1) return 0;
     qa_args a = {(bf16 *)q, (bf16 *)qt, (const bf16 *)x, wview_of(w_q), wview_of(w_uk), K, S, kslice};
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(H * QA_CB));
-    cfg.blockDim = dim3(256);
-    cfg.stream = st->stream;
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = QA_CB;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = st->pdl >= 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 2;
-    cuda_note(st, cudaLaunchKernelEx(&cfg, k_q_absorb, a), "q_absorb launch");
+    cuda_launch_cluster(st, st->pdl >= 1, QA_CB, "q_absorb launch", k_q_absorb, dim3((unsigned)(H * QA_CB)), dim3(256),
+                        0, a);
     CUDA_LAUNCHED(st, "q_absorb");
     return 1;
 }

@@ -749,21 +749,9 @@ int cuda_sample_cluster(cuda_state *st, int32_t *tokens, int32_t *status, const 
             return 1;
         attr = smem;
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(n * nb));
-    cfg.blockDim = dim3(CS_THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st->stream;
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)nb;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = pdl_with(st, st->sample_pdl);
-    cfg.attrs = at;
-    cfg.numAttrs = 2;
-    cuda_note(st, cudaLaunchKernelEx(&cfg, k_sample_cluster, logits, V, E, rows, tokens, status, skip_greedy), "sample_cluster launch");
+    cuda_launch_cluster(st, pdl_with(st, st->sample_pdl), (unsigned)nb, "sample_cluster launch", k_sample_cluster,
+                        dim3((unsigned)(n * nb)), dim3(CS_THREADS), smem, logits, V, E, rows, tokens, status,
+                        skip_greedy);
     CUDA_LAUNCHED(st, "sample_cluster");
     return 1;
 }

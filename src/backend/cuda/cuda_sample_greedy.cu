@@ -127,19 +127,7 @@ __global__ void __launch_bounds__(GR_THREADS)
 
 void cuda_sample_greedy(cuda_state *st, int32_t *tokens, int32_t *status, const float *logits, int n, int V,
                         const di_sample_row *rows) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(n * GR_BLOCKS));
-    cfg.blockDim = dim3(GR_THREADS);
-    cfg.stream = st->stream;
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = GR_BLOCKS;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = pdl_with(st, st->sample_pdl);
-    cfg.attrs = at;
-    cfg.numAttrs = 2;
-    cuda_note(st, cudaLaunchKernelEx(&cfg, k_sample_greedy, logits, V, rows, tokens, status), "sample_greedy launch");
+    cuda_launch_cluster(st, pdl_with(st, st->sample_pdl), GR_BLOCKS, "sample_greedy launch", k_sample_greedy,
+                        dim3((unsigned)(n * GR_BLOCKS)), dim3(GR_THREADS), 0, logits, V, rows, tokens, status);
     CUDA_LAUNCHED(st, "sample_greedy");
 }
