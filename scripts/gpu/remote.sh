@@ -151,7 +151,7 @@ for s in $steps; do
         } >>"$OUT/summary.txt" 2>&1
         ;;
     ops)
-        for g in ${OPS_GROUPS:-rows gemm bmm qabsorb graph lanes}; do run_step "ops.$g" tests.log "$G/bin/test_cuda_ops" "$g"; done
+        for g in ${OPS_GROUPS:-rows gemm bmm graph lanes}; do run_step "ops.$g" tests.log "$G/bin/test_cuda_ops" "$g"; done
         ;;
     attn)
         for g in ${ATTN_GROUPS:-decode prefill route experts defer sample indexer}; do run_step "attn.$g" tests.log "$G/bin/test_cuda_attn" "$g"; done

@@ -110,18 +110,6 @@ typedef struct di_rope_params {
     const float *inv_freq;  /* device f32 [dim / 2] */
 } di_rope_params;
 
-/* The steps before an MLA decode that mla_decode_uv may take inside it (see there). */
-typedef struct di_mla_pre {
-    const di_rope_params *rope;  /* the RoPE of q_pe and k_pe */
-    int q;                       /* q_pe comes un-rotated */
-    void *kv;                    /* non-NULL: this step's latent rows [n_tokens, r + dr] (row stride ldkv),
-                                  * before the latent's RMSNorm (kv_norm, eps) and k_pe's RoPE, and
-                                  * not yet in the cache */
-    int ldkv;
-    const di_weight *kv_norm;    /* f32 [r] */
-    float eps;
-} di_mla_pre;
-
 /* The step's attention metadata, uploaded once per step. Sequence i owns batch tokens
  * [seq_start[i], seq_start[i+1]); they are the last q_len = seq_start[i+1] - seq_start[i]
  * positions of its context: token j of the sequence is at position ctx_len[i] - q_len + j and
@@ -485,31 +473,15 @@ struct di_backend {
                           const int32_t *positions, int T, const di_rope_params *rp, const di_weight *kv_norm,
                           float eps);
 
-    /* The query projection and the W_UK absorption of a decode step in one op, bit for bit:
-     *   matmul(be, q, H * qk, x, w_q->cols, w_q, T, 0);          (qk = w_q->rows / H)
-     *   bmm(be, qt, H * r, r, q, H * qk, qk, w_uk, T);            (r = w_uk->rows)
-     * Returns 0 without doing anything where the backend has no such path for these shapes
-     * (the caller then runs the two); the choice depends on shapes and settings only. NULL: none. */
-    int (*q_absorb)(di_backend *be, void *q, void *qt, const void *x, const di_weight *w_q, const di_weight *w_uk,
-                    int H, int T);
-
     /* MLA decode attention and the W_UV projection in one op (NULL: the caller runs the two).
      * Exactly, bit for bit:
-     *   if (pre && pre->kv)
-     *       rope_kv_write(be, NULL, 0, 0, 0, pre->kv, pre->ldkv, r, cache, ab->slot_mapping, r + dr,
-     *                     ab->positions, ab->n_tokens, pre->rope, pre->kv_norm, pre->eps);
-     *   if (pre && pre->q) rope(be, qpe, ldqpe, H, hsqpe, ab->positions, ab->n_tokens, pre->rope);
      *   mla_decode(be, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d);
      *   bmm(be, o, ldo, hso, olat, H * r, r, w_uv, n_tokens);
      * (n_tokens: the decode tokens, those of sequences [seq_begin, seq_end)). olat ([tokens, H, r],
-     * as mla_decode's out) is scratch: it may be left unwritten. With pre, a backend may do those
-     * steps inside its decode (q_pe rotated as it is loaded; the step's latent rows normed and
-     * rotated where they are used, and written to the cache from there), so q_pe and pre->kv are
-     * left rotated / normed or not. */
+     * as mla_decode's out) is scratch: it may be left unwritten. */
     void (*mla_decode_uv)(di_backend *be, void *o, int ldo, int hso, void *olat, const void *qt, const void *qpe,
-                          int ldqpe, int hsqpe, void *cache, const di_attn_batch *ab, int seq_begin,
-                          int seq_end, const di_mla_dims *d, const di_weight *w_uv, int n_tokens,
-                          const di_mla_pre *pre);
+                          int ldqpe, int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin,
+                          int seq_end, const di_mla_dims *d, const di_weight *w_uv, int n_tokens);
 
     /* Two-lane concurrency (all three NULL: every op runs in issue order, which is always
      * correct; a backend that has them may overlap independent ops, e.g. a latency-bound chain

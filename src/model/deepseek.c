@@ -106,34 +106,23 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
      * lane, and only q's RoPE waits for the query projection on the main lane; the lanes join
      * before the attention reads the cache. Else the whole fused op after both (see below). */
     int split = side && rope_beside && T <= m->rope_split_max_t && be->rope_kv_write;
-    /* split with mla_decode_uv: q's RoPE (mla_pre & 1) and the latent's norm, k_pe's RoPE and the
-     * cache write (mla_pre & 2) inside the decode op (backend.h di_mla_pre) instead of before it */
-    const int pre_on = split && be->mla_decode_uv ? m->mla_pre : 0;
-    di_mla_pre pre = {&m->rope, pre_on & 1, pre_on & 2 ? m->kva : NULL, W, &ly->kv_a_norm, (float)c->rms_norm_eps};
-    if (split && !pre.kv)
+    if (split)
         be->rope_kv_write(be, NULL, 0, 0, qk, m->kva, W, r, cache, ab->slot_mapping, W, ab->positions, T, &m->rope,
                           &ly->kv_a_norm, (float)c->rms_norm_eps);
     if (side) be->side_end(be);
-    /* queries: q = W_qb · rmsnorm_qa(W_qa x)  or  q = W_q x        [T, H, dn + dr]
-     * (a one-token decode step: with the W_UK absorption below in the same op where the
-     * backend has one, `absorbed`) */
-    const void *qx = m->x;
-    const di_weight *wq = &ly->q;
+    /* queries: q = W_qb · rmsnorm_qa(W_qa x)  or  q = W_q x        [T, H, dn + dr] */
     if (c->q_lora_rank > 0) {
         be->matmul(be, m->cq, c->q_lora_rank, m->x, c->hidden_size, &ly->q_a, T, 0);
         be->rmsnorm(be, m->cq, c->q_lora_rank, m->cq, c->q_lora_rank, &ly->q_a_norm,
                     (float)c->rms_norm_eps, T, c->q_lora_rank);
-        qx = m->cq;
-        wq = &ly->q_b;
+        be->matmul(be, m->q, H * qk, m->cq, c->q_lora_rank, &ly->q_b, T, 0);
+    } else {
+        be->matmul(be, m->q, H * qk, m->x, c->hidden_size, &ly->q, T, 0);
     }
-    int absorbed = T == 1 && n_decode_tokens == 1 && be->q_absorb &&
-                   be->q_absorb(be, m->q, m->qt, qx, wq, &ly->w_uk_t, H, T);
-    if (!absorbed) be->matmul(be, m->q, H * qk, qx, wq->cols, wq, T, 0);
     int side_rope = 0;
     if (split) {
-        if (!pre.q)
-            be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, NULL, 0, 0, NULL, ab->slot_mapping, W,
-                              ab->positions, T, &m->rope, NULL, (float)c->rms_norm_eps);
+        be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, NULL, 0, 0, NULL, ab->slot_mapping, W,
+                          ab->positions, T, &m->rope, NULL, (float)c->rms_norm_eps);
         side_rope = 1; /* the side lane is joined after the W_UK absorption below */
     } else {
         if (side) be->side_join(be);
@@ -166,12 +155,11 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     }
     /* decode: q̃ = W_UKᵀ q_nope; ō = attn over latents; o = W_UV ō */
     if (n_decode_tokens > 0) {
-        if (!absorbed) be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
+        be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
         if (side_rope) be->side_join(be);
         if (be->mla_decode_uv) {
             be->mla_decode_uv(be, m->o, H * d->v_dim, d->v_dim, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk,
-                              cache, ab, 0, n_decode_seqs, d, &ly->w_uv, n_decode_tokens,
-                              pre.q || pre.kv ? &pre : NULL);
+                              cache, ab, 0, n_decode_seqs, d, &ly->w_uv, n_decode_tokens);
         } else {
             be->mla_decode(be, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk, cache, ab, 0, n_decode_seqs, d);
             be->bmm(be, m->o, H * d->v_dim, d->v_dim, m->olat, H * r, r, &ly->w_uv, n_decode_tokens);
@@ -201,13 +189,6 @@ static void swiglu(di_model *m, const di_weight *gate_up, const di_weight *down,
 static const char moe_deferred;
 #define DELTA_DEFERRED ((const void *)&moe_deferred)
 
-/* The routing of the T normed rows (the f32 copy where there is one): topk_idx, topk_w. */
-static void route(di_model *m, const di_layer *ly, int T) {
-    const float *router_in = m->xr ? m->xr : (const float *)m->x; /* f32 normed rows */
-    m->be->moe_route(m->be, m->topk_idx, m->topk_w, router_in, &ly->router,
-                     ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
-}
-
 /* h += FFN(x): dense SwiGLU MLP (down_proj accumulates into h; returns NULL), or routed
  * experts (+ shared experts) in ffn_out, which the caller adds into h (returns ffn_out: the
  * next layer's add_rmsnorm takes it as its delta, saving a pass over h). may_defer (a next
@@ -223,15 +204,14 @@ static const void *ffn(di_model *m, const di_layer *ly, int T, int may_defer) {
     int Is = c->moe_intermediate_size * c->n_shared_experts;
     /* shared experts on the backend's side lane where it has one, overlapping the routing and
      * the routed experts, accumulated straight into h in fp32 */
-    /* late (T <= shared_late_max_t): the routing first, alone on HBM, then the fork */
-    int late = T <= m->shared_late_max_t;
-    if (late) route(m, ly, T);
     int side = c->n_shared_experts > 0 && be->side_begin && be->side_begin(be, T);
     if (side) {
         swiglu(m, &ly->sh_gate_up, &ly->sh_down, Is, T, m->h, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);
         be->side_end(be);
     }
-    if (!late) route(m, ly, T);
+    const float *router_in = m->xr ? m->xr : (const float *)m->x; /* f32 normed rows */
+    be->moe_route(be, m->topk_idx, m->topk_w, router_in, &ly->router,
+                  ly->router_bias.n ? &ly->router_bias : NULL, &m->route, T, m->route_scratch);
     if (side) {
         int deferred = may_defer && be->moe_experts_defer && be->add_rmsnorm_experts &&
                        be->moe_experts_defer(be, m->x, m->topk_idx, m->topk_w, m->route.top_k, &ly->exp_gate_up,

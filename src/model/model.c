@@ -36,10 +36,6 @@ static void setup_params(di_model *m) {
     /* measured on the H200 (v2lite-8l, 3 rounds): batch 1 +1.4%, batch 16 -0.4%: one token only */
     const char *rs = getenv("DEEPINFER_ROPE_SPLIT");
     m->rope_split_max_t = rs && rs[0] >= '0' && rs[0] <= '9' ? atoi(rs) : 1;
-    const char *mp = getenv("DEEPINFER_MLA_PRE");
-    m->mla_pre = mp && mp[0] >= '0' && mp[0] <= '3' && !mp[1] ? mp[0] - '0' : 0;
-    const char *sl = getenv("DEEPINFER_SHARED_LATE");
-    m->shared_late_max_t = sl && sl[0] >= '0' && sl[0] <= '9' ? atoi(sl) : 0;
     if (m->v32)
         m->idx = (di_indexer_dims){c->index_n_heads, c->index_head_dim, c->index_topk,
                                    (float)(1.0 / sqrt((double)c->index_head_dim)),

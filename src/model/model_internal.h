@@ -58,12 +58,6 @@ struct di_model {
                                     * latent's norm + k_pe rope + cache write beside the query path,
                                     * right after the latent GEMV, and q's rope on the main lane
                                     * (DEEPINFER_ROPE_SPLIT=N, default 1; 0: never) */
-    int mla_pre;                   /* split steps hand mla_decode_uv (backend.h di_mla_pre) q's RoPE
-                                    * (bit 1) and the latent's norm, RoPE and cache write (bit 2)
-                                    * (DEEPINFER_MLA_PRE=0..3, default 0: not measured yet) */
-    int shared_late_max_t;         /* MoE steps of at most this many tokens with a side lane fork
-                                    * the shared experts after the routing instead of before it
-                                    * (DEEPINFER_SHARED_LATE=N, default 0: never) */
     di_indexer_dims idx;
     float *inv_freq;
     /* KV pool: [n_layers + n_mtp][kv_blocks * 64][kv_width] act */

@@ -169,9 +169,7 @@ static void decode_case(const char *name, int S, const int *q_len, const int *ct
 /* mla_decode_uv (decode + W_UV in one op; with split KV the merge runs inside the W_UV GEMV)
  * against mla_decode + bmm on the GPU and against the CPU's two ops. One token: bit for bit
  * (k_mla_uv is k_mla_combine + the bmm's GEMV). 2-16 tokens (k_mla_uv_multi: the GEMV's sums
- * where the bmm runs cuBLASLt): within bf16 rounding of the two ops, and the same bits twice.
- * With di_mla_pre (q's RoPE, the latent rows' norm, RoPE and cache write inside the op): the
- * same output and cache bits as the separate ops, then the op without it. */
+ * where the bmm runs cuBLASLt): within bf16 rounding of the two ops, and the same bits twice. */
 static void decode_uv_case(const char *name, int S, const int *q_len, const int *ctx, di_mla_dims d) {
     int H = d.n_heads, r = d.kv_rank, dr = d.rope_dim, W = r + dr, hs = 128 + dr, ldq = H * hs, V = d.v_dim;
     paged p;
@@ -196,7 +194,7 @@ static void decode_uv_case(const char *name, int S, const int *q_len, const int 
         g_poison(dlat, (size_t)T * H * r * 2);
         g_poison(db, (size_t)T * H * V * 2);
         g_gpu->mla_decode_uv(g_gpu, db, H * V, V, dlat, dqt, (uint16_t *)dq + 128, ldq, hs, p.dcache, &p.dab, 0, S, &d,
-                             &wg, T, NULL);
+                             &wg, T);
         CHECK_OK(g_gpu->download(g_gpu, rep ? hc : hb, db, (size_t)T * H * V * 2));
     }
     CHECK_OK(g_gpu->download(g_gpu, ha, da, (size_t)T * H * V * 2));
@@ -213,45 +211,6 @@ static void decode_uv_case(const char *name, int S, const int *q_len, const int 
         snprintf(w2, sizeof w2, "%s vs mla_decode + bmm (%zu outputs differ in bits)", what, diff);
         T_CHECK(w2, got, two, (size_t)T * H * V, 4e-3, 8e-3);
     }
-    /* pre (di_mla_pre): q_pe handed over un-rotated (bit 1) and / or the step's latent rows
-     * un-normed, un-rotated and not yet in the cache (bit 2), against the separate ops
-     * (rope_kv_write's kv half, rope) and then the op: the same output bits and the same cache,
-     * with both pair layouts (a YaRN-like mscale with the NeoX one) */
-    int half = dr / 2;
-    size_t ncache = (size_t)p.n_blocks * 64 * W;
-    float *inv = t_rope_inv_freq(dr), *kvraw = t_rand((size_t)T * W, 2.0f), *nwv = t_rand((size_t)r, 1.0f);
-    float *dinv = (float *)g_raw(inv, (size_t)half * 4);
-    di_weight nwg = t_vec_upload(g_gpu, nwv, r);
-    uint16_t *cc[2] = {(uint16_t *)malloc(ncache * 2), (uint16_t *)malloc(ncache * 2)};
-    for (int il = 1; il >= 0; il--)
-        for (int mode = 1; mode <= 3; mode++) {
-            di_rope_params rg = {dr, il, il ? 1.0f : 1.2f, dinv};
-            for (int v = 0; v < 2; v++) { /* 0: the separate ops, then the op; 1: the op with pre */
-                void *dqv = g_act(q, (size_t)T * ldq), *dkv = g_act(kvraw, (size_t)T * W);
-                void *dc = g_act(p.cache, ncache);
-                di_mla_pre pre = {&rg, mode & 1, (mode & 2) ? dkv : NULL, W, &nwg, 1e-6f};
-                if (v == 0 && (mode & 2))
-                    g_gpu->rope_kv_write(g_gpu, NULL, 0, 0, 0, dkv, W, r, dc, p.dslots, W, p.dpos, T, &rg, &nwg, 1e-6f);
-                if (v == 0 && (mode & 1)) g_gpu->rope(g_gpu, (uint16_t *)dqv + 128, ldq, H, hs, p.dpos, T, &rg);
-                g_poison(dlat, (size_t)T * H * r * 2);
-                g_poison(db, (size_t)T * H * V * 2);
-                g_gpu->mla_decode_uv(g_gpu, db, H * V, V, dlat, dqt, (uint16_t *)dqv + 128, ldq, hs, dc, &p.dab, 0, S,
-                                     &d, &wg, T, v ? &pre : NULL);
-                CHECK_OK(g_gpu->download(g_gpu, v ? hc : hb, db, (size_t)T * H * V * 2));
-                CHECK_OK(g_gpu->download(g_gpu, cc[v], dc, ncache * 2));
-                g_free(dqv); g_free(dkv); g_free(dc);
-            }
-            size_t rd = 0, cd = 0;
-            for (size_t i = 0; i < (size_t)T * H * V; i++) rd += hb[i] != hc[i];
-            for (size_t i = 0; i < ncache; i++) cd += cc[0][i] != cc[1][i];
-            CHECK_MSG(rd == 0, "%s pre %d interleave %d: %zu of %d outputs differ from the separate ops", what, mode,
-                      il, rd, T * H * V);
-            CHECK_MSG(cd == 0, "%s pre %d interleave %d: %zu cache elements differ from the separate ops", what, mode,
-                      il, cd);
-        }
-    free(inv); free(kvraw); free(nwv); free(cc[0]); free(cc[1]);
-    g_free(dinv);
-    g_gpu->weight_free(g_gpu, &nwg);
     free(qt); free(q); free(lat); free(ref); free(ha); free(hb); free(hc); free(got); free(two);
     g_free(dqt); g_free(dq); g_free(dlat); g_free(da); g_free(db);
     g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg);
@@ -459,15 +418,13 @@ static void test_prefill(void) {
 
 /* k_route's two top-k paths at every step size: DEEPINFER_CUDA_ROUTE_REDUX=0 (warp_argmax) and
  * =65536 (warp_topk_redux); the default backend takes the latter up to 16 tokens. And the router
- * logits of <= 32-token steps with 8 and 2 tokens per block (DEEPINFER_CUDA_ROUTER_TT; default 1)
- * and with their weight loads' L2 hint flipped (DEEPINFER_CUDA_ROUTER_L2) */
-enum { ROUTE_ALTS = 5 };
+ * logits of <= 32-token steps with 8 and 2 tokens per block (DEEPINFER_CUDA_ROUTER_TT; default 1) */
+enum { ROUTE_ALTS = 4 };
 static di_backend *g_route_alt[ROUTE_ALTS];
 static const char *const g_route_alt_env[ROUTE_ALTS][2] = {{"DEEPINFER_CUDA_ROUTE_REDUX", "0"},
                                                           {"DEEPINFER_CUDA_ROUTE_REDUX", "65536"},
                                                           {"DEEPINFER_CUDA_ROUTER_TT", "8"},
-                                                          {"DEEPINFER_CUDA_ROUTER_TT", "2"},
-                                                          {"DEEPINFER_CUDA_ROUTER_L2", "1"}};
+                                                          {"DEEPINFER_CUDA_ROUTER_TT", "2"}};
 
 /* route_case with inputs that stress k_route's tie, -INF and NaN rules. dup > 0: gate row e
  * (and bias e) a copy of row e % dup, so experts share bit-identical logits (exact ties, which

@@ -1,13 +1,12 @@
 /* test_cuda_ops.c - CPU vs CUDA parity of the row-wise ops (rope_kv_write also bit for bit
  * against the three ops it fuses), the GEMMs (bf16 / fp8, every
- * kernel path: small, tiled, cuBLASLt, generic), the per-head bmm, q_absorb (the one-token query
- * GEMV + W_UK absorption, bit for bit against the two ops), CUDA-graph replay, and the
+ * kernel path: small, tiled, cuBLASLt, generic), the per-head bmm, CUDA-graph replay, and the
  * two-lane concurrency (side_begin / side_end / side_join, eager and in a graph).
  * Inputs are fresh random bf16 values each run (full-precision fp32 for the residual stream,
  * which is f32 on both backends); GPU outputs are poisoned with NaN first; the CPU backend
  * (fp32) on the same operands is the reference.
  *
- *   test_cuda_ops [rows] [gemm] [bmm] [qabsorb] [graph] [lanes]      (default: all groups) */
+ *   test_cuda_ops [rows] [gemm] [bmm] [graph] [lanes]      (default: all groups) */
 #include "cuda_test_util.h"
 
 /* ---------------------------------------------------------------- row ops ---- */
@@ -384,74 +383,6 @@ static void test_bmm(void) {
         }
 }
 
-/* q_absorb (the query GEMV and the W_UK absorption of a one-token step in one op) against
- * matmul + bmm on the GPU, bit for bit, and against the CPU's two ops; K: V2-Lite's hidden size
- * (the GEMV split in 4 K slices), V3's q_lora_rank (one slice), odd sizes (a short last
- * slice, a lane with more pieces than the others); shapes it does not take must return 0. */
-static di_backend *g_qa;
-
-static void q_absorb_case(int H, int K, int qk, int expect) {
-    int dn = 128, r = 512, T = 1;
-    t_weight wq = t_weight_make(1, H * qk, K, 0, 0.05f), wk = t_weight_make(H, dn, r, 0, 0.05f);
-    di_weight qc = t_weight_upload(g_cpu, &wq, DI_WEIGHT_PLAIN), qg = t_weight_upload(g_gpu, &wq, DI_WEIGHT_PLAIN);
-    di_weight kc = t_weight_upload(g_cpu, &wk, DI_WEIGHT_TRANSPOSED), kg = t_weight_upload(g_gpu, &wk, DI_WEIGHT_TRANSPOSED);
-    float *x = t_rand((size_t)K, 1.0f), *q = (float *)calloc((size_t)H * qk, 4), *qt = (float *)calloc((size_t)H * r, 4);
-    g_cpu->matmul(g_cpu, q, H * qk, x, K, &qc, T, 0);
-    g_cpu->bmm(g_cpu, qt, H * r, r, q, H * qk, qk, &kc, T);
-    void *dx = g_act(x, (size_t)K);
-    void *dq[2] = {g_alloc((size_t)H * qk * 2), g_alloc((size_t)H * qk * 2)};
-    void *dt[2] = {g_alloc((size_t)H * r * 2), g_alloc((size_t)H * r * 2)};
-    for (int v = 0; v < 2; v++) {
-        g_poison(dq[v], (size_t)H * qk * 2);
-        g_poison(dt[v], (size_t)H * r * 2);
-    }
-    g_gpu->matmul(g_gpu, dq[0], H * qk, dx, K, &qg, T, 0);
-    g_gpu->bmm(g_gpu, dt[0], H * r, r, dq[0], H * qk, qk, &kg, T);
-    CHECK_MSG(g_qa && g_qa->q_absorb != NULL, "no cuda backend with q_absorb");
-    CHECK_OK(g_gpu->sync(g_gpu));
-    int took = g_qa && g_qa->q_absorb ? g_qa->q_absorb(g_qa, dq[1], dt[1], dx, &qg, &kg, H, T) : 0;
-    CHECK_OK(g_qa ? g_qa->sync(g_qa) : DI_OK);
-    char what[128];
-    snprintf(what, sizeof what, "q_absorb H%d K%d qk%d", H, K, qk);
-    CHECK_MSG(took == expect, "%s: returned %d, expected %d", what, took, expect);
-    if (took) {
-        size_t nb[2] = {(size_t)H * qk * 2, (size_t)H * r * 2};
-        void *outs[2][2] = {{dq[0], dq[1]}, {dt[0], dt[1]}};
-        for (int o = 0; o < 2; o++) {
-            unsigned char *a = (unsigned char *)malloc(nb[o]), *b = (unsigned char *)malloc(nb[o]);
-            CHECK_OK(g_gpu->download(g_gpu, a, outs[o][0], nb[o]));
-            CHECK_OK(g_gpu->download(g_gpu, b, outs[o][1], nb[o]));
-            CHECK_MSG(memcmp(a, b, nb[o]) == 0, "%s: %s differs from matmul + bmm", what, o ? "q~" : "q");
-            free(a); free(b);
-        }
-        float *gq = g_get_act(dq[1], (size_t)H * qk), *gt = g_get_act(dt[1], (size_t)H * r);
-        char w2[160];
-        snprintf(w2, sizeof w2, "%s q", what);
-        T_CHECK(w2, gq, q, (size_t)H * qk, TOL_L2, TOL_MAX);
-        snprintf(w2, sizeof w2, "%s q~", what);
-        T_CHECK(w2, gt, qt, (size_t)H * r, TOL_L2, TOL_MAX);
-        free(gq); free(gt);
-    }
-    free(x); free(q); free(qt);
-    g_free(dx); g_free(dq[0]); g_free(dq[1]); g_free(dt[0]); g_free(dt[1]);
-    g_cpu->weight_free(g_cpu, &qc); g_gpu->weight_free(g_gpu, &qg);
-    g_cpu->weight_free(g_cpu, &kc); g_gpu->weight_free(g_gpu, &kg);
-    t_weight_free(&wq); t_weight_free(&wk);
-}
-
-static void test_q_absorb(void) {
-    /* a backend with the op switched on (device buffers are usable from either backend) */
-    g_qa = g_backend_with("DEEPINFER_CUDA_Q_ABSORB", "1");
-    q_absorb_case(16, 2048, 192, 1);  /* V2-Lite */
-    q_absorb_case(128, 1536, 192, 1); /* V3's q_b */
-    q_absorb_case(16, 1800, 192, 1);  /* 2 K slices, the last one short */
-    q_absorb_case(3, 264, 192, 1);    /* one slice, lanes with one piece and lane 0 with two */
-    q_absorb_case(16, 4096, 192, 0);  /* K past the kernel's registers */
-    q_absorb_case(16, 2048, 96, 0);   /* another head size */
-    if (g_qa) di_backend_free(g_qa);
-    g_qa = NULL;
-}
-
 /* ---------------------------------------------------------------- graphs ---- */
 
 /* The buffers and weights of one residual step (add_rmsnorm with its f32 copy, the router, a
@@ -649,7 +580,6 @@ static void test_lanes(void) {
 
 int main(int argc, char **argv) {
     const t_group groups[] = {{"reserve", reserve_gpu}, {"rows", test_rows}, {"gemm", test_gemm}, {"bmm", test_bmm},
-                              {"qabsorb", test_q_absorb},
                               {"graph", test_graph}, {"lanes", test_lanes}};
     /* reserve always runs first (it is what a model does at load) */
     return t_main_first_always(argc, argv, groups, (int)(sizeof groups / sizeof groups[0]));

@@ -536,8 +536,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->moe_direct = env_on("DEEPINFER_CUDA_MOE_DIRECT");
     st->moe_defer = env_on("DEEPINFER_CUDA_MOE_DEFER");
     st->mla_uv_multi = env_on("DEEPINFER_CUDA_MLA_UV_MULTI");
-    const char *qa = getenv("DEEPINFER_CUDA_Q_ABSORB");
-    st->q_absorb = qa && !strcmp(qa, "1"); /* default off until measured on the GPU */
     st->moe_fold = env_on("DEEPINFER_CUDA_MOE_FOLD");
     st->moe_pdl = env_on("DEEPINFER_CUDA_MOE_PDL");
     const char *lp = getenv("DEEPINFER_CUDA_LT_PTR_ALGO");
@@ -559,8 +557,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");
     const char *rr = getenv("DEEPINFER_CUDA_ROUTE_REDUX");
     st->route_redux = rr && rr[0] >= '0' && rr[0] <= '9' ? atoi(rr) : 16;
-    const char *rl = getenv("DEEPINFER_CUDA_ROUTER_L2");
-    st->router_l2 = rl && !strcmp(rl, "1");
     const char *rt = getenv("DEEPINFER_CUDA_ROUTER_TT");
     st->router_tt = rt && (!strcmp(rt, "1") || !strcmp(rt, "2") || !strcmp(rt, "4") || !strcmp(rt, "8")) ? atoi(rt) : 1;
     st->mla_early = env_on("DEEPINFER_CUDA_MLA_EARLY");
@@ -658,7 +654,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->mla_prefill_scratch_bytes = cuda_mla_prefill_scratch_bytes;
     be->mla_decode = cuda_mla_decode;
     be->mla_decode_uv = cuda_mla_decode_uv;
-    be->q_absorb = cuda_q_absorb;
     be->layernorm = cuda_layernorm;
     be->indexer_topk = cuda_indexer_topk;
     be->indexer_scratch_bytes = cuda_indexer_scratch_bytes;

@@ -104,8 +104,6 @@ typedef struct cuda_state {
     moe_zero moe_zero_host;        /* its host copy (dst NULL: nothing registered yet) */
     int moe_fold;                  /* DEEPINFER_CUDA_MOE_FOLD (default 1): graph_end folds the memset after
                                     * k_moe_permute into it (moe_zero) */
-    int q_absorb;                  /* DEEPINFER_CUDA_Q_ABSORB=1 (default 0: not measured yet): backend.h
-                                    * q_absorb at one token (cuda_q_absorb.cu) */
     int mla_uv_multi;              /* DEEPINFER_CUDA_MLA_UV_MULTI (default 1): decode steps of 2-16 tokens
                                     * merge the KV splits inside the W_UV GEMV (k_mla_uv_multi) */
     int moe_defer;                 /* DEEPINFER_CUDA_MOE_DEFER (default 1): moe_experts_defer offered */
@@ -136,8 +134,6 @@ typedef struct cuda_state {
                                     * the wait) */
     int route_pdl;                 /* DEEPINFER_CUDA_ROUTE_PDL (default 1): router logits of <= 32 tokens
                                     * PDL-launched, releasing k_route (PDL) at their start */
-    int router_l2;                 /* DEEPINFER_CUDA_ROUTER_L2=1 (default 0): the router logits of <= 32-token
-                                    * steps load the weights with L2 priority evict_last */
     int router_tt;                 /* DEEPINFER_CUDA_ROUTER_TT=1|2|4|8 (default 1): tokens per block of the
                                     * router logits of <= 32-token steps. Measured (2026-12-02,
                                     * v2lite-8l, 3 rounds per call): 2 against 8 batch 1 +1.4%, 16
@@ -380,11 +376,9 @@ size_t cuda_mla_prefill_scratch_bytes(di_backend *be, const di_mla_dims *d, int 
 void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
                      const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
                      const di_mla_dims *d);
-int cuda_q_absorb(di_backend *be, void *q, void *qt, const void *x, const di_weight *w_q, const di_weight *w_uk,
-                  int H, int T);
 void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, const void *qt, const void *qpe,
-                        int ldqpe, int hsqpe, void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
-                        const di_mla_dims *d, const di_weight *w_uv, int n_tokens, const di_mla_pre *pre);
+                        int ldqpe, int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
+                        const di_mla_dims *d, const di_weight *w_uv, int n_tokens);
 size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_tokens);
 /* DeepSeek-V3.2 (cuda_indexer.cu): the indexer's LayerNorm and top-k (cuda_mla_decode /
  * cuda_mla_prefill attend over each token's selected positions when ab->sel_pos != NULL). */

@@ -39,9 +39,7 @@
 
 #include "backend/cuda/cuda_mla_decode.cuh"
 #include "backend/cuda/cuda_mma.cuh"
-#include "backend/cuda/cuda_norm.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
-#include "backend/cuda/cuda_rope.cuh"
 #include "backend/cuda/cuda_wload.cuh"
 
 /* DSA selection, a separate kernel parameter of the SP kernels (dense: zeros; keeping it out of
@@ -133,58 +131,16 @@ struct dec_smem {
     static constexpr int total = q + 2 * k + p + 2 * cw * R * 4;
 };
 
-/* One of the step's own latent rows, position p of sequence seq (a.kv_new), into the shared
- * tile row `row`: warp 0 norms the latent (k_rope_kv_write's norm at nvt = 32: lane l holds
- * pieces l and l + 32), warp 1 rotates k_pe (lane i: pair i); with `own` (the row's token is
- * the block's, head group 0) also into its cache slot. */
-static __device__ __forceinline__ void dec_new_row(const dec_args &a, int seq, int first_new, int p, bf16 *row,
-                                                   bool own_token) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int tok = a.seq_start[seq] + (p - first_new);
-    const bf16 *src = a.kv_new + (long)tok * a.ldkv_new;
-    const int slot = own_token ? a.slots[tok] : -1;
-    bf16 *crow = slot >= 0 ? a.cache_w + (long)slot * FD : NULL;
-    if (warp == 0) {
-        uint4 u0 = *(const uint4 *)(src + 8 * lane), u1 = *(const uint4 *)(src + 8 * (lane + 32));
-        float v0[8], v1[8], ss = 0.f;
-        norm8_in(u0, v0, ss);
-        norm8_in(u1, v1, ss);
-        float inv = norm_inv(warp_sum(ss), FDV, a.kv_eps);
-        uint4 o0 = norm8_out(a.kv_norm, lane, v0, inv), o1 = norm8_out(a.kv_norm, lane + 32, v1, inv);
-        *(uint4 *)(row + 8 * lane) = o0;
-        *(uint4 *)(row + 8 * (lane + 32)) = o1;
-        if (crow) {
-            *(uint4 *)(crow + 8 * lane) = o0;
-            *(uint4 *)(crow + 8 * (lane + 32)) = o1;
-        }
-    } else if (warp == 1) {
-        constexpr int RH = (FD - FDV) / 2;
-        const int i = lane, ia = a.rope_interleave ? 2 * i : i, ib = a.rope_interleave ? 2 * i + 1 : i + RH;
-        float c, s;
-        rope_cos_sin((float)a.rope_pos[tok], a.rope_inv_freq[i], a.rope_mscale, &c, &s);
-        bf16 ya, yb;
-        rope_pair(__bfloat162float(src[FDV + ia]), __bfloat162float(src[FDV + ib]), c, s, &ya, &yb);
-        row[FDV + ia] = ya;
-        row[FDV + ib] = yb;
-        if (crow) {
-            crow[FDV + ia] = ya;
-            crow[FDV + ib] = yb;
-        }
-    }
-}
-
 template <int R, int NW, bool SP>
 __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_sel sp) {
     typedef dec_smem<R, NW> L;
     constexpr int RW = R / 16, CW = NW / RW, KPW = FKT / CW, NJS = KPW / 8, OCOLS = FDV / CW, NJO = OCOLS / 8;
     static_assert(KPW % 8 == 0 && NJO % 2 == 0, "tile split");
     extern __shared__ __align__(16) unsigned char sm[];
-    __shared__ float rcs[2 * (FD - FDV) / 2]; /* q_pe's rotation (dense, a.rope_inv_freq): cos, then sin */
     pdl_launch_dependents();
     /* early (dense only): the step's metadata (uploaded before its first kernel) and the cache
      * rows of earlier steps are read before the wait; q and this step's cache rows after it */
     const bool early = !SP && a.early;
-    const bool rope = !SP && a.rope_q, kvf = !SP && a.kv_new;
     if (!early) pdl_wait(); /* PDL (cuda_pdl.cuh): everything below reads the step's data */
     bf16 *Qs = (bf16 *)sm, *Ks0 = (bf16 *)(sm + L::q), *Ps = (bf16 *)(sm + L::q + 2 * L::k);
     float *redm = (float *)(sm + L::q + 2 * L::k + L::p), *redl = redm + CW * R;
@@ -204,11 +160,6 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
         if (early) pdl_wait();
         return;
     }
-    constexpr int RH = (FD - FDV) / 2; /* rope pairs per head */
-    if (rope && tid < RH) /* the position is step metadata: before the wait where early */
-        rope_cos_sin((float)a.rope_pos[t], a.rope_inv_freq[tid], a.rope_mscale, &rcs[tid], &rcs[RH + tid]);
-    /* the sequence's first position of this step: rows from there on are this step's */
-    const int first_new = early || kvf ? token_pos(a.seq_start, a.ctx_len, seq, a.seq_start[seq]) : 0;
 
     int *slots = (int *)(sm + L::total); /* SP: cache slot of each key of this split */
     if (SP) {
@@ -255,6 +206,7 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
         load_q();
         load_tile_sp(tb, 0);
     } else if (early) { /* the first tile's rows of earlier steps, the wait, then the rest */
+        int first_new = token_pos(a.seq_start, a.ctx_len, seq, a.seq_start[seq]); /* this step's first key */
         int old = min(FKT, max(0, first_new - tb * FKT));
         load_rows(tb, 0, 0, old);
         pdl_wait();
@@ -265,16 +217,6 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
         load_tile(tb, 0);
     }
     cp_async_commit();
-    if (rope) { /* q_pe of the block's R heads rotated in place once its tile has landed */
-        cp_async_wait<0>();
-        __syncthreads();
-        for (int j = tid; j < R * RH; j += NW * 32) {
-            int i = j % RH, ia = a.rope_interleave ? 2 * i : i, ib = a.rope_interleave ? 2 * i + 1 : i + RH;
-            bf16 *v = Qs + (j / RH) * FLD + FDV;
-            rope_pair(__bfloat162float(v[ia]), __bfloat162float(v[ib]), rcs[i], rcs[RH + i], &v[ia], &v[ib]);
-        }
-        /* (the first tile's wait and barrier below order these writes before the reads) */
-    }
 
     float o[NJO][4];
 #pragma unroll
@@ -286,15 +228,6 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
         int buf = (ti - tb) & 1;
         cp_async_wait<0>();
         __syncthreads();
-        if (kvf) { /* this step's rows of the tile (whatever the cache gave there) made from kv_new */
-            const int key0 = ti * FKT, lo = max(first_new, key0), hi = min(nkeys, key0 + FKT);
-            if (lo < hi) { /* uniform over the block */
-                for (int p = lo; p < hi; p++)
-                    dec_new_row(a, seq, first_new, p, Ks0 + buf * FKT * FLD + (p - key0) * FLD,
-                                hg == 0 && a.seq_start[seq] + (p - first_new) == t);
-                __syncthreads();
-            }
-        }
         if (ti + 1 < te) {
             if constexpr (SP) load_tile_sp(ti + 1, buf ^ 1);
             else load_tile(ti + 1, buf ^ 1);
@@ -753,10 +686,9 @@ static void launch_decode(cuda_state *st, const dec_args &a, const dec_sel &sp, 
 
 /* The decode launches; with leave_split, a dense launch with several splits skips the combine
  * and returns 1 (the partials in *ap are then merged by the caller). */
-static int mla_decode_run(di_backend *be, dec_args *ap, void *out, const void *qt, const void *qpe, int ldqpe,
+static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *qt, const void *qpe, int ldqpe,
                           int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
-                          const di_mla_dims *d, bool leave_split, const di_mla_pre *pre) {
-    cuda_state *st = cst(be);
+                          const di_mla_dims *d, bool leave_split) {
     dec_args &a = *ap;
     a.out = (bf16 *)out;
     a.qt = (const bf16 *)qt;
@@ -779,16 +711,6 @@ static int mla_decode_run(di_backend *be, dec_args *ap, void *out, const void *q
     a.part = NULL;
     a.ml = NULL;
     a.early = st->mla_early;
-    a.rope_pos = NULL;
-    a.rope_inv_freq = NULL;
-    a.rope_mscale = 1.0f;
-    a.rope_interleave = a.rope_q = 0;
-    a.kv_new = NULL;
-    a.ldkv_new = 0;
-    a.kv_norm = NULL;
-    a.kv_eps = 0.f;
-    a.slots = NULL;
-    a.cache_w = NULL;
     dec_sel sp = {ab->sel_pos, ab->sel_count, ab->sel_stride};
     int fast = d->kv_rank == FDV && d->rope_dim == FD - FDV && d->n_heads % 16 == 0 && ldqpe % 8 == 0 &&
                hsqpe % 8 == 0 && ((uintptr_t)qpe & 15) == 0 && ((uintptr_t)qt & 15) == 0;
@@ -797,35 +719,6 @@ static int mla_decode_run(di_backend *be, dec_args *ap, void *out, const void *q
     int wg = fast && !ab->sel_pos && use_wg(st, d);
     int R = wg ? 64 : fast ? heads_per_block(d->n_heads) : 16, n_hg = d->n_heads / R;
     int S = fast ? n_splits(st, ab->n_tokens, n_hg, wg) : 1;
-    if (pre && (pre->q || pre->kv)) {
-        /* backend.h di_mla_pre: inside the dense mma.sync kernel (q_pe rotated as it is loaded, the
-         * step's latent rows made where they are used), else the separate ops first */
-        const di_rope_params *rp = pre->rope;
-        bool in = fast && !wg && !ab->sel_pos && rp->dim == d->rope_dim;
-        bool kv_in = in && pre->kv && pre->kv_norm && pre->kv_norm->dtype == DI_DTYPE_F32 &&
-                     pre->kv_norm->cols == FDV && ((uintptr_t)pre->kv_norm->data & 15) == 0 &&
-                     ((uintptr_t)pre->kv & 15) == 0 && pre->ldkv % 8 == 0;
-        if (pre->kv && !kv_in)
-            cuda_rope_kv_write(be, NULL, 0, 0, 0, pre->kv, pre->ldkv, d->kv_rank, (void *)cache, ab->slot_mapping,
-                               d->kv_rank + d->rope_dim, ab->positions, ab->n_tokens, rp, pre->kv_norm, pre->eps);
-        if (pre->q && !in)
-            cuda_rope(be, (void *)qpe, ldqpe, d->n_heads, hsqpe, ab->positions, ab->n_tokens, rp);
-        if (in) {
-            a.rope_pos = ab->positions;
-            a.rope_inv_freq = rp->inv_freq;
-            a.rope_mscale = rp->mscale;
-            a.rope_interleave = rp->interleave;
-            a.rope_q = pre->q;
-        }
-        if (kv_in) {
-            a.kv_new = (const bf16 *)pre->kv;
-            a.ldkv_new = pre->ldkv;
-            a.kv_norm = (const float *)pre->kv_norm->data;
-            a.kv_eps = pre->eps;
-            a.slots = ab->slot_mapping;
-            a.cache_w = (bf16 *)cache;
-        }
-    }
     if (ab->sel_pos && ab->sel_stride > 0) { /* sparse: splits of at least sp_min_tiles tiles of the list */
         int cap = ((ab->sel_stride + FKT - 1) / FKT + st->sp_min_tiles - 1) / st->sp_min_tiles;
         if (S > cap) S = cap > 1 ? cap : 1;
@@ -867,20 +760,19 @@ static int mla_decode_run(di_backend *be, dec_args *ap, void *out, const void *q
 
 void cuda_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
                      const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end, const di_mla_dims *d) {
+    cuda_state *st = cst(be);
     if (seq_end <= seq_begin || ab->n_tokens <= 0) return;
     dec_args a;
-    mla_decode_run(be, &a, out, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false, NULL);
+    mla_decode_run(st, &a, out, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false);
 }
 
 /* backend.h mla_decode_uv: at one token with split KV (dense), the merge moves into the W_UV
  * GEMV (k_mla_uv), taken only where the bmm itself would run the one-split GEMV that k_mla_uv
  * reproduces (bf16 W_UV of r = 512 columns, st->gemv); at 2..UV_MAX_T decode tokens with split
- * KV into k_mla_uv_multi (st->mla_uv_multi); otherwise mla_decode, then bmm. With pre (di_mla_pre),
- * the dense mma.sync decode kernel rotates q_pe as it loads it and makes the step's latent rows
- * itself (see dec_args); other paths launch k_rope / k_rope_kv_write first. */
+ * KV into k_mla_uv_multi (st->mla_uv_multi); otherwise mla_decode, then bmm. */
 void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, const void *qt, const void *qpe,
-                        int ldqpe, int hsqpe, void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
-                        const di_mla_dims *d, const di_weight *w_uv, int n_tokens, const di_mla_pre *pre) {
+                        int ldqpe, int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
+                        const di_mla_dims *d, const di_weight *w_uv, int n_tokens) {
     cuda_state *st = cst(be);
     if (seq_end <= seq_begin || ab->n_tokens <= 0 || n_tokens <= 0) return;
     const int H = d->n_heads, r = d->kv_rank;
@@ -895,7 +787,7 @@ void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, c
                  w_uv->rows > 0 && ((uintptr_t)w_uv->data & 15) == 0;
     dec_args a;
     if ((fuse || multi) &&
-        mla_decode_run(be, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, true, pre)) {
+        mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, true)) {
         if (fuse)
             cuda_launch_pdl(st, st->pdl >= 1, k_mla_uv, dim3(ceil_div_i(w_uv->rows, 32), H), dim3(256), 0, a,
                             wview_of(w_uv), (bf16 *)o, (long)hso);
@@ -907,7 +799,6 @@ void cuda_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, c
         return;
     }
     /* (fuse or multi with one split: the decode kernel wrote the merged latents; the bmm follows) */
-    if (!fuse && !multi)
-        mla_decode_run(be, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false, pre);
+    if (!fuse && !multi) mla_decode_run(st, &a, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d, false);
     cuda_bmm(be, o, ldo, hso, olat, H * r, r, w_uv, n_tokens);
 }

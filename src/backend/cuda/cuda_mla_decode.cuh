@@ -21,24 +21,6 @@ typedef struct dec_args {
     float *ml;   /* [n_tokens * H * nsplit][2] */
     int early;   /* k_mla_decode_fast (dense): metadata and earlier steps' cache rows before the PDL
                   * wait, launched with PDL (DEEPINFER_CUDA_MLA_EARLY) */
-    /* k_mla_decode_fast (dense) only (NULL / 0 elsewhere; backend.h di_mla_pre):
-     * - rope_q: q_pe is read un-rotated and rotated in shared memory as rope(q_pe, positions)
-     *   would (cuda_rope.cuh);
-     * - kv_new: the step's own latent rows (a sequence's positions from its first token of the
-     *   step on) are not read from the cache but made from kv_new (one row per batch token,
-     *   stride ldkv_new) in shared memory, normed (kv_norm, kv_eps) and k_pe rotated as
-     *   k_rope_kv_write would; the block of the row's own token (head group 0) writes it to the
-     *   cache (cache_w, slot_mapping) */
-    const int32_t *rope_pos;
-    const float *rope_inv_freq;
-    float rope_mscale;
-    int rope_interleave, rope_q;
-    const bf16 *kv_new;
-    long ldkv_new;
-    const float *kv_norm;
-    float kv_eps;
-    const int32_t *slots;
-    bf16 *cache_w;
 } dec_args;
 
 static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {

@@ -1,7 +1,6 @@
 /* cuda_norm.cuh - the per-piece arithmetic of the vectorised RMSNorm (k_rmsnorm_v8), shared by
- * every kernel that norms a row the way it does: k_rmsnorm_v8 and k_rope_kv_write (cuda_ops.cu)
- * and the MLA decode kernel norming this step's latent rows itself (cuda_mla_decode.cu), so all
- * give the same bits.
+ * the kernels that norm a row the way it does: k_rmsnorm_v8 and k_rope_kv_write (cuda_ops.cu),
+ * so both give the same bits.
  *
  * Owner: cuda. A row of D bf16 is D / 8 pieces of 8; a thread's pieces' squares are added in
  * order into its partial sum (norm8_in); the partials are summed by a warp-xor tree, then over

@@ -1,7 +1,6 @@
-/* cuda_rope.cuh - RoPE's arithmetic (backend.h di_rope_params) for every CUDA kernel that rotates:
- * one position's cos / sin table entry and the rotation of one pair, so that k_rope,
- * k_rope_kv_write (cuda_ops.cu) and the MLA decode kernel rotating q_pe as it loads it
- * (cuda_mla_decode.cu) give the same bits.
+/* cuda_rope.cuh - RoPE's arithmetic (backend.h di_rope_params) for the CUDA kernels that rotate:
+ * one position's cos / sin table entry and the rotation of one pair, so that k_rope and
+ * k_rope_kv_write (cuda_ops.cu) give the same bits.
  *
  * Owner: cuda. The products are rounded as written (explicit fma / mul): no contraction choice
  * left to the compiler, which could otherwise differ between kernels. */

@@ -24,30 +24,18 @@
  * L2-resident: T x D x 4 bytes, read E / EE times). */
 enum { RT_TOK = 8, RT_Q = 4 };
 
-/* 8 bytes of a router weight row with L2 eviction priority evict_last (st->router_l2): the
- * decode router's weights (E x D bf16 per layer, 256 KB at V2-Lite) then stay in L2 from one
- * step to the next while the step's other weights stream through it, instead of coming from
- * HBM behind the shared experts' GEMV that runs beside the router */
-static __device__ __forceinline__ uint2 ld_keep_u2(const void *p) {
-    unsigned long long pol;
-    uint2 v;
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-    asm("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(pol));
-    return v;
-}
-
 /* One column step of the vectorised router sum: thread (q, lane) adds columns d..d+3 of the EE
  * experts' rows (from e0; the first ne exist) times the nt token rows r0.. of x (row stride D,
  * global or shared memory) into acc, with one fixed fmaf nesting. Shared by both router kernels so
  * their sums are the same operations. */
-template <int EE, int TT, bool KEEP = false>
+template <int EE, int TT>
 static __device__ __forceinline__ void rt_step_vec(float (&acc)[EE][TT], const bf16 *W, int e0, int ne, int D, int d,
                                                    const float *x, int r0, int nt) {
     float w[EE][4];
 #pragma unroll
     for (int j = 0; j < EE; j++) {
         uint2 u = make_uint2(0u, 0u);
-        if (j < ne) u = KEEP ? ld_keep_u2(W + (long)(e0 + j) * D + d) : *(const uint2 *)(W + (long)(e0 + j) * D + d);
+        if (j < ne) u = *(const uint2 *)(W + (long)(e0 + j) * D + d);
         const bf16 *b = (const bf16 *)&u;
 #pragma unroll
         for (int c = 0; c < 4; c++) w[j][c] = __bfloat162float(b[c]);
@@ -86,7 +74,7 @@ static __device__ __forceinline__ void rt_reduce_store(float (&acc)[EE][TT], flo
     if (REUSE) __syncthreads();
 }
 
-template <int EE, int UNROLL, int TT = RT_TOK, bool KEEP = false>
+template <int EE, int UNROLL, int TT = RT_TOK>
 __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T, int E,
                                                              int D, int vec, int pdl) {
     __shared__ float part[RT_Q][EE][TT];
@@ -111,7 +99,7 @@ __global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const f
     if (vec) {
 #pragma unroll UNROLL
         for (int d = (q * 32 + lane) * 4; d < D; d += RT_Q * 128)
-            rt_step_vec<EE, TT, KEEP>(acc, W, e0, ne, D, d, x, t0, nt);
+            rt_step_vec<EE, TT>(acc, W, e0, ne, D, d, x, t0, nt);
     } else {
 #pragma unroll UNROLL
         for (int d = q * 32 + lane; d < D; d += RT_Q * 32) {
@@ -175,11 +163,10 @@ static void launch_router_logits(cuda_state *st, float *out, const float *x, con
         const int tt = st->router_tt;
         dim3 grid(ceil_div_i(T, tt), E);
         bool pdl = pdl_with(st, st->route_pdl);
-        const bool keep = st->router_l2 && vec; /* the weights' L2 lines kept (evict_last) */
-        auto kern = tt == 1   ? (keep ? k_router_logits<1, 4, 1, true> : k_router_logits<1, 4, 1>)
-                    : tt == 2 ? (keep ? k_router_logits<1, 4, 2, true> : k_router_logits<1, 4, 2>)
-                    : tt == 4 ? (keep ? k_router_logits<1, 4, 4, true> : k_router_logits<1, 4, 4>)
-                              : (keep ? k_router_logits<1, 4, 8, true> : k_router_logits<1, 4, 8>);
+        auto kern = tt == 1   ? k_router_logits<1, 4, 1>
+                    : tt == 2 ? k_router_logits<1, 4, 2>
+                    : tt == 4 ? k_router_logits<1, 4, 4>
+                              : k_router_logits<1, 4, 8>;
         cuda_launch_pdl(st, pdl, kern, grid, dim3(RT_Q * 32), 0, out, x, w, T, E, D, vec, (int)pdl);
     } else if (vec && st->router_smem && (long)RT_TOK * D * 4 <= 160 * 1024 && ceil_div_i(T, RT_TOK) >= 2 * st->n_sm) {
         /* large prefills only: a block walks every expert group, so it needs >= 2 blocks per SM
