@@ -936,7 +936,8 @@ static void test_small(void) {
 
 static void test_experts(void) {
 
-    /* 1: GEMV; 16..128: cuBLASLt batched (padded per expert); 129+: tiled grouped */
+    /* 1: GEMV; 16..128: cuBLASLt batched (padded per expert); 129: the small-M grouped kernel
+     * (12 rows per expert on average); 300, 1200: the wgmma kernel (>= 16 on average) */
     const int Ts[] = {1, 64, 129, 300, 1200};
     for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) experts_case("v2-lite", 64, 6, 2048, 1408, Ts[i], 0);
     di_backend *save = g_gpu;
@@ -1000,12 +1001,16 @@ static void test_experts(void) {
         g_gpu = save;
         di_backend_free(nosmall);
     }
-    /* 1024+ tokens of 64 experts (>= 96 rows per expert on average): BM = 128 tile table, bf16 ->
-     * the wgmma kernel (cuda_gemm_wgmma.cu); each case also through the mma.sync tiled kernel
-     * (DEEPINFER_CUDA_WGMMA=0). Partial tiles in M, N and K (D 328 / I 200: K not a multiple of
-     * 64, N not of 256 / 128), experts without tokens (only the first 40 / 5 picked). */
+    /* >= DEEPINFER_CUDA_WGMMA_MIN_ROWS (16) rows per expert on average: BM = 128 tile table, bf16
+     * -> the wgmma kernel (cuda_gemm_wgmma.cu); each case also through the mma.sync tiled kernel
+     * (DEEPINFER_CUDA_WGMMA=0). A decode batch of 256 (24 rows per expert: most of each 128-row
+     * tile empty), 180 tokens over 40 experts (27 each), 1024+ tokens; partial tiles in M, N and
+     * K (D 328 / I 200: K not a multiple of 64, N not of 256 / 128), experts without tokens
+     * (only the first 40 / 5 picked). */
     di_backend *nowg = g_backend_with("DEEPINFER_CUDA_WGMMA", "0");
     g_gpu_alt[0] = nowg;
+    experts_case("v2-lite", 64, 6, 2048, 1408, 256, 0);
+    experts_case_r("v2-lite", 64, 40, 6, 2048, 1408, 180, 0);
     experts_case("v2-lite", 64, 6, 2048, 1408, 1024, 0);
     experts_case_r("v2-lite", 64, 40, 6, 2048, 1408, 1100, 0);
     experts_case("odd", 8, 2, 328, 200, 600, 0);

@@ -544,6 +544,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->graph_fill = env_on("DEEPINFER_CUDA_GRAPH_FILL");
     st->router_smem = env_on("DEEPINFER_CUDA_ROUTER_SMEM");
     st->wgmma = env_on("DEEPINFER_CUDA_WGMMA");
+    const char *wm = getenv("DEEPINFER_CUDA_WGMMA_MIN_ROWS");
+    st->wgmma_min_rows = wm && wm[0] >= '1' && wm[0] <= '9' ? atoi(wm) : 16;
     const char *mw = getenv("DEEPINFER_CUDA_MLA_WGMMA");
     st->mla_wgmma = mw && mw[0] >= '0' && mw[0] <= '2' && !mw[1] ? mw[0] - '0' : 1;
     const char *ms = getenv("DEEPINFER_CUDA_MOE_SMALL"), *pd = getenv("DEEPINFER_CUDA_PDL");

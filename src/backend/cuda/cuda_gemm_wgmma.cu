@@ -1,6 +1,8 @@
 /* cuda_gemm_wgmma.cu - the Hopper grouped expert GEMM: warpgroup MMA (wgmma.mma_async
  * m64n256k16, bf16 in, fp32 accumulate) from 128-byte-swizzled shared-memory tiles, for the
- * routed experts of prefill (many rows per expert; the caller's tile table has BM = 128).
+ * routed experts of steps with at least st->wgmma_min_rows (16) rows per expert on average:
+ * prefill and large decode batches (the caller's tile table has BM = 128; with few rows most of
+ * a tile is empty, but the weights still stream once, which is what the time is made of).
  *
  * Owner: cuda. Persistent CTAs (one per SM) of two warpgroups; each computes 128 x 256 output
  * tiles of one expert (warpgroup w owns rows 64w..64w+63); K in steps of 64 through a 4-stage

@@ -348,9 +348,11 @@ static void check_experts(di_backend *be, const di_weight *gate_up, const di_wei
     DI_ASSERT(scratch_bytes >= cuda_moe_scratch_bytes(be, T, k, D, I, E));
 }
 
-/* The tile table's row height for T*k pairs over E experts: 128 with >= 96 rows per expert on
- * average (the wgmma kernel's BM), else 64. */
-static int tile_rows(int Tk, int E) { return ceil_div_i(Tk, E) >= 96 ? 128 : 64; }
+/* The tile table's row height for T*k pairs over E experts: 128 with >= st->wgmma_min_rows
+ * (16) rows per expert on average (the wgmma kernel's BM), else 64. At 24-48 rows per expert
+ * the wgmma kernel's mostly empty 128-row tiles still stream the weights near the copy rate,
+ * where the tiled kernel's 64-row tiles reached ~55% of it (docs/PERF.md, 2026-12-03). */
+static int tile_rows(const cuda_state *st, int Tk, int E) { return ceil_div_i(Tk, E) >= st->wgmma_min_rows ? 128 : 64; }
 
 void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
                       const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes) {
@@ -369,7 +371,7 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
     /* the caller sized the scratch for some max_tokens >= T: the padded area holds lt_cap(T)
      * rows per expert at least */
     carve(&ms, scratch, Tk, D, I, E, lt_cap(T));
-    int bm = tile_rows(Tk, E);
+    int bm = tile_rows(st, Tk, E);
     moe_ptr_args no_ptrs = {};
     if (moe_padded(st, out, x, topk_idx, topk_w, k, gate_up, down, T, &ms, bm, NULL)) return;
     k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active, ms.perm,
@@ -394,5 +396,5 @@ int cuda_moe_experts_defer(di_backend *be, const void *x, const int32_t *topk_id
     if (!st->moe_defer || T <= 0) return 0; /* moe_padded declines the small path's sizes itself */
     moe_scratch ms;
     carve(&ms, scratch, T * k, D, I, E, lt_cap(T));
-    return moe_padded(st, NULL, x, topk_idx, topk_w, k, gate_up, down, T, &ms, tile_rows(T * k, E), scratch);
+    return moe_padded(st, NULL, x, topk_idx, topk_w, k, gate_up, down, T, &ms, tile_rows(st, T * k, E), scratch);
 }
