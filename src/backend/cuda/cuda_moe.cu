@@ -348,11 +348,16 @@ static void check_experts(di_backend *be, const di_weight *gate_up, const di_wei
     DI_ASSERT(scratch_bytes >= cuda_moe_scratch_bytes(be, T, k, D, I, E));
 }
 
-/* The tile table's row height for T*k pairs over E experts: 128 with >= st->wgmma_min_rows
- * (16) rows per expert on average (the wgmma kernel's BM), else 64. At 24-48 rows per expert
- * the wgmma kernel's mostly empty 128-row tiles still stream the weights near the copy rate,
- * where the tiled kernel's 64-row tiles reached ~55% of it (docs/PERF.md, 2026-12-03). */
-static int tile_rows(const cuda_state *st, int Tk, int E) { return ceil_div_i(Tk, E) >= st->wgmma_min_rows ? 128 : 64; }
+/* The tile table's row height for T*k pairs over the experts of w: 128 (the wgmma kernel's BM)
+ * with >= st->wgmma_min_rows (16) rows per expert on average where the wgmma kernel will take
+ * it (bf16), else from 96 rows on (the tiled kernel's measured switch point); 64 below. At
+ * 24-48 rows per expert the wgmma kernel's mostly empty 128-row tiles still stream the weights
+ * near the copy rate, where the tiled kernel's 64-row tiles reached ~55% of it (docs/PERF.md,
+ * 2026-12-03). */
+static int tile_rows(const cuda_state *st, int Tk, const di_weight *w) {
+    int min_rows = st->wgmma && w->dtype == DI_DTYPE_BF16 ? st->wgmma_min_rows : 96;
+    return ceil_div_i(Tk, w->n) >= min_rows ? 128 : 64;
+}
 
 void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
                       const di_weight *gate_up, const di_weight *down, int T, void *scratch, size_t scratch_bytes) {
@@ -371,7 +376,7 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
     /* the caller sized the scratch for some max_tokens >= T: the padded area holds lt_cap(T)
      * rows per expert at least */
     carve(&ms, scratch, Tk, D, I, E, lt_cap(T));
-    int bm = tile_rows(st, Tk, E);
+    int bm = tile_rows(st, Tk, gate_up);
     moe_ptr_args no_ptrs = {};
     if (moe_padded(st, out, x, topk_idx, topk_w, k, gate_up, down, T, &ms, bm, NULL)) return;
     k_moe_permute<<<1, 1024, 0, st->stream>>>(topk_idx, Tk, k, E, bm, ms.offsets, ms.tile_off, ms.active, ms.perm,
@@ -396,5 +401,5 @@ int cuda_moe_experts_defer(di_backend *be, const void *x, const int32_t *topk_id
     if (!st->moe_defer || T <= 0) return 0; /* moe_padded declines the small path's sizes itself */
     moe_scratch ms;
     carve(&ms, scratch, T * k, D, I, E, lt_cap(T));
-    return moe_padded(st, NULL, x, topk_idx, topk_w, k, gate_up, down, T, &ms, tile_rows(st, T * k, E), scratch);
+    return moe_padded(st, NULL, x, topk_idx, topk_w, k, gate_up, down, T, &ms, tile_rows(st, T * k, gate_up), scratch);
 }
