@@ -122,9 +122,10 @@ typedef struct cuda_state {
     int wgmma;                     /* DEEPINFER_CUDA_WGMMA (default 1): grouped bf16 expert GEMMs with a
                                     * BM = 128 tile table on the wgmma kernel (cuda_gemm_wgmma.cu) */
     int wgmma_min_rows;            /* DEEPINFER_CUDA_WGMMA_MIN_ROWS (default 16; 96 before 2026-12-03):
-                                    * grouped expert GEMMs whose experts average at least this many rows
-                                    * get the BM = 128 tile table (so bf16 ones run on the wgmma kernel,
-                                    * most of each tile's rows empty: still memory-bound), else BM = 64.
+                                    * grouped bf16 expert GEMMs (wgmma on) whose experts average at least
+                                    * this many rows get the BM = 128 tile table and run on the wgmma
+                                    * kernel (most of each tile's rows empty: still memory-bound), else
+                                    * BM = 64; fp8 / WGMMA=0 keep 96 (cuda_moe.cu tile_rows).
                                     * v2lite-8l, same call: decode batch 256 55.2K -> 72.0K tok/s,
                                     * prefill 512 95.4K -> 127K (16 against 96) */
     int lt_min_rows;               /* DEEPINFER_CUDA_LT_MIN_ROWS (default 2): plain / batched bf16
