@@ -16,7 +16,9 @@
  * timed one by one (the default when DEEPINFER_ASYNC_STEPS=0). Prefill at L: one sequence of
  * L tokens, logits of the last one; median of 3.
  * --trace K (builds with CUPTI): the last K decode steps of each batch are traced instead of
- * timed, and the timeline of their GPU work is printed (cuda_trace.h). */
+ * timed, and the timeline of their GPU work is printed (cuda_trace.h). --trace-async K: the
+ * last K chained steps of the asynchronous loop traced as one window (printed as one "step":
+ * the transitions between consecutive steps' graphs), the tok/s then includes tracing. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,7 @@
 
 static int g_trace_steps; /* --trace K */
 static int g_async = 1;   /* --async 0|1 */
+static int g_trace_async; /* --trace-async K: the last K chained steps traced as one window */
 
 typedef struct counts {
     double attn, dense, router, shared, expert, head; /* parameters */
@@ -159,6 +162,7 @@ static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *pr
     *prefill_s = di_now_s() - t0;
     double t_dec = 0;
     int timed = 0;
+    int tk = g_trace_async;
     if (g_async && !g_trace_steps && s == DI_OK) {
         memcpy(ids, tok, (size_t)B * 4); /* the first decode step's input; chained steps take theirs on the device */
         int32_t *st = malloc((size_t)B * 4), *chain = malloc((size_t)B * 4);
@@ -167,6 +171,9 @@ static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *pr
         for (int step = 1; step < G && s == DI_OK; step++) {
             advance_decode(B, nbs, bt, pos, slots, ctx, start, rows, sr);
             di_batch d = {B, ids, pos, slots, B, B, start, ctx, bt, nbs, B, rows};
+#ifdef DI_HAVE_CUPTI
+            if (tk > 0 && step == G - tk) trace_mark(); /* the window: these launches to the last collect */
+#endif
             s = di_model_sample_launch(m, &d, sr, step > 1 ? chain : NULL);
             if (s != DI_OK || step == 1) continue;
             s = di_model_sample_collect(m, tok, st); /* step - 1's tokens */
@@ -178,6 +185,9 @@ static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *pr
             timed++;
         }
         t_dec = di_now_s() - ta;
+#ifdef DI_HAVE_CUPTI
+        if (tk > 0) trace_mark();
+#endif
         while (di_model_sample_in_flight(m) > 0) /* after an error */
             if (di_model_sample_collect(m, tok, st) != DI_OK) di_error_clear();
         free(st);
@@ -201,8 +211,8 @@ static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *pr
     }
     if (s != DI_OK) fprintf(stderr, "decode B=%d: %s\n", B, di_last_error());
 #ifdef DI_HAVE_CUPTI
-    if (g_trace_steps > 0) {
-        trace_mark();
+    if (g_trace_steps > 0 || (tk > 0 && g_async)) {
+        if (g_trace_steps > 0) trace_mark();
         char what[48];
         snprintf(what, sizeof what, "decode batch %d", B);
         trace_report(stdout, what);
@@ -252,13 +262,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gen")) G = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--trace")) g_trace_steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--async")) g_async = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--trace-async")) g_trace_async = atoi(argv[i + 1]);
     }
-    if (!dir || P < 1 || G < 4 || g_trace_steps < 0 || (g_trace_steps > 0 && g_trace_steps > G - 8)) {
+    if (!dir || P < 1 || G < 4 || g_trace_steps < 0 || (g_trace_steps > 0 && g_trace_steps > G - 8) ||
+        g_trace_async < 0 || g_trace_async > G - 8 || (g_trace_async > 0 && g_trace_steps > 0)) {
         fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128] "
-                        "[--prefill 512,8192|none] [--ceilings 0|1] [--trace K (0..gen-8)] [--async 0|1]\n");
+                        "[--prefill 512,8192|none] [--ceilings 0|1] [--trace K (0..gen-8)] [--async 0|1] [--trace-async K]\n");
         return 2;
     }
-    if (g_trace_steps > 0) {
+    if (g_trace_steps > 0 || g_trace_async > 0) {
 #ifdef DI_HAVE_CUPTI
         if (!trace_init()) return 1;
 #else

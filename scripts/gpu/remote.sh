@@ -274,14 +274,16 @@ for s in $steps; do
     trace)
         # the GPU timeline of decode steps in their real graph replay (CUPTI; bench/cuda_trace.h):
         # TRACE_BATCHES (1,16), TRACE_STEPS (8 traced steps per batch), TRACE_ENV (settings; several
-        # separated by '|' trace once each)
+        # separated by '|' trace once each); TRACE_ASYNC=K: instead the last K chained steps of the
+        # asynchronous loop as one window (the transitions between steps)
         v2lite || continue
         IFS='|' read -r -a trv <<<"${TRACE_ENV:-DI_TRACE=1}"
         for v in "${trv[@]}"; do
             echo "(trace variant: $v)" >>"$OUT/trace.txt"
             # shellcheck disable=SC2086
             run_step "trace" trace.txt env $v "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" \
-                --batches "${TRACE_BATCHES:-1,16}" --prefill none --ceilings 0 --trace "${TRACE_STEPS:-8}"
+                --batches "${TRACE_BATCHES:-1,16}" --prefill none --ceilings 0 \
+                $([ -n "${TRACE_ASYNC:-}" ] && echo "--trace-async $TRACE_ASYNC" || echo "--trace ${TRACE_STEPS:-8}")
         done
         ;;
     ropekv)

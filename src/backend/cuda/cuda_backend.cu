@@ -104,6 +104,49 @@ static void side_join(cuda_state *st) {
     cuda_note(st, cudaEventRecord(st->ev_join, st->side_stream), "side lane join (record)");
     cuda_note(st, cudaStreamWaitEvent(st->main_stream, st->ev_join, 0), "side lane join (wait)");
     st->side_dirty = 0;
+    st->prog_main = 1;
+}
+
+/* DEEPINFER_CUDA_LANES_PROG (default 1): in a capture, the first PDL launch on a lane after a
+ * fork (side lane) or a join (main lane) turns the edges from its kernel dependencies into
+ * programmatic ones, as PDL does within one lane: it may start once they have released it, and
+ * its pdl_wait() waits for all of them (cuda_pdl.cuh). Called by cuda_launch_cluster. */
+void cuda_capture_prog_edges(cuda_state *st) {
+    int *flag = st->stream == st->side_stream ? &st->prog_side : &st->prog_main;
+    if (!*flag) return;
+    *flag = 0;
+    cudaStreamCaptureStatus cs;
+    unsigned long long id;
+    cudaGraph_t g;
+    const cudaGraphNode_t *deps = NULL;
+    const cudaGraphEdgeData *ed = NULL;
+    size_t n = 0;
+    if (cudaStreamGetCaptureInfo(st->stream, &cs, &id, &g, &deps, &ed, &n) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    if (cs != cudaStreamCaptureStatusActive || n == 0 || n > 8) return;
+    cudaGraphNode_t nd[8];
+    cudaGraphEdgeData e[8];
+    int changed = 0;
+    for (size_t i = 0; i < n; i++) {
+        nd[i] = deps[i];
+        memset(&e[i], 0, sizeof e[i]);
+        if (ed) e[i] = ed[i];
+        cudaGraphNodeType t;
+        if (cudaGraphNodeGetType(nd[i], &t) != cudaSuccess) {
+            cudaGetLastError();
+            return;
+        }
+        if (t == cudaGraphNodeTypeKernel && e[i].type == cudaGraphDependencyTypeDefault) {
+            e[i].type = cudaGraphDependencyTypeProgrammatic;
+            e[i].from_port = cudaGraphKernelNodePortProgrammatic;
+            changed = 1;
+        }
+    }
+    if (changed)
+        cuda_note(st, cudaStreamUpdateCaptureDependencies(st->stream, nd, e, n, cudaStreamSetCaptureDependencies),
+                  "programmatic lane edges");
 }
 
 /* Back to the main lane (no wait). */
@@ -128,6 +171,7 @@ static int c_side_begin(di_backend *be, int T) {
     st->on_side = 1;
     st->side_dirty = 1;
     st->stream = st->side_stream;
+    st->prog_side = 1;
     return 1;
 }
 
@@ -425,6 +469,7 @@ static di_status c_graph_begin(di_backend *be) {
     cuda_state *st = cst(be);
     if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: nested graph capture");
     lanes_rejoin(st);
+    st->prog_side = st->prog_main = 0;
     DI_TRY(take_error(st));
     cudaError_t e = cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) return cuda_fail(e, "cudaStreamBeginCapture");
@@ -554,6 +599,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->combine_pdl = env_on("DEEPINFER_CUDA_COMBINE_PDL");
     st->norm_pdl = env_on("DEEPINFER_CUDA_NORM_PDL");
     st->rope_pdl = env_on("DEEPINFER_CUDA_ROPE_PDL");
+    st->rope_late = env_on("DEEPINFER_CUDA_ROPE_LATE");
+    st->lanes_prog = env_on("DEEPINFER_CUDA_LANES_PROG");
     st->silu_pdl = env_on("DEEPINFER_CUDA_SILU_PDL");
     st->sample_pdl = env_on("DEEPINFER_CUDA_SAMPLE_PDL");
     st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");

@@ -80,6 +80,9 @@ typedef struct cuda_state {
     int n_sm;
     char err[512];                 /* first asynchronous/launch error, "" if none */
     int capturing;                 /* inside graph_begin .. graph_end */
+    int lanes_prog;                /* DEEPINFER_CUDA_LANES_PROG (default 1): programmatic edges across
+                                    * the lanes in captured graphs (cuda_capture_prog_edges) */
+    int prog_side, prog_main;      /* a fork / join since the lane's last PDL launch */
     /* cuBLASLt */
     void *lt_ws;
     size_t lt_ws_bytes;
@@ -153,6 +156,10 @@ typedef struct cuda_state {
                                     * PDL-launched (row parameters read before the wait) */
     int rope_pdl;                  /* DEEPINFER_CUDA_ROPE_PDL (default 1): rope_kv_write of 2-16 tokens
                                     * PDL-launched, its cos / sin table before the wait */
+    int rope_late;                 /* DEEPINFER_CUDA_ROPE_LATE (default 1): rope_kv_write's q-only half
+                                    * releases its dependent (W_UK) after its wait, not at its start:
+                                    * W_UK's 256 early blocks held the SM slots the side lane's latent
+                                    * GEMV needed (with lanes_prog: batch 1 +1.2%) */
     int silu_pdl;                  /* DEEPINFER_CUDA_SILU_PDL (default 1): silu_mul of <= 4 tokens
                                     * PDL-launched (waits, releases nothing early) */
     int combine_pdl;               /* DEEPINFER_CUDA_COMBINE_PDL (default 1): the routed experts' combine
@@ -365,6 +372,7 @@ void cuda_add(di_backend *be, float *y, const void *x, size_t n);
 void cuda_gather_rows(di_backend *be, float *out, const float *x, const int32_t *rows, int n, int D);
 void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions, int T,
                const di_rope_params *rp);
+void cuda_capture_prog_edges(cuda_state *st);
 void cuda_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, void *kv, int ldkv, int kv_rope,
                         void *cache, const int32_t *slot_mapping, int W, const int32_t *positions, int T,
                         const di_rope_params *rp, const di_weight *kv_norm, float eps);

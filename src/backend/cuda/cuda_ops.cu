@@ -457,10 +457,11 @@ enum { RKV_U = 4 };
 __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *kv, long ldkv, int kv_rope,
                                 bf16 *cache, const int32_t *slots, int W, const int32_t *positions, int dim,
                                 int interleave, float mscale, const float *inv_freq, const float *nw, float eps,
-                                int nvt, int early) {
+                                int nvt, int early, int late) {
     extern __shared__ float cs[]; /* [half] cos, then [half] sin */
     __shared__ float red[32];
-    pdl_launch_dependents();
+    if (!late) pdl_launch_dependents(); /* late: after the wait below (its dependent's blocks would
+                                         * hold SM slots beside the GEMV this one waits for) */
     if (!early) pdl_wait();
     /* kv == NULL: q only (nw and cache unused); n_heads == 0: the kv part only */
     const int t = blockIdx.x, half = dim / 2, tid = threadIdx.x, np = (n_heads + (kv ? 1 : 0)) * half;
@@ -495,6 +496,7 @@ __global__ void k_rope_kv_write(bf16 *q, long ldq, int n_heads, int hsq, bf16 *k
         cos_sin();
         pdl_wait();
     }
+    if (late) pdl_launch_dependents();
     load_chunk(tid);
     const int D8 = kv_rope >> 3;
     uint4 nraw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
@@ -582,9 +584,12 @@ void cuda_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, 
      * lane, so it can start early at one token too; larger steps not measured */
     bool half_op = !kv || n_heads == 0;
     bool early = pdl_with(st, st->rope_pdl && T <= 16 && (T >= 2 || half_op));
+    /* the q-only half (the model's split: followed by the W_UK GEMV on the same lane while the
+     * side lane's latent GEMV still needs SM slots) releases its dependent after its wait */
+    bool late = st->rope_late && !kv;
     cuda_launch_pdl(st, st->pdl >= 2 || early, k_rope_kv_write, dim3(T), dim3(THREADS), (size_t)rp->dim * sizeof(float),
                     (bf16 *)q, (long)ldq, n_heads, hsq, (bf16 *)kv, (long)ldkv, kv_rope, (bf16 *)cache, slot_mapping, W,
-                    positions, rp->dim, rp->interleave, rp->mscale, rp->inv_freq, nw, eps, nvt, (int)early);
+                    positions, rp->dim, rp->interleave, rp->mscale, rp->inv_freq, nw, eps, nvt, (int)early, (int)late);
     CUDA_LAUNCHED(st, "rope_kv_write");
 }
 

@@ -24,7 +24,13 @@
  * Releasing a successor early pays when it has few blocks or weights to preload while the SMs
  * are not needed elsewhere; a successor of many blocks that wait resident takes the slots of
  * the work beside it: k_route releasing k_small_gu early lost 7% at batch 1, and so did
- * silu_mul releasing the shared experts' down GEMV (docs/PERF.md, 2026-12-02 morning).
+ * silu_mul releasing the shared experts' down GEMV (docs/PERF.md, 2026-12-02 morning), and the
+ * q half of rope_kv_write now releases W_UK only after its wait (DEEPINFER_CUDA_ROPE_LATE).
+ * Across the lanes (DEEPINFER_CUDA_LANES_PROG, default on): in a captured graph the first PDL
+ * launch after a side-lane fork or join gets programmatic edges from the kernels it depends on
+ * on either lane (cuda_capture_prog_edges), so the same rules hold across lanes: its pdl_wait()
+ * waits for all of them, and "the chain" then spans both lanes (reads before the wait stay
+ * limited to the data listed above).
  *
  * Owner: cuda. griddepcontrol needs sm_90; CUDA graphs capture the launches as programmatic
  * dependency edges. */
@@ -81,6 +87,7 @@ static void cuda_launch_cluster(cuda_state *st, bool pdl, unsigned cluster, cons
     at[1].val.clusterDim.z = 1;
     cfg.attrs = at;
     cfg.numAttrs = cluster ? 2 : 1;
+    if (pdl && st->capturing && st->lanes_prog) cuda_capture_prog_edges(st);
     cuda_note(st, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), what);
 }
 
