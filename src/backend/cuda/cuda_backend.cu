@@ -111,17 +111,25 @@ static void side_join(cuda_state *st) {
  * fork (side lane) or a join (main lane) turns the edges from its kernel dependencies into
  * programmatic ones, as PDL does within one lane: it may start once they have released it, and
  * its pdl_wait() waits for all of them (cuda_pdl.cuh). Called by cuda_launch_cluster. */
+#if CUDART_VERSION >= 13000
+#define DI_CAPTURE_INFO cudaStreamGetCaptureInfo
+#define DI_CAPTURE_UPDATE cudaStreamUpdateCaptureDependencies
+#elif CUDART_VERSION >= 12030
+#define DI_CAPTURE_INFO cudaStreamGetCaptureInfo_v3 /* the edge-data forms before CUDA 13 */
+#define DI_CAPTURE_UPDATE cudaStreamUpdateCaptureDependencies_v2
+#endif
 void cuda_capture_prog_edges(cuda_state *st) {
     int *flag = st->stream == st->side_stream ? &st->prog_side : &st->prog_main;
     if (!*flag) return;
     *flag = 0;
+#ifdef DI_CAPTURE_INFO
     cudaStreamCaptureStatus cs;
     unsigned long long id;
     cudaGraph_t g;
     const cudaGraphNode_t *deps = NULL;
     const cudaGraphEdgeData *ed = NULL;
     size_t n = 0;
-    if (cudaStreamGetCaptureInfo(st->stream, &cs, &id, &g, &deps, &ed, &n) != cudaSuccess) {
+    if (DI_CAPTURE_INFO(st->stream, &cs, &id, &g, &deps, &ed, &n) != cudaSuccess) {
         cudaGetLastError();
         return;
     }
@@ -145,8 +153,9 @@ void cuda_capture_prog_edges(cuda_state *st) {
         }
     }
     if (changed)
-        cuda_note(st, cudaStreamUpdateCaptureDependencies(st->stream, nd, e, n, cudaStreamSetCaptureDependencies),
+        cuda_note(st, DI_CAPTURE_UPDATE(st->stream, nd, e, n, cudaStreamSetCaptureDependencies),
                   "programmatic lane edges");
+#endif /* else (CUDA < 12.3): no edge data in captures, plain edges stay */
 }
 
 /* Back to the main lane (no wait). */
