@@ -211,7 +211,7 @@ static double bench_decode(di_model *m, int B, int P, int G, int nbs, double *pr
     }
     if (s != DI_OK) fprintf(stderr, "decode B=%d: %s\n", B, di_last_error());
 #ifdef DI_HAVE_CUPTI
-    if (g_trace_steps > 0 || (tk > 0 && g_async)) {
+    if (g_trace_steps > 0 || tk > 0) {
         if (g_trace_steps > 0) trace_mark();
         char what[48];
         snprintf(what, sizeof what, "decode batch %d", B);
@@ -265,7 +265,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--trace-async")) g_trace_async = atoi(argv[i + 1]);
     }
     if (!dir || P < 1 || G < 4 || g_trace_steps < 0 || (g_trace_steps > 0 && g_trace_steps > G - 8) ||
-        g_trace_async < 0 || g_trace_async > G - 8 || (g_trace_async > 0 && g_trace_steps > 0)) {
+        g_trace_async < 0 || g_trace_async > G - 8 || (g_trace_async > 0 && (g_trace_steps > 0 || !g_async))) {
         fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128] "
                         "[--prefill 512,8192|none] [--ceilings 0|1] [--trace K (0..gen-8)] [--async 0|1] [--trace-async K]\n");
         return 2;

@@ -107,10 +107,6 @@ static void side_join(cuda_state *st) {
     st->prog_main = 1;
 }
 
-/* DEEPINFER_CUDA_LANES_PROG (default 1): in a capture, the first PDL launch on a lane after a
- * fork (side lane) or a join (main lane) turns the edges from its kernel dependencies into
- * programmatic ones, as PDL does within one lane: it may start once they have released it, and
- * its pdl_wait() waits for all of them (cuda_pdl.cuh). Called by cuda_launch_cluster. */
 #if CUDART_VERSION >= 13000
 #define DI_CAPTURE_INFO cudaStreamGetCaptureInfo
 #define DI_CAPTURE_UPDATE cudaStreamUpdateCaptureDependencies
@@ -118,18 +114,21 @@ static void side_join(cuda_state *st) {
 #define DI_CAPTURE_INFO cudaStreamGetCaptureInfo_v3 /* the edge-data forms before CUDA 13 */
 #define DI_CAPTURE_UPDATE cudaStreamUpdateCaptureDependencies_v2
 #endif
+
+/* DEEPINFER_CUDA_LANES_PROG (default 1): in a capture, the first PDL launch on a lane after a
+ * fork (side lane) or a join (main lane) turns the edges from its kernel dependencies into
+ * programmatic ones, as PDL does within one lane: it may start once they have released it, and
+ * its pdl_wait() waits for all of them (cuda_pdl.cuh). Called by cuda_launch_cluster. */
 void cuda_capture_prog_edges(cuda_state *st) {
     int *flag = st->stream == st->side_stream ? &st->prog_side : &st->prog_main;
     if (!*flag) return;
     *flag = 0;
 #ifdef DI_CAPTURE_INFO
     cudaStreamCaptureStatus cs;
-    unsigned long long id;
-    cudaGraph_t g;
     const cudaGraphNode_t *deps = NULL;
     const cudaGraphEdgeData *ed = NULL;
     size_t n = 0;
-    if (DI_CAPTURE_INFO(st->stream, &cs, &id, &g, &deps, &ed, &n) != cudaSuccess) {
+    if (DI_CAPTURE_INFO(st->stream, &cs, NULL, NULL, &deps, &ed, &n) != cudaSuccess) {
         cudaGetLastError();
         return;
     }
