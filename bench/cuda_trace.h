@@ -30,6 +30,7 @@ typedef struct trace_rec {
     char name[64];
     int grid, block; /* blocks and threads per block (0 for copies) */
     unsigned stream; /* CUPTI's stream id */
+    int regs, smem;  /* registers per thread; shared memory the driver configured for it, KB */
     double adv;      /* its advance in its step (us), set by trace_step */
 } trace_rec;
 
@@ -101,7 +102,8 @@ static void CUPTIAPI trace_buf_requested(uint8_t **buf, size_t *size, size_t *ma
     *max_records = 0;
 }
 
-static void trace_add(uint64_t start, uint64_t end, const char *name, int grid, int block, unsigned stream) {
+static void trace_add(uint64_t start, uint64_t end, const char *name, int grid, int block, unsigned stream, int regs,
+                      int smem) {
     if (g_tr_n == g_tr_cap) {
         size_t cap = g_tr_cap ? 2 * g_tr_cap : 65536;
         trace_rec *t = (trace_rec *)realloc(g_tr, cap * sizeof *t);
@@ -115,6 +117,8 @@ static void trace_add(uint64_t start, uint64_t end, const char *name, int grid, 
     r->grid = grid;
     r->block = block;
     r->stream = stream;
+    r->regs = regs;
+    r->smem = smem;
     trace_short_name(name, r->name, sizeof r->name);
 }
 
@@ -127,17 +131,17 @@ static void CUPTIAPI trace_buf_completed(CUcontext ctx, uint32_t stream, uint8_t
         if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
             trace_add(k->start, k->end, k->name, k->gridX * k->gridY * k->gridZ, k->blockX * k->blockY * k->blockZ,
-                      k->streamId);
+                      k->streamId, k->registersPerThread, (int)(k->sharedMemoryExecuted >> 10));
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const CUpti_ActivityMemcpy6 *c = (const CUpti_ActivityMemcpy6 *)rec;
             char nm[48];
             snprintf(nm, sizeof nm, "[memcpy kind %u, %llu B]", (unsigned)c->copyKind, (unsigned long long)c->bytes);
-            trace_add(c->start, c->end, nm, 0, 0, c->streamId);
+            trace_add(c->start, c->end, nm, 0, 0, c->streamId, 0, 0);
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             const CUpti_ActivityMemset4 *s = (const CUpti_ActivityMemset4 *)rec;
             char nm[48];
             snprintf(nm, sizeof nm, "[memset %llu B]", (unsigned long long)s->bytes);
-            trace_add(s->start, s->end, nm, 0, 0, s->streamId);
+            trace_add(s->start, s->end, nm, 0, 0, s->streamId, 0, 0);
         }
     }
     free(buf);
@@ -233,12 +237,12 @@ static void trace_report(FILE *f, const char *what) {
     }
     trace_rec **v = sv[med].v;
     fprintf(f, "  median step %d, in start order (us from its first start):\n", med);
-    fprintf(f, "  %8s %8s %7s %7s  %-40s %6s %5s %6s\n", "start", "end", "dur", "advance", "kernel", "blocks", "thr",
-            "stream");
+    fprintf(f, "  %8s %8s %7s %7s  %-40s %6s %5s %6s %4s %5s\n", "start", "end", "dur", "advance", "kernel", "blocks",
+            "thr", "stream", "regs", "smemK");
     for (int i = 0; i < sv[med].n; i++)
-        fprintf(f, "  %8.1f %8.1f %7.1f %7.1f  %-40s %6d %5d %6u\n", (double)(v[i]->start - v[0]->start) / 1e3,
+        fprintf(f, "  %8.1f %8.1f %7.1f %7.1f  %-40s %6d %5d %6u %4d %5d\n", (double)(v[i]->start - v[0]->start) / 1e3,
                 (double)(v[i]->end - v[0]->start) / 1e3, (double)(v[i]->end - v[i]->start) / 1e3, v[i]->adv,
-                v[i]->name, v[i]->grid, v[i]->block, v[i]->stream);
+                v[i]->name, v[i]->grid, v[i]->block, v[i]->stream, v[i]->regs, v[i]->smem);
     /* totals per (name, grid) over every step */
     trace_agg *ag = (trace_agg *)calloc(g_tr_n + 1, sizeof *ag);
     int na = 0;

@@ -272,14 +272,14 @@ static di_status sample_host(di_model *m, const di_batch *b, const di_sample_row
 
 /* ---------------------------------------------------------------- device ---- */
 
-/* final norm + lm_head for batch rows 0..n-1 (all tokens, in order) and the sample op with
- * the rows' parameters at d_rows (device), into d_tokens / d_status (device) */
+/* lm_head for batch rows 0..n-1 (all tokens, in order; x = their final norm, which
+ * di_deepseek_layers left there) and the sample op with the rows' parameters at d_rows
+ * (device), into d_tokens / d_status (device) */
 static void logits_and_sample(di_model *m, int n, const di_sample_row *d_rows, int32_t *d_tokens,
                               int32_t *d_status) {
     di_backend *be = m->be;
     int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
     const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
-    be->add_rmsnorm(be, m->h, NULL, m->x, NULL, &m->final_norm, (float)m->cfg.rms_norm_eps, n, D);
     be->matmul(be, m->logits, V, m->x, D, head, n, DI_MM_OUT_F32);
     be->sample(be, d_tokens, d_status, m->logits, n, V, d_rows);
 }
@@ -348,7 +348,7 @@ static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row 
                         .max_q_len = 1, .max_ctx_len = mb * DI_KV_BLOCK_SIZE};
     void **g = &s->graph[bi][p];
     if (!*g && s->warm[bi][p] && be->graph_begin(be) == DI_OK) {
-        di_deepseek_layers(m, d_ids, &ab, B, B);
+        di_deepseek_layers(m, d_ids, &ab, B, B, &m->final_norm);
         logits_and_sample(m, B, d_rows, (int32_t *)(out + L.ids), (int32_t *)(out + L.stat));
         if (be->graph_end(be, g) != DI_OK) {
             *g = NULL;
@@ -359,7 +359,7 @@ static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row 
     if (*g) {
         for (int r = 0; r < s->replays; r++) DI_TRY(be->graph_launch(be, *g));
     } else {
-        di_deepseek_layers(m, d_ids, &ab, B, B);
+        di_deepseek_layers(m, d_ids, &ab, B, B, &m->final_norm);
         logits_and_sample(m, B, d_rows, (int32_t *)(out + L.ids), (int32_t *)(out + L.stat));
         s->warm[bi][p] = 1;
     }
@@ -388,7 +388,7 @@ static di_status step_eager(di_model *m, const di_batch *b, const di_sample_row 
     const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
     di_attn_batch ab;
     di_deepseek_upload_batch(m, b, &ab);
-    di_deepseek_layers(m, m->d_ids, &ab, b->n_decode_seqs, b->seq_start[b->n_decode_seqs]);
+    di_deepseek_layers(m, m->d_ids, &ab, b->n_decode_seqs, b->seq_start[b->n_decode_seqs], NULL);
     be->upload(be, s->d_rows, rows, (size_t)b->n_logits * sizeof(di_sample_row));
     for (int r0 = 0; r0 < b->n_logits; r0 += m->logits_chunk) {
         int n = b->n_logits - r0 < m->logits_chunk ? b->n_logits - r0 : m->logits_chunk;

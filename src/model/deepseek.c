@@ -256,9 +256,14 @@ static const void *decoder_layer(di_model *m, int l, const di_attn_batch *ab, in
     return ffn(m, ly, T, may_defer);
 }
 
-/* The last layer's pending FFN output into h. */
-static void flush_delta(di_model *m, const void *delta, int T) {
-    if (delta) m->be->add(m->be, m->h, delta, (size_t)T * m->cfg.hidden_size);
+/* The last layer's pending FFN output into h; with final_norm, also x = final_norm(h) of every
+ * token (the add inside the norm). */
+static void flush_delta(di_model *m, const void *delta, int T, const di_weight *final_norm) {
+    if (final_norm)
+        m->be->add_rmsnorm(m->be, m->h, delta, m->x, NULL, final_norm, (float)m->cfg.rms_norm_eps, T,
+                           m->cfg.hidden_size);
+    else if (delta)
+        m->be->add(m->be, m->h, delta, (size_t)T * m->cfg.hidden_size);
 }
 
 /* Logits of the requested rows: their residual rows gathered, normed with `norm` (final or
@@ -290,14 +295,14 @@ static di_status download_hidden(di_model *m, float *dst, const di_weight *norm,
 static int decode_tokens(const di_batch *b) { return b->seq_start[b->n_decode_seqs]; }
 
 /* h = the main model's residual stream after every layer, for the uploaded batch (its token
- * ids at ids, device). */
+ * ids at ids, device); with final_norm, also x = final_norm(h) of every token. */
 void di_deepseek_layers(di_model *m, const int32_t *ids, const di_attn_batch *ab, int n_decode_seqs,
-                        int n_decode_tokens) {
+                        int n_decode_tokens, const di_weight *final_norm) {
     m->be->embed(m->be, m->h, &m->embed, ids, ab->n_tokens);
     const void *delta = NULL;
     for (int l = 0; l < m->n_layers; l++)
         delta = decoder_layer(m, l, ab, n_decode_seqs, n_decode_tokens, delta, l + 1 < m->n_layers);
-    flush_delta(m, delta, ab->n_tokens);
+    flush_delta(m, delta, ab->n_tokens, final_norm);
 }
 
 di_status di_deepseek_forward(di_model *m, const di_batch *b, float *logits, float *hidden) {
@@ -305,7 +310,7 @@ di_status di_deepseek_forward(di_model *m, const di_batch *b, float *logits, flo
     di_attn_batch ab;
     di_deepseek_upload_batch(m, b, &ab);
     int T = b->n_tokens;
-    di_deepseek_layers(m, m->d_ids, &ab, b->n_decode_seqs, decode_tokens(b));
+    di_deepseek_layers(m, m->d_ids, &ab, b->n_decode_seqs, decode_tokens(b), NULL);
     const di_weight *head = m->lm_head_tied ? &m->embed : &m->lm_head;
     if (hidden) DI_TRY(download_hidden(m, hidden, &m->final_norm, T));
     if (logits) DI_TRY(emit_logits(m, b, &m->final_norm, head, logits));
@@ -330,7 +335,7 @@ di_status di_deepseek_mtp_forward(di_model *m, int k, const di_batch *b, const f
     be->upload(be, m->h, hidden_in, (size_t)T * D * sizeof(float));
     be->rmsnorm(be, act_at(m, m->cat2, D), 2 * D, m->h, D, &ly->hnorm, eps, T, D);
     be->matmul(be, m->h, D, m->cat2, 2 * D, &ly->eh_proj, T, DI_MM_OUT_F32);
-    flush_delta(m, decoder_layer(m, l, &ab, b->n_decode_seqs, decode_tokens(b), NULL, 0), T);
+    flush_delta(m, decoder_layer(m, l, &ab, b->n_decode_seqs, decode_tokens(b), NULL, 0), T, NULL);
     const di_weight *head = ly->mtp_head.n ? &ly->mtp_head : m->lm_head_tied ? &m->embed : &m->lm_head;
     if (hidden_out) DI_TRY(download_hidden(m, hidden_out, &ly->head_norm, T));
     if (logits) DI_TRY(emit_logits(m, b, &ly->head_norm, head, logits));

@@ -105,7 +105,7 @@ void di_model_free_weights(di_model *m);
 /* deepseek.c: the forward pass over an already validated batch. */
 void di_deepseek_upload_batch(di_model *m, const di_batch *b, di_attn_batch *ab);
 void di_deepseek_layers(di_model *m, const int32_t *ids, const di_attn_batch *ab, int n_decode_seqs,
-                        int n_decode_tokens);
+                        int n_decode_tokens, const di_weight *final_norm);
 di_status di_deepseek_forward(di_model *m, const di_batch *b, float *logits, float *hidden);
 di_status di_deepseek_mtp_forward(di_model *m, int k, const di_batch *b, const float *hidden_in,
                                   float *logits, float *hidden_out);
