@@ -498,6 +498,12 @@ struct di_backend {
     int (*side_begin)(di_backend *be, int T);
     void (*side_end)(di_backend *be);
     void (*side_join)(di_backend *be);
+    /* Optional: back onto the side lane after side_end without a new fork (its next ops still
+     * run after only what was issued before the last side_begin), so that the main lane's ops
+     * can be issued first; only between a side_begin that returned 1 and the next side_join.
+     * CUDA: a captured graph then gives the main lane's ops the graph's first stream, whose
+     * kernels do not wait for the graph's other streams to start. */
+    void (*side_resume)(di_backend *be);
 
     /* CUDA-graph capture of a sequence of ops on the backend's stream: graph_begin, then the
      * ops (no upload/download/sync/alloc in between), then graph_end instantiates the graph

@@ -83,6 +83,21 @@ static di_attn_batch indexer(di_model *m, const di_layer *ly, int l, const di_at
     return sparse;
 }
 
+/* queries: q = W_qb · rmsnorm_qa(W_qa x)  or  q = W_q x        [T, H, dn + dr] */
+static void queries(di_model *m, const di_layer *ly, int T) {
+    di_backend *be = m->be;
+    const di_model_config *c = &m->cfg;
+    int H = m->mla.n_heads, qk = m->mla.nope_dim + m->mla.rope_dim;
+    if (c->q_lora_rank > 0) {
+        be->matmul(be, m->cq, c->q_lora_rank, m->x, c->hidden_size, &ly->q_a, T, 0);
+        be->rmsnorm(be, m->cq, c->q_lora_rank, m->cq, c->q_lora_rank, &ly->q_a_norm,
+                    (float)c->rms_norm_eps, T, c->q_lora_rank);
+        be->matmul(be, m->q, H * qk, m->cq, c->q_lora_rank, &ly->q_b, T, 0);
+    } else {
+        be->matmul(be, m->q, H * qk, m->x, c->hidden_size, &ly->q, T, 0);
+    }
+}
+
 /* h += MLA(x); x is the normed input; o_proj accumulates into the f32 residual stream h. */
 static void attention(di_model *m, const di_layer *ly, int l, void *cache, const di_attn_batch *dense,
                       int n_decode_seqs, int n_decode_tokens) {
@@ -99,6 +114,15 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
      * its rope may run beside the query path */
     const int rope_beside = n_decode_tokens > 0 && n_decode_tokens == T && !m->v32;
     int side = be->side_begin && be->side_begin(be, T);
+    /* with side_resume, the queries are issued first on the main lane (the side lane forked
+     * above, so the latent still overlaps them): a captured graph then keeps the critical
+     * path on its first stream (backend.h side_resume) */
+    int q_first = side && be->side_resume;
+    if (q_first) {
+        be->side_end(be);
+        queries(m, ly, T);
+        be->side_resume(be);
+    }
     be->matmul(be, m->kva, W, m->x, c->hidden_size, &ly->kv_a, T, 0);
     if (!be->rope_kv_write) be->rmsnorm(be, m->kva, W, m->kva, W, &ly->kv_a_norm, (float)c->rms_norm_eps, T, r);
     /* split (rope_beside, at most rope_split_max_t tokens, with the side lane and the fused op):
@@ -110,15 +134,7 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
         be->rope_kv_write(be, NULL, 0, 0, qk, m->kva, W, r, cache, ab->slot_mapping, W, ab->positions, T, &m->rope,
                           &ly->kv_a_norm, (float)c->rms_norm_eps);
     if (side) be->side_end(be);
-    /* queries: q = W_qb · rmsnorm_qa(W_qa x)  or  q = W_q x        [T, H, dn + dr] */
-    if (c->q_lora_rank > 0) {
-        be->matmul(be, m->cq, c->q_lora_rank, m->x, c->hidden_size, &ly->q_a, T, 0);
-        be->rmsnorm(be, m->cq, c->q_lora_rank, m->cq, c->q_lora_rank, &ly->q_a_norm,
-                    (float)c->rms_norm_eps, T, c->q_lora_rank);
-        be->matmul(be, m->q, H * qk, m->cq, c->q_lora_rank, &ly->q_b, T, 0);
-    } else {
-        be->matmul(be, m->q, H * qk, m->x, c->hidden_size, &ly->q, T, 0);
-    }
+    if (!q_first) queries(m, ly, T);
     int side_rope = 0;
     if (split) {
         be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, NULL, 0, 0, NULL, ab->slot_mapping, W,

@@ -1,7 +1,8 @@
 /* test_cuda_ops.c - CPU vs CUDA parity of the row-wise ops (rope_kv_write also bit for bit
  * against the three ops it fuses), the GEMMs (bf16 / fp8, every
  * kernel path: small, tiled, cuBLASLt, generic), the per-head bmm, CUDA-graph replay, and the
- * two-lane concurrency (side_begin / side_end / side_join, eager and in a graph).
+ * two-lane concurrency (side_begin / side_end / side_join and, where the backend has it,
+ * side_resume; eager and in a graph).
  * Inputs are fresh random bf16 values each run (full-precision fp32 for the residual stream,
  * which is f32 on both backends); GPU outputs are poisoned with NaN first; the CPU backend
  * (fp32) on the same operands is the reference.
@@ -520,51 +521,73 @@ static void test_lanes(void) {
     resid_fix f;
     resid_fix_init(&f, T, D, E, k, 0.03f);
     void *da = g_alloc((size_t)T * D * 2), *db = g_alloc((size_t)T * D * 2);
-    void *graph = NULL;
     int forked = 0;
-    /* lanes = 0: everything on the main lane, in the same order */
-#define LSTEP(lanes)                                                                           \
+    /* lanes = 0: everything on the main lane, in the same order; resume (with side_resume,
+     * DEEPINFER_CUDA_Q_FIRST=1): the main lane's ops issued between the fork and the side
+     * lane's, which then continue the fork without a new one */
+#define LSTEP(lanes, resume)                                                                   \
     do {                                                                                       \
         g_gpu->add_rmsnorm(g_gpu, f.dh, NULL, f.dn, f.dnf, &f.wn, 1e-6f, T, D);                \
         int side_ = (lanes) && g_gpu->side_begin(g_gpu, T);                                    \
+        int res_ = side_ && (resume);                                                          \
         forked |= side_;                                                                       \
+        if (res_) {                                                                            \
+            g_gpu->side_end(g_gpu);                                                            \
+            g_gpu->moe_route(g_gpu, (int32_t *)f.didx, f.dw, f.dnf, &f.wg, NULL, &f.rp, T, f.dscr); \
+            g_gpu->matmul(g_gpu, f.dh, D, f.dn, D, &f.wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE); \
+            g_gpu->side_resume(g_gpu);                                                         \
+        }                                                                                      \
         g_gpu->matmul(g_gpu, da, D, f.dn, D, &f.wm, T, 0);                                     \
         g_gpu->matmul(g_gpu, db, D, da, D, &f.wm, T, 0);                                       \
         g_gpu->matmul(g_gpu, da, D, db, D, &f.wm, T, 0);                                       \
         g_gpu->matmul(g_gpu, db, D, da, D, &f.wm, 1, 0);                                       \
         g_gpu->matmul(g_gpu, db, D, da, D, &f.wm, T, 0);                                       \
         if (side_) g_gpu->side_end(g_gpu);                                                     \
-        g_gpu->moe_route(g_gpu, (int32_t *)f.didx, f.dw, f.dnf, &f.wg, NULL, &f.rp, T, f.dscr); \
-        g_gpu->matmul(g_gpu, f.dh, D, f.dn, D, &f.wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);    \
+        if (!res_) {                                                                           \
+            g_gpu->moe_route(g_gpu, (int32_t *)f.didx, f.dw, f.dnf, &f.wg, NULL, &f.rp, T, f.dscr); \
+            g_gpu->matmul(g_gpu, f.dh, D, f.dn, D, &f.wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE); \
+        }                                                                                      \
         if (side_) g_gpu->side_join(g_gpu);                                                    \
         g_gpu->add(g_gpu, f.dh, db, (size_t)T * D);                                            \
     } while (0)
-    CHECK_OK(g_gpu->graph_begin(g_gpu));
-    LSTEP(1);
-    CHECK_OK(g_gpu->graph_end(g_gpu, &graph));
-    CHECK(graph != NULL);
+    const int nres = g_gpu->side_resume ? 2 : 1; /* the plain fork, and the resumed one */
+    void *graphs[2] = {NULL, NULL};
+    for (int rs = 0; rs < nres; rs++) {
+        CHECK_OK(g_gpu->graph_begin(g_gpu));
+        LSTEP(1, rs);
+        CHECK_OK(g_gpu->graph_end(g_gpu, &graphs[rs]));
+        CHECK(graphs[rs] != NULL);
+    }
     for (int rep = 0; rep < 4; rep++) {
-        float *x = t_rand_f32((size_t)T * D, 2.0f), *res[3], *rw[3];
-        for (int mode = 0; mode < 3; mode++) { /* 0: one lane, 1: two lanes eager, 2: two lanes replayed */
+        float *x = t_rand_f32((size_t)T * D, 2.0f), *res[5], *rw[5];
+        /* 0: one lane, 1: two lanes eager, 2: two lanes replayed; with side_resume 3 / 4: the
+         * resumed fork eager / replayed */
+        const int nmode = nres == 2 ? 5 : 3;
+        for (int mode = 0; mode < nmode; mode++) {
             g_gpu->upload(g_gpu, f.dh, x, (size_t)T * D * 4);
             g_poison(da, (size_t)T * D * 2);
             g_poison(db, (size_t)T * D * 2);
             g_poison(f.dw, (size_t)T * k * 4);
-            if (mode == 2) {
-                if (graph) CHECK_OK(g_gpu->graph_launch(g_gpu, graph));
+            void *gm = mode == 2 ? graphs[0] : mode == 4 ? graphs[1] : NULL;
+            if (mode == 2 || mode == 4) {
+                if (gm) CHECK_OK(g_gpu->graph_launch(g_gpu, gm));
             } else {
-                LSTEP(mode);
+                LSTEP(mode > 0, mode == 3);
             }
             res[mode] = g_get_f32(f.dh, (size_t)T * D);
             rw[mode] = g_get_f32(f.dw, (size_t)T * k);
         }
-        T_CHECK("two lanes eager == one lane (h)", res[1], res[0], (size_t)T * D, 0, 0);
-        T_CHECK("two lanes eager == one lane (router weights)", rw[1], rw[0], (size_t)T * k, 0, 0);
-        if (graph) {
-            T_CHECK("two lanes replayed == one lane (h)", res[2], res[0], (size_t)T * D, 0, 0);
-            T_CHECK("two lanes replayed == one lane (router weights)", rw[2], rw[0], (size_t)T * k, 0, 0);
+        static const char *names[5] = {"one lane", "two lanes eager", "two lanes replayed", "resumed side lane eager",
+                                       "resumed side lane replayed"};
+        char what[96];
+        for (int mode = 1; mode < nmode; mode++) {
+            if ((mode == 2 && !graphs[0]) || (mode == 4 && !graphs[1])) continue;
+            snprintf(what, sizeof what, "%s == one lane (h)", names[mode]);
+            T_CHECK(what, res[mode], res[0], (size_t)T * D, 0, 0);
+            snprintf(what, sizeof what, "%s == one lane (router weights)", names[mode]);
+            T_CHECK(what, rw[mode], rw[0], (size_t)T * k, 0, 0);
         }
-        for (int mode = 0; mode < 3; mode++) {
+        for (int mode = 0; mode < nmode; mode++) {
             free(res[mode]);
             free(rw[mode]);
         }
@@ -573,7 +596,8 @@ static void test_lanes(void) {
 #undef LSTEP
     const char *ln = getenv("DEEPINFER_CUDA_LANES");
     if (!(ln && ln[0] == '0')) CHECK_MSG(forked, "side_begin never forked at T = %d", T);
-    g_gpu->graph_free(g_gpu, graph);
+    g_gpu->graph_free(g_gpu, graphs[0]);
+    g_gpu->graph_free(g_gpu, graphs[1]);
     g_free(da); g_free(db);
     resid_fix_free(&f);
 }

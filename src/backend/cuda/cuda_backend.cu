@@ -185,6 +185,16 @@ static int c_side_begin(di_backend *be, int T) {
 
 static void c_side_end(di_backend *be) { side_leave(cst(be)); }
 
+static void c_side_resume(di_backend *be) {
+    cuda_state *st = cst(be);
+    if (st->on_side || !st->side_dirty) {
+        cuda_note_msg(st, "side_resume() without a side lane to resume");
+        return;
+    }
+    st->on_side = 1;
+    st->stream = st->side_stream;
+}
+
 static void c_side_join(di_backend *be) { lanes_rejoin(cst(be)); }
 
 static di_status c_sync(di_backend *be) {
@@ -725,6 +735,9 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->side_begin = c_side_begin;
     be->side_end = c_side_end;
     be->side_join = c_side_join;
+    /* DEEPINFER_CUDA_Q_FIRST=1 (opt-in, not measured yet): side_resume, so the model issues the
+     * queries before the latent GEMV (docs/cuda.md); without it the latent GEMV goes first */
+    if (env_set("DEEPINFER_CUDA_Q_FIRST")) be->side_resume = c_side_resume;
     be->graph_begin = c_graph_begin;
     be->graph_end = c_graph_end;
     be->graph_launch = c_graph_launch;
