@@ -171,6 +171,10 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     }
     /* decode: q̃ = W_UKᵀ q_nope; ō = attn over latents; o = W_UV ō */
     if (n_decode_tokens > 0) {
+        if (side_rope && m->join_early) { /* W_UK reads only q_nope: joining first is safe */
+            be->side_join(be);
+            side_rope = 0;
+        }
         be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
         if (side_rope) be->side_join(be);
         if (be->mla_decode_uv) {
