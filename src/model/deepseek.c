@@ -139,7 +139,7 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     if (split) {
         be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, NULL, 0, 0, NULL, ab->slot_mapping, W,
                           ab->positions, T, &m->rope, NULL, (float)c->rms_norm_eps);
-        side_rope = 1; /* the side lane is joined after the W_UK absorption below */
+        side_rope = 1; /* the side lane is joined after the W_UK absorption below (before it: join_early) */
     } else {
         if (side) be->side_join(be);
         /* RoPE on every head's q_pe and on the shared k_pe, then [c | k_pe] into the cache (one
