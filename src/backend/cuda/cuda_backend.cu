@@ -45,6 +45,15 @@ static int env_on(const char *name) {
     return !(v && v[0] == '0');
 }
 
+/* A percentage 0-100 from the environment, or -1 when unset or not one. */
+static int env_pct(const char *name) {
+    const char *v = getenv(name);
+    if (!v || !*v) return -1;
+    char *end = NULL;
+    long p = strtol(v, &end, 10);
+    return *end || p < 0 || p > 100 ? -1 : (int)p;
+}
+
 /* A default-off switch: on only when the variable is set and starts with '1'. */
 static int env_set(const char *name) {
     const char *v = getenv(name);
@@ -619,6 +628,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->rope_pdl = env_on("DEEPINFER_CUDA_ROPE_PDL");
     st->rope_late = env_on("DEEPINFER_CUDA_ROPE_LATE");
     st->lanes_prog = env_on("DEEPINFER_CUDA_LANES_PROG");
+    st->carveout_bmm = env_pct("DEEPINFER_CUDA_CARVEOUT_BMM");
+    st->carveout_mla = env_pct("DEEPINFER_CUDA_CARVEOUT_MLA");
     st->silu_pdl = env_on("DEEPINFER_CUDA_SILU_PDL");
     st->sample_pdl = env_on("DEEPINFER_CUDA_SAMPLE_PDL");
     st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");
