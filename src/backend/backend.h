@@ -501,8 +501,8 @@ struct di_backend {
     /* Optional: back onto the side lane after side_end without a new fork (its next ops still
      * run after only what was issued before the last side_begin), so that the main lane's ops
      * can be issued first; only between a side_begin that returned 1 and the next side_join.
-     * CUDA: a captured graph then gives the main lane's ops the graph's first stream, whose
-     * kernels do not wait for the graph's other streams to start. */
+     * CUDA (DEEPINFER_CUDA_Q_FIRST=1, not yet measured): meant to keep the main lane's ops on a
+     * captured graph's first stream, which the graph's start seems to reach first. */
     void (*side_resume)(di_backend *be);
 
     /* CUDA-graph capture of a sequence of ops on the backend's stream: graph_begin, then the

@@ -115,8 +115,8 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     const int rope_beside = n_decode_tokens > 0 && n_decode_tokens == T && !m->v32;
     int side = be->side_begin && be->side_begin(be, T);
     /* with side_resume, the queries are issued first on the main lane (the side lane forked
-     * above, so the latent still overlaps them): a captured graph then keeps the critical
-     * path on its first stream (backend.h side_resume) */
+     * above, so the latent still overlaps them): the capture order meant to keep the critical
+     * path on a graph's first stream (backend.h side_resume) */
     int q_first = side && be->side_resume;
     if (q_first) {
         be->side_end(be);
