@@ -525,6 +525,11 @@ static void test_lanes(void) {
     /* lanes = 0: everything on the main lane, in the same order; resume (with side_resume,
      * DEEPINFER_CUDA_Q_FIRST=1): the main lane's ops issued between the fork and the side
      * lane's, which then continue the fork without a new one */
+#define LMAIN()                                                                                \
+    do { /* the main lane's ops beside the side lane's chain */                                \
+        g_gpu->moe_route(g_gpu, (int32_t *)f.didx, f.dw, f.dnf, &f.wg, NULL, &f.rp, T, f.dscr); \
+        g_gpu->matmul(g_gpu, f.dh, D, f.dn, D, &f.wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE);    \
+    } while (0)
 #define LSTEP(lanes, resume)                                                                   \
     do {                                                                                       \
         g_gpu->add_rmsnorm(g_gpu, f.dh, NULL, f.dn, f.dnf, &f.wn, 1e-6f, T, D);                \
@@ -533,8 +538,7 @@ static void test_lanes(void) {
         forked |= side_;                                                                       \
         if (res_) {                                                                            \
             g_gpu->side_end(g_gpu);                                                            \
-            g_gpu->moe_route(g_gpu, (int32_t *)f.didx, f.dw, f.dnf, &f.wg, NULL, &f.rp, T, f.dscr); \
-            g_gpu->matmul(g_gpu, f.dh, D, f.dn, D, &f.wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE); \
+            LMAIN();                                                                           \
             g_gpu->side_resume(g_gpu);                                                         \
         }                                                                                      \
         g_gpu->matmul(g_gpu, da, D, f.dn, D, &f.wm, T, 0);                                     \
@@ -543,10 +547,7 @@ static void test_lanes(void) {
         g_gpu->matmul(g_gpu, db, D, da, D, &f.wm, 1, 0);                                       \
         g_gpu->matmul(g_gpu, db, D, da, D, &f.wm, T, 0);                                       \
         if (side_) g_gpu->side_end(g_gpu);                                                     \
-        if (!res_) {                                                                           \
-            g_gpu->moe_route(g_gpu, (int32_t *)f.didx, f.dw, f.dnf, &f.wg, NULL, &f.rp, T, f.dscr); \
-            g_gpu->matmul(g_gpu, f.dh, D, f.dn, D, &f.wm, T, DI_MM_OUT_F32 | DI_MM_ACCUMULATE); \
-        }                                                                                      \
+        if (!res_) LMAIN();                                                                    \
         if (side_) g_gpu->side_join(g_gpu);                                                    \
         g_gpu->add(g_gpu, f.dh, db, (size_t)T * D);                                            \
     } while (0)
@@ -594,6 +595,7 @@ static void test_lanes(void) {
         free(x);
     }
 #undef LSTEP
+#undef LMAIN
     const char *ln = getenv("DEEPINFER_CUDA_LANES");
     if (!(ln && ln[0] == '0')) CHECK_MSG(forked, "side_begin never forked at T = %d", T);
     g_gpu->graph_free(g_gpu, graphs[0]);

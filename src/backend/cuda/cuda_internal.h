@@ -215,6 +215,8 @@ static inline cuda_state *cst(di_backend *be) { return (cuda_state *)be->impl; }
 /* Records the first error (CUDA error code or message); returns nonzero if `e` is an error. */
 int cuda_note(cuda_state *st, cudaError_t e, const char *what);
 void cuda_note_msg(cuda_state *st, const char *msg);
+/* cuda_backend.cu: programmatic lane edges for a captured PDL launch (DEEPINFER_CUDA_LANES_PROG) */
+void cuda_capture_prog_edges(cuda_state *st);
 /* The preferred shared-memory carveout (percent, cudaFuncAttributePreferredSharedMemoryCarveout)
  * of kernel fn when pct >= 0, set when it differs from *last (the value that kernel has now). */
 static inline void cuda_func_carveout(cuda_state *st, const void *fn, int pct, int *last) {
@@ -386,7 +388,6 @@ void cuda_add(di_backend *be, float *y, const void *x, size_t n);
 void cuda_gather_rows(di_backend *be, float *out, const float *x, const int32_t *rows, int n, int D);
 void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions, int T,
                const di_rope_params *rp);
-void cuda_capture_prog_edges(cuda_state *st);
 void cuda_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, void *kv, int ldkv, int kv_rope,
                         void *cache, const int32_t *slot_mapping, int W, const int32_t *positions, int T,
                         const di_rope_params *rp, const di_weight *kv_norm, float eps);
