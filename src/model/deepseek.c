@@ -115,8 +115,8 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     const int rope_beside = n_decode_tokens > 0 && n_decode_tokens == T && !m->v32;
     int side = be->side_begin && be->side_begin(be, T);
     /* with side_resume, the queries are issued first on the main lane (the side lane forked
-     * above, so the latent still overlaps them): the capture order meant to keep the critical
-     * path on a graph's first stream (backend.h side_resume) */
+     * above, so the latent still overlaps them): on CUDA this capture order measured batch 1
+     * +0.3% (backend.h side_resume) */
     int q_first = side && be->side_resume;
     if (q_first) {
         be->side_end(be);
@@ -139,7 +139,7 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     if (split) {
         be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, NULL, 0, 0, NULL, ab->slot_mapping, W,
                           ab->positions, T, &m->rope, NULL, (float)c->rms_norm_eps);
-        side_rope = 1; /* the side lane is joined after the W_UK absorption below (before it: join_early) */
+        side_rope = 1; /* the side lane is joined after the W_UK absorption below */
     } else {
         if (side) be->side_join(be);
         /* RoPE on every head's q_pe and on the shared k_pe, then [c | k_pe] into the cache (one
@@ -171,10 +171,6 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     }
     /* decode: q̃ = W_UKᵀ q_nope; ō = attn over latents; o = W_UV ō */
     if (n_decode_tokens > 0) {
-        if (side_rope && m->join_early) { /* W_UK reads only q_nope: joining first is safe */
-            be->side_join(be);
-            side_rope = 0;
-        }
         be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
         if (side_rope) be->side_join(be);
         if (be->mla_decode_uv) {

@@ -58,10 +58,6 @@ struct di_model {
                                     * latent's norm + k_pe rope + cache write beside the query path,
                                     * right after the latent GEMV, and q's rope on the main lane
                                     * (DEEPINFER_ROPE_SPLIT=N, default 1; 0: never) */
-    int join_early;                /* DEEPINFER_JOIN_EARLY=1 (opt-in, not measured yet): a decode step's
-                                    * lanes join before the W_UK absorption instead of after it, so that
-                                    * on CUDA MLA decode has one same-lane predecessor and may launch
-                                    * early (docs/cuda.md) */
     di_indexer_dims idx;
     float *inv_freq;
     /* KV pool: [n_layers + n_mtp][kv_blocks * 64][kv_width] act */

@@ -523,8 +523,8 @@ static void test_lanes(void) {
     void *da = g_alloc((size_t)T * D * 2), *db = g_alloc((size_t)T * D * 2);
     int forked = 0;
     /* lanes = 0: everything on the main lane, in the same order; resume (with side_resume,
-     * DEEPINFER_CUDA_Q_FIRST=1): the main lane's ops issued between the fork and the side
-     * lane's, which then continue the fork without a new one */
+     * which DEEPINFER_CUDA_Q_FIRST=0 drops): the main lane's ops issued between the fork and
+     * the side lane's, which then continue the fork without a new one */
 #define LMAIN()                                                                                \
     do { /* the main lane's ops beside the side lane's chain */                                \
         g_gpu->moe_route(g_gpu, (int32_t *)f.didx, f.dw, f.dnf, &f.wg, NULL, &f.rp, T, f.dscr); \

@@ -184,7 +184,7 @@ static void launch_nt(cuda_state *st, const gemm_args *a, cudaStream_t s) {
  * block scale per 8 elements (a 128-column block never straddles a lane's 8 elements).
  * Launched with programmatic dependent launch (cuda_pdl.cuh): a plain GEMV issues its first
  * weight loads, then waits for the previous kernel, then reads x (coherent loads). */
-template <int NT, int RW, int U, bool FP8, bool SILU, bool SS, int TAG = 0>
+template <int NT, int RW, int U, bool FP8, bool SILU, bool SS>
 __global__ void __launch_bounds__(256) k_gemv(gemm_args a, int R, int S, int kslice) {
     __shared__ float red[8][RW][NT];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -360,14 +360,8 @@ static void launch_gemv_t(cuda_state *st, const gemm_args *a, cudaStream_t s) {
     int R = 8 / S;
     int kslice = (ceil_div_i(K, S) + 255) & ~255;
     dim3 grid(ceil_div_i(groups, R), a->r.active ? mats : a->n_mat);
-    /* DEEPINFER_CUDA_CARVEOUT_BMM (experiment): the batched GEMVs (the W_UK absorption, just
-     * before MLA decode's large-shared-memory blocks) on an instantiation (TAG 1) of their own */
-    bool bmm = a->n_mat > 1 && !a->r.offsets && !a->r.active && st->carveout_bmm >= 0;
-    void (*k)(gemm_args, int, int, int) = bmm ? k_gemv<NT, RW, U, FP8, SILU, SS, 1> : k_gemv<NT, RW, U, FP8, SILU, SS, 0>;
-    static int last_bmm = -1;
-    if (bmm) cuda_func_carveout(st, (const void *)k, st->carveout_bmm, &last_bmm);
-    if (s == st->stream) cuda_launch_pdl(st, st->pdl >= 1, k, grid, dim3(256), 0, *a, R, S, kslice);
-    else k<<<grid, 256, 0, s>>>(*a, R, S, kslice);
+    if (s == st->stream) cuda_launch_pdl(st, st->pdl >= 1, k_gemv<NT, RW, U, FP8, SILU, SS>, grid, dim3(256), 0, *a, R, S, kslice);
+    else k_gemv<NT, RW, U, FP8, SILU, SS><<<grid, 256, 0, s>>>(*a, R, S, kslice);
     CUDA_LAUNCHED(st, "gemv");
 }
 

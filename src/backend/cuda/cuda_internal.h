@@ -160,13 +160,6 @@ typedef struct cuda_state {
                                     * releases its dependent (W_UK) after its wait, not at its start:
                                     * W_UK's 256 early blocks held the SM slots the side lane's latent
                                     * GEMV needed (with lanes_prog: batch 1 +1.2%) */
-    int carveout_bmm, carveout_mla; /* DEEPINFER_CUDA_CARVEOUT_BMM / _MLA=P (experiments, unset = -1): the
-                                    * preferred shared-memory carveout (percent) of the batched GEMVs (the
-                                    * W_UK absorption, on a kernel instantiation of their own) and of the
-                                    * dense MLA decode kernel (cuda_func_carveout). Alone both lost
-                                    * (2026-12-04); with DEEPINFER_JOIN_EARLY=1 (untested) they may let
-                                    * MLA's blocks share SMs with W_UK's, should the different
-                                    * configurations (16 / 196 KB) keep them apart */
     int silu_pdl;                  /* DEEPINFER_CUDA_SILU_PDL (default 1): silu_mul of <= 4 tokens
                                     * PDL-launched (waits, releases nothing early) */
     int combine_pdl;               /* DEEPINFER_CUDA_COMBINE_PDL (default 1): the routed experts' combine
@@ -217,13 +210,6 @@ int cuda_note(cuda_state *st, cudaError_t e, const char *what);
 void cuda_note_msg(cuda_state *st, const char *msg);
 /* cuda_backend.cu: programmatic lane edges for a captured PDL launch (DEEPINFER_CUDA_LANES_PROG) */
 void cuda_capture_prog_edges(cuda_state *st);
-/* The preferred shared-memory carveout (percent, cudaFuncAttributePreferredSharedMemoryCarveout)
- * of kernel fn when pct >= 0, set when it differs from *last (the value that kernel has now). */
-static inline void cuda_func_carveout(cuda_state *st, const void *fn, int pct, int *last) {
-    if (pct < 0 || pct == *last) return;
-    if (!cuda_note(st, cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, pct), "carveout"))
-        *last = pct;
-}
 /* Checks the last launch error after a kernel launch. */
 #define CUDA_LAUNCHED(st, what) cuda_note((st), cudaGetLastError(), (what))
 

@@ -673,8 +673,6 @@ static void launch_fast(cuda_state *st, const dec_args &a, const dec_sel &sp, in
     size_t smem = (size_t)L::total + (SP ? (size_t)sp_keys_per_split(sp.sel_stride, a.nsplit) * 4 : 0);
     unsigned blocks = (unsigned)(a.n_heads / R) * (unsigned)a.nsplit * (unsigned)n_tokens;
     bool pdl = st->pdl >= 2 || pdl_with(st, a.early && !SP);
-    static int last_carveout = -1; /* DEEPINFER_CUDA_CARVEOUT_MLA (experiment) */
-    cuda_func_carveout(st, (const void *)k_mla_decode_fast<R, NW, SP>, st->carveout_mla, &last_carveout);
     cuda_launch_pdl(st, pdl, k_mla_decode_fast<R, NW, SP>, dim3(blocks), dim3(NW * 32), smem, a, sp);
     CUDA_LAUNCHED(st, SP ? "mla_decode_sparse" : "mla_decode");
 }
