@@ -243,7 +243,9 @@ struct di_backend {
      *     lane's next ops wait for it. The caller guarantees that no queued op reads or writes
      *     dst, and leaves src (pinned) unchanged until an op issued after it has completed.
      *   copy_out: device -> host (pinned) after every op issued so far, on a copy lane;
-     *     fence f (0 <= f < DI_BACKEND_FENCES) marks its completion.
+     *     fence f (0 <= f < DI_BACKEND_FENCES) marks its completion. Inside a graph capture
+     *     the copy and the fence become part of the graph: each replay copies and marks f,
+     *     while the ops captured after it go on (a step's tokens leave mid-graph).
      *   fence_wait: the host waits for the last copy_out marked f; reports asynchronous
      *     failures like sync. */
     di_status (*host_alloc)(di_backend *be, size_t bytes, void **out);

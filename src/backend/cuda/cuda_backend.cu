@@ -247,13 +247,12 @@ static void c_copy_in(di_backend *be, void *dst, const void *src, size_t bytes) 
     cuda_note(st, cudaStreamWaitEvent(st->main_stream, st->ev_in, 0), "copy_in (wait)");
 }
 
-/* device -> host on the out lane after everything issued on the main lane; fence f after it */
+/* device -> host on the out lane after everything issued on the main lane; fence f after it.
+ * Inside a capture the out lane joins the capture: the copy and the fence become graph nodes
+ * (an external event-record node, so each replay marks the fence), and graph_end joins the
+ * out lane back before the capture ends (out_dirty). */
 static void c_copy_out(di_backend *be, void *dst, const void *src, size_t bytes, int f) {
     cuda_state *st = cst(be);
-    if (st->capturing) {
-        cuda_note_msg(st, "copy_out() inside a graph capture");
-        return;
-    }
     if (f < 0 || f >= DI_BACKEND_FENCES) {
         cuda_note_msg(st, "copy_out(): fence out of range");
         return;
@@ -262,7 +261,13 @@ static void c_copy_out(di_backend *be, void *dst, const void *src, size_t bytes,
     cuda_note(st, cudaEventRecord(st->ev_out, st->main_stream), "copy_out (record)");
     cuda_note(st, cudaStreamWaitEvent(st->out_stream, st->ev_out, 0), "copy_out (wait)");
     if (bytes) cuda_note(st, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->out_stream), "copy_out");
-    cuda_note(st, cudaEventRecord(st->fence[f], st->out_stream), "copy_out (fence)");
+    if (st->capturing) {
+        cuda_note(st, cudaEventRecordWithFlags(st->fence[f], st->out_stream, cudaEventRecordExternal),
+                  "copy_out (captured fence)");
+        st->out_dirty = 1;
+    } else {
+        cuda_note(st, cudaEventRecord(st->fence[f], st->out_stream), "copy_out (fence)");
+    }
 }
 
 static di_status c_fence_wait(di_backend *be, int f) {
@@ -488,6 +493,7 @@ static di_status c_graph_begin(di_backend *be) {
     if (st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: nested graph capture");
     lanes_rejoin(st);
     st->prog_side = st->prog_main = 0;
+    st->out_dirty = 0;
     DI_TRY(take_error(st));
     cudaError_t e = cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) return cuda_fail(e, "cudaStreamBeginCapture");
@@ -499,7 +505,12 @@ static di_status c_graph_end(di_backend *be, void **graph) {
     cuda_state *st = cst(be);
     *graph = NULL;
     if (!st->capturing) return di_error(DI_ERR_INTERNAL, "cuda backend: graph_end without graph_begin");
-    lanes_rejoin(st); /* an unjoined side lane would fail the capture */
+    lanes_rejoin(st); /* an unjoined side or out lane would fail the capture */
+    if (st->out_dirty) {
+        cuda_note(st, cudaEventRecord(st->ev_out, st->out_stream), "copy_out (join record)");
+        cuda_note(st, cudaStreamWaitEvent(st->main_stream, st->ev_out, 0), "copy_out (join wait)");
+        st->out_dirty = 0;
+    }
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(st->stream, &g);
     st->capturing = 0;

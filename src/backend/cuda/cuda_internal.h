@@ -70,6 +70,7 @@ typedef struct cuda_state {
     cudaStream_t main_stream, side_stream;
     cudaEvent_t ev_fork, ev_join;
     cudaStream_t in_stream, out_stream; /* copy lanes of copy_in / copy_out (asynchronous steps) */
+    int out_dirty;                      /* a capture forked the out lane (copy_out): graph_end joins it */
     cudaEvent_t ev_in, ev_out, fence[DI_BACKEND_FENCES];
     int lanes;                     /* DEEPINFER_CUDA_LANES (default 1): 0 no side lane; else the
                                     * side lane is used for steps of at most lanes_max_t tokens */
