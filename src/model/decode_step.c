@@ -15,11 +15,22 @@
  * nothing from the host but the rest of its metadata, which goes in on the backend's copy
  * lane while the previous step still runs; its tokens come back on the other copy lane under
  * a fence.
+ * Deferred tails (DEEPINFER_DEFER_TAIL=1 with asynchronous steps; off by default until it is
+ * measured on the GPU, docs/cuda.md): a launched graph step runs only its body (embed .. final
+ * norm); its tail (lm_head, sampler, the tokens' copy to the host under a fence) is issued at
+ * the start of the next chained step's graph (the fused graph of (bucket, parity)), or alone
+ * (the tail graph) when the next launch cannot take it, at its collect, or before any other
+ * forward. So a replayed graph starts with the ~125 us lm_head instead of the embed: the
+ * ~10 us after a graph's start before its other nodes run (docs/PERF.md, "the step-start
+ * gap") are covered by it. The tokens still leave mid-graph, right after the sampler, so the
+ * host can plan the next step while this one's body runs.
  * The first step of a (bucket, parity) runs eagerly (creating every lazily built plan), the
  * next captures the graph. Invariants: a graph depends only on (B, parity), never on contexts
  * or tokens (the ops read those from device memory); at most two steps are in flight, and
- * meta[p] is rewritten only when the step that last read it has been collected; everything
- * here is allocated in di_model_step_setup at load. */
+ * meta[p] is rewritten only when the step that last read it has been collected (its tail
+ * included); at most one tail is pending, that of the last launched step, and m->x holds its
+ * final norm until it is issued; everything here is allocated in di_model_step_setup at
+ * load. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,15 +67,24 @@ static step_layout layout_of(int B, int mb) {
 }
 
 /* A launched step not collected yet: its results arrive by copy_out under fence `slot`
- * into h_out[slot] (device), or were stored in res_tok / res_stat[slot] at launch (host). */
+ * into h_out[slot] (device), or under fence FENCE_TAIL + parity into h_tail[parity] (device,
+ * deferred tail), or were stored in res_tok / res_stat[slot] at launch (host). */
 typedef struct pending_step {
     int n;                          /* rows to report */
     int device;
     int slot;                       /* 0 / 1: ring position, the fence and result buffers */
-    size_t stat_off;                /* device: byte offset of the status in h_out[slot] */
+    size_t stat_off;                /* device: byte offset of the status in h_out[slot] / h_tail */
     int bucket, parity;             /* device: the graph step (a chained step must match it) */
     int32_t *at;                    /* device: the bucket position of each row (s->at[slot]) */
+    int tail;                       /* device: its tail deferred (results in h_tail[parity]) */
+    int lost;                       /* its tail could not be issued: no results */
 } pending_step;
+
+/* The graphs of deferred-tail steps, per (bucket, parity p): body(p) alone, the previous
+ * step's tail(1 - p) then body(p) (fused), and tail(p) alone. */
+enum { G_BODY, G_FUSED, G_TAIL, N_AGRAPHS };
+enum { FENCE_TAIL = 2 }; /* fences FENCE_TAIL + q: the tail of parity q (0, 1: slots) */
+_Static_assert(FENCE_TAIL + 2 <= DI_BACKEND_FENCES, "fences of the deferred tails");
 
 typedef struct di_step_state {
     int max_bucket;                 /* largest bucket this model can replay */
@@ -78,6 +98,11 @@ typedef struct di_step_state {
     unsigned char *h_res;           /* tokens + status of a synchronous graph step */
     void *graph[N_BUCKETS][2];
     unsigned char warm[N_BUCKETS][2];
+    int defer_on;                   /* deferred tails (async_on and DEEPINFER_DEFER_TAIL=1) */
+    void *agraph[N_AGRAPHS][N_BUCKETS][2];
+    unsigned char warm_body[N_BUCKETS][2], warm_tail[N_BUCKETS][2]; /* ran eagerly once */
+    unsigned char *h_tail[2];       /* pinned tokens + status of the tail of parity q */
+    int tail_slot;                  /* q[] slot of the step whose tail is not issued yet, -1: none */
     int parity;                     /* of the next graph step */
     pending_step q[2];              /* launched, not collected: q[(head + i) % 2], i < n_q */
     int q_head, n_q;
@@ -103,6 +128,7 @@ di_status di_model_step_setup(di_model *m) {
     }
     di_step_state *s = calloc(1, sizeof *s);
     if (!s) return di_error(DI_ERR_NOMEM, "out of memory (step state)");
+    s->tail_slot = -1;
     m->step = s;
     int mb = 0;
     for (int i = 0; i < N_BUCKETS; i++)
@@ -133,11 +159,14 @@ di_status di_model_step_setup(di_model *m) {
     DI_TRY(be->alloc(be, T * sizeof(di_sample_row), (void **)&s->d_rows));
     step_layout L = layout_of((int)B, m->max_blocks_per_seq);
     s->async_on = s->graphs_on && be->host_alloc && be->copy_in && be->copy_out && be->fence_wait;
+    const char *dt = getenv("DEEPINFER_DEFER_TAIL");
+    s->defer_on = s->async_on && dt && dt[0] == '1'; /* opt-in until measured on the GPU */
     for (int k = 0; k < 2; k++) {
         DI_TRY(be->alloc(be, L.total, (void **)&s->d_meta[k]));
         if (s->async_on) {
             DI_TRY(be->host_alloc(be, L.total, (void **)&s->h_meta[k]));
             DI_TRY(be->host_alloc(be, L.pos, (void **)&s->h_out[k]));
+            DI_TRY(be->host_alloc(be, L.pos, (void **)&s->h_tail[k]));
         } else {
             s->h_meta[k] = calloc(1, L.total);
             if (!s->h_meta[k]) return di_error(DI_ERR_NOMEM, "out of memory (step staging)");
@@ -156,13 +185,18 @@ void di_model_step_free(di_model *m) {
     if (s->n_q > 0 && be->sync) { /* launched and never collected: let it finish before freeing */
         if (be->sync(be) != DI_OK) di_error_clear();
         for (int i = 0; i < s->n_q; i++) {
-            const pending_step *p = &s->q[(s->q_head + i) % 2];
-            if (p->device && be->fence_wait(be, p->slot) != DI_OK) di_error_clear();
+            int slot = (s->q_head + i) % 2;
+            const pending_step *p = &s->q[slot];
+            if (!p->device || (p->tail && s->tail_slot == slot)) continue; /* (a tail never issued) */
+            if (be->fence_wait(be, p->tail ? FENCE_TAIL + p->parity : p->slot) != DI_OK) di_error_clear();
         }
     }
     for (int i = 0; i < N_BUCKETS; i++)
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 2; k++) {
             if (s->graph[i][k] && be->graph_free) be->graph_free(be, s->graph[i][k]);
+            for (int g = 0; g < N_AGRAPHS; g++)
+                if (s->agraph[g][i][k] && be->graph_free) be->graph_free(be, s->agraph[g][i][k]);
+        }
     be->free(be, s->d_tokens);
     be->free(be, s->d_status);
     be->free(be, s->d_rows);
@@ -171,6 +205,7 @@ void di_model_step_free(di_model *m) {
         if (s->async_on) {
             be->host_free(be, s->h_meta[k]);
             be->host_free(be, s->h_out[k]);
+            be->host_free(be, s->h_tail[k]);
         } else {
             free(s->h_meta[k]);
         }
@@ -299,17 +334,17 @@ static int graph_eligible(const di_model *m, const di_batch *b) {
     return bucket_of(s, b->n_seqs) >= 0;
 }
 
-/* Queues a decode step padded to bucket bi, replayed from (or captured into) the graph of
- * (bi, parity); the parity then flips. Row i of the batch sits at position at[i] of the bucket
- * (at NULL: at i); the other positions are padding. Its tokens and status land in the other
- * parity's meta (ids, stat) at the same positions. chained: the input ids are already there
- * (the previous graph step's sampler wrote them), so only the rest of the metadata is sent.
- * *parity: the parity used. */
-static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
-                            const int32_t *at, int *parity) {
+/* Packs the metadata of a decode step padded to bucket bi into h_meta[p] and sends it to
+ * meta[p]. Row i of the batch sits at position at[i] of the bucket (at NULL: at i); the other
+ * positions are padding. chained: the input ids are already in meta[p] (the previous graph
+ * step's sampler wrote them), so only the rest is sent, on the copy lane while the previous
+ * step still runs (meta[p] is free: the step that read it last has been collected); any other
+ * step's upload is simply ordered after everything queued. */
+static void put_meta(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
+                     const int32_t *at, int p) {
     di_backend *be = m->be;
     di_step_state *s = m->step;
-    int n = b->n_seqs, B = k_buckets[bi], mb = m->max_blocks_per_seq, p = s->parity;
+    int n = b->n_seqs, B = k_buckets[bi], mb = m->max_blocks_per_seq;
     step_layout L = layout_of(B, mb);
     unsigned char *h = s->h_meta[p], *d = s->d_meta[p];
     int32_t *ids = (int32_t *)(h + L.ids), *pos = (int32_t *)(h + L.pos), *slots = (int32_t *)(h + L.slots);
@@ -333,23 +368,116 @@ static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row 
         hrows[q] = rows[i];
         memcpy(bt + (size_t)q * mb, b->block_table + (size_t)i * b->max_blocks, (size_t)used * sizeof(int32_t));
     }
-    /* a chained step's metadata goes in on the copy lane while the previous step still runs
-     * (meta[p] is free: the step that read it last has been collected); any other step's
-     * upload is simply ordered after everything queued */
     if (chained) be->copy_in(be, d + L.pos, h + L.pos, L.total - L.pos);
     else be->upload(be, d, h, L.total);
-    const int32_t *d_ids = (const int32_t *)(d + L.ids);
-    const di_sample_row *d_rows = (const di_sample_row *)(d + L.rows);
-    unsigned char *out = s->d_meta[1 - p];
-    /* max_ctx_len: a graph must not depend on the step's contexts */
+}
+
+/* body(bi, p): the layers of the bucket-bi step whose metadata is in meta[p], up to the final
+ * norm (left in m->x). max_ctx_len: a graph must not depend on the step's contexts. */
+static void run_body(di_model *m, int bi, int p) {
+    int B = k_buckets[bi], mb = m->max_blocks_per_seq;
+    step_layout L = layout_of(B, mb);
+    const unsigned char *d = m->step->d_meta[p];
     di_attn_batch ab = {.positions = (const int32_t *)(d + L.pos), .slot_mapping = (const int32_t *)(d + L.slots),
                         .seq_start = (const int32_t *)(d + L.start), .seq_ctx_len = (const int32_t *)(d + L.ctx),
                         .block_table = (const int32_t *)(d + L.bt), .n_tokens = B, .n_seqs = B, .max_blocks = mb,
                         .max_q_len = 1, .max_ctx_len = mb * DI_KV_BLOCK_SIZE};
+    di_deepseek_layers(m, (const int32_t *)(d + L.ids), &ab, B, B, &m->final_norm);
+}
+
+/* The sampling of the bucket-bi step of parity p (its final norm in m->x) with the rows of
+ * meta[p]; tokens and status go to meta[1 - p]'s ids and stat (where the next step reads its
+ * ids). The tokens + status bytes of meta[1 - p]. */
+static size_t run_sample(di_model *m, int bi, int p) {
+    step_layout L = layout_of(k_buckets[bi], m->max_blocks_per_seq);
+    unsigned char *out = m->step->d_meta[1 - p];
+    logits_and_sample(m, k_buckets[bi], (const di_sample_row *)(m->step->d_meta[p] + L.rows),
+                      (int32_t *)(out + L.ids), (int32_t *)(out + L.stat));
+    return L.stat + (size_t)k_buckets[bi] * sizeof(int32_t);
+}
+
+/* tail(bi, q): run_sample, then its tokens + status copied to h_tail[q] under fence
+ * FENCE_TAIL + q (inside a graph: the copy and the fence are graph nodes) */
+static void run_tail(di_model *m, int bi, int q) {
+    size_t bytes = run_sample(m, bi, q);
+    m->be->copy_out(m->be, m->step->h_tail[q], m->step->d_meta[1 - q], bytes, FENCE_TAIL + q);
+}
+
+/* The ops of deferred-tail graph `kind` of (bi, p) */
+static void emit_async(di_model *m, int kind, int bi, int p) {
+    if (kind == G_TAIL) {
+        run_tail(m, bi, p);
+        return;
+    }
+    if (kind == G_FUSED) run_tail(m, bi, 1 - p);
+    run_body(m, bi, p);
+}
+
+/* Whether the ops of graph `kind` of (bi, p) have all run eagerly once (their lazily built
+ * plans exist), so the graph may be captured */
+static int async_warm(const di_step_state *s, int kind, int bi, int p) {
+    if (kind == G_TAIL) return s->warm_tail[bi][p];
+    return s->warm_body[bi][p] && (kind == G_BODY || s->warm_tail[bi][1 - p]);
+}
+
+/* Captures graph `kind` of (bi, p) (nothing runs); on a failed capture graphs are turned off */
+static void capture_async(di_model *m, int kind, int bi, int p) {
+    di_step_state *s = m->step;
+    void **g = &s->agraph[kind][bi][p];
+    if (*g || !s->graphs_on || !async_warm(s, kind, bi, p) || m->be->graph_begin(m->be) != DI_OK) return;
+    emit_async(m, kind, bi, p);
+    if (m->be->graph_end(m->be, g) != DI_OK) {
+        *g = NULL;
+        s->graphs_on = 0; /* capture failed (nothing ran): later steps run eagerly */
+        di_error_clear();
+    }
+}
+
+/* Queues graph `kind` of (bi, p): replayed, captured first when its ops have run once, else
+ * its ops run eagerly */
+static di_status issue_async(di_model *m, int kind, int bi, int p) {
+    di_step_state *s = m->step;
+    void *g = s->agraph[kind][bi][p];
+    if (!g) {
+        capture_async(m, kind, bi, p);
+        g = s->agraph[kind][bi][p];
+    }
+    if (g) {
+        for (int r = 0; r < s->replays; r++) DI_TRY(m->be->graph_launch(m->be, g));
+        return DI_OK;
+    }
+    emit_async(m, kind, bi, p);
+    if (kind != G_TAIL) s->warm_body[bi][p] = 1;
+    if (kind != G_BODY) s->warm_tail[bi][kind == G_TAIL ? p : 1 - p] = 1;
+    return DI_OK;
+}
+
+/* Issues the pending tail, if any, alone (its step's tokens then come under its fence); if
+ * that fails, the step's results are lost (its collect reports the error). */
+static di_status flush_tail(di_model *m) {
+    di_step_state *s = m->step;
+    if (!s || s->tail_slot < 0) return DI_OK;
+    pending_step *t = &s->q[s->tail_slot];
+    s->tail_slot = -1;
+    di_status st = issue_async(m, G_TAIL, t->bucket, t->parity);
+    if (st != DI_OK) t->lost = 1;
+    return st;
+}
+
+di_status di_model_step_flush(di_model *m) { return flush_tail(m); }
+
+/* Queues a decode step padded to bucket bi (put_meta), replayed from (or captured into) the
+ * graph of (bi, parity), body and sampling; the parity then flips. *parity: the parity used. */
+static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
+                            const int32_t *at, int *parity) {
+    di_backend *be = m->be;
+    di_step_state *s = m->step;
+    int p = s->parity;
+    put_meta(m, b, rows, bi, chained, at, p);
     void **g = &s->graph[bi][p];
     if (!*g && s->warm[bi][p] && be->graph_begin(be) == DI_OK) {
-        di_deepseek_layers(m, d_ids, &ab, B, B, &m->final_norm);
-        logits_and_sample(m, B, d_rows, (int32_t *)(out + L.ids), (int32_t *)(out + L.stat));
+        run_body(m, bi, p);
+        run_sample(m, bi, p);
         if (be->graph_end(be, g) != DI_OK) {
             *g = NULL;
             s->graphs_on = 0; /* capture failed (nothing ran): later steps run eagerly */
@@ -359,9 +487,9 @@ static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row 
     if (*g) {
         for (int r = 0; r < s->replays; r++) DI_TRY(be->graph_launch(be, *g));
     } else {
-        di_deepseek_layers(m, d_ids, &ab, B, B, &m->final_norm);
-        logits_and_sample(m, B, d_rows, (int32_t *)(out + L.ids), (int32_t *)(out + L.stat));
-        s->warm[bi][p] = 1;
+        run_body(m, bi, p);
+        run_sample(m, bi, p);
+        s->warm[bi][p] = s->warm_body[bi][p] = s->warm_tail[bi][p] = 1;
     }
     s->parity = 1 - p;
     *parity = p;
@@ -422,6 +550,9 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
             if (st2 != DI_OK)
                 return di_error_context(st2, "warming up the decode graph of %d sequences", k_buckets[bi]);
         }
+        if (s->defer_on) /* the deferred-tail graphs: captured only (their ops ran above) */
+            for (int p = 0; p < 2; p++)
+                for (int kind = 0; kind < N_AGRAPHS; kind++) capture_async(m, kind, bi, p);
         n += s->graph[bi][0] && s->graph[bi][1];
         if (k_buckets[bi] >= max_batch) break;
     }
@@ -478,14 +609,19 @@ di_status di_model_forward_sample_rows(di_model *m, const di_batch *batch, const
 
 int di_model_sample_in_flight(const di_model *m) { return m && m->step ? m->step->n_q : 0; }
 
-/* Waits for device step p and moves its results into the host arrays of its slot. */
+/* Waits for device step p (issuing its tail first if it is still pending) and moves its
+ * results into the host arrays of its slot. */
 static di_status settle(di_model *m, pending_step *p) {
     di_step_state *s = m->step;
     if (!p->device) return DI_OK;
-    di_status st = m->be->fence_wait(m->be, p->slot);
+    di_status st = DI_OK;
+    if (p->tail && s->tail_slot == p->slot) st = flush_tail(m);
+    if (st == DI_OK && p->lost) st = di_error(DI_ERR_BACKEND, "the step's sampling could not be queued");
+    if (st == DI_OK) st = m->be->fence_wait(m->be, p->tail ? FENCE_TAIL + p->parity : p->slot);
     p->device = 0;
     if (st != DI_OK) return st;
-    const int32_t *tok = (const int32_t *)s->h_out[p->slot], *code = (const int32_t *)(s->h_out[p->slot] + p->stat_off);
+    const unsigned char *res = p->tail ? s->h_tail[p->parity] : s->h_out[p->slot];
+    const int32_t *tok = (const int32_t *)res, *code = (const int32_t *)(res + p->stat_off);
     for (int i = 0; i < p->n; i++) {
         s->res_tok[p->slot][i] = tok[p->at[i]];
         s->res_stat[p->slot][i] = code[p->at[i]];
@@ -532,6 +668,10 @@ di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di
     /* a chained device step continues a device step in its bucket, each row at the position of
      * the row that feeds it (its id is in place there); otherwise the ids go from the host */
     int in_place = device && chain && prev->device && prev->parity == 1 - s->parity;
+    /* the previous step's pending tail opens this step's graph when it continues it in place;
+     * anything else needs it issued first (it reads m->x and writes meta[s->parity]'s ids) */
+    int fuse = in_place && s->defer_on && s->tail_slot >= 0 && s->tail_slot == (int)(prev - s->q);
+    if (!fuse) DI_TRY(flush_tail(m));
     if (chain && !in_place) {
         DI_TRY(settle(m, prev));
         for (int j = 0; j < n; j++) {
@@ -545,15 +685,24 @@ di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di
         if (ids) b.token_ids = ids;
         if (in_place) bi = prev->bucket;
         for (int j = 0; j < n; j++) at[j] = in_place ? prev->at[chain[j]] : j;
-        int par = 0;
-        DI_TRY(step_graph(m, &b, rows, bi, in_place, at, &par));
         step_layout L = layout_of(k_buckets[bi], m->max_blocks_per_seq);
-        m->be->copy_out(m->be, s->h_out[slot], s->d_meta[1 - par], L.stat + (size_t)k_buckets[bi] * sizeof(int32_t),
-                        slot);
-        *p = (pending_step){n, 1, slot, L.stat, bi, par, at};
+        if (s->defer_on) { /* the body now (after the previous step's tail when fused), the tail later */
+            int par = s->parity;
+            put_meta(m, &b, rows, bi, in_place, at, par);
+            DI_TRY(issue_async(m, fuse ? G_FUSED : G_BODY, bi, par));
+            s->parity = 1 - par;
+            s->tail_slot = slot;
+            *p = (pending_step){n, 1, slot, L.stat, bi, par, at, 1, 0};
+        } else {
+            int par = 0;
+            DI_TRY(step_graph(m, &b, rows, bi, in_place, at, &par));
+            m->be->copy_out(m->be, s->h_out[slot], s->d_meta[1 - par],
+                            L.stat + (size_t)k_buckets[bi] * sizeof(int32_t), slot);
+            *p = (pending_step){n, 1, slot, L.stat, bi, par, at, 0, 0};
+        }
     } else {
         DI_TRY(run_step(m, batch, rows, s->res_tok[slot], s->res_stat[slot], ids));
-        *p = (pending_step){n, 0, slot, 0, -1, 0, at};
+        *p = (pending_step){n, 0, slot, 0, -1, 0, at, 0, 0};
     }
     s->n_q++;
     return DI_OK;

@@ -303,7 +303,20 @@ static void test_generate(void) {
  * chained, prompts leave the batch (from step 10 prompt 1, from step 20 every odd one): their
  * positions in the bucket become padding and the others keep theirs, so each kept prompt's
  * tokens must still be those of the full synchronous run (rows of one bucket are computed
- * independently). Greedy and seeded temperature sampling. */
+ * independently). Greedy and seeded temperature sampling. async = 2 also runs a plain forward
+ * (a 2-token prefill of a scratch sequence in block SCRATCH_BLOCK) between launching step 5 and
+ * collecting step 4: with deferred tails (decode_step.c) step 5's lm_head and sampler are still
+ * pending then and must be issued before that forward overwrites the final norm. */
+enum { SCRATCH_BLOCK = GEN_PROMPTS * 2 };
+static di_status scratch_forward(di_model *m) {
+    static float logits[200000];
+    int V = di_model_config_of(m)->vocab_size;
+    if (V > 200000) return di_error(DI_ERR_INVALID_ARG, "scratch forward: vocabulary %d too large", V);
+    int32_t ids[2] = {5, 7}, pos[2] = {0, 1}, slots[2] = {SCRATCH_BLOCK * 64, SCRATCH_BLOCK * 64 + 1};
+    int32_t start[2] = {0, 2}, ctx[1] = {2}, bt[1] = {SCRATCH_BLOCK}, row[1] = {1};
+    di_batch b = {2, ids, pos, slots, 1, 0, start, ctx, bt, 1, 1, row};
+    return di_model_forward(m, &b, logits);
+}
 static int kept_at(int S, int step, int i) { return step < 10 || i == 0 || (step < 20 ? i != 1 : i % 2 == 0); }
 
 static di_status generate_steps(di_model *m, int32_t prompts[][GEN_MAXP], const int *plen, int S, float temp,
@@ -357,6 +370,7 @@ static di_status generate_steps(di_model *m, int32_t prompts[][GEN_MAXP], const 
             for (int j = 0; j < n; j++) out[list[j]][step + 1] = cur[list[j]] = tok[j];
         } else {
             DI_TRY(di_model_sample_launch(m, &d, sr, step > 0 ? chain : NULL));
+            if (async == 2 && step == 5) DI_TRY(scratch_forward(m));
             if (step > 0) {
                 DI_TRY(di_model_sample_collect(m, tok, st));
                 for (int k = 0; k < n_prev; k++) out[prev[k]][step] = tok[k];
@@ -372,12 +386,11 @@ static di_status generate_steps(di_model *m, int32_t prompts[][GEN_MAXP], const 
     return DI_OK;
 }
 
-static void test_async(void) {
-    json_t *man = NULL;
-    CHECK_OK(di_json_load_file(test_src_path("tests/data/golden/golden.json"), &man));
-    if (!man) return;
+/* The async comparisons on the first three golden checkpoints with DEEPINFER_DEFER_TAIL = defer
+ * (read at model load) */
+static void async_checkpoints(json_t *man, int defer, int *runs, int *same) {
     char done[32][4096];
-    int n_done = 0, runs = 0, same = 0;
+    int n_done = 0;
     size_t ci;
     json_t *c;
     json_array_foreach(json_object_get(man, "cases"), ci, c) {
@@ -392,7 +405,8 @@ static void test_async(void) {
         o.max_batch_tokens = GEN_PROMPTS * GEN_MAXP;
         o.max_seqs = 16;
         o.max_context = 128;
-        o.kv_blocks = GEN_PROMPTS * 2;
+        o.kv_blocks = GEN_PROMPTS * 2 + 1; /* + SCRATCH_BLOCK */
+        setenv("DEEPINFER_DEFER_TAIL", defer ? "1" : "0", 1);
         di_model *m = NULL;
         CHECK_OK(di_model_load(dir, &o, &m));
         if (!m) continue;
@@ -403,37 +417,54 @@ static void test_async(void) {
             plen[p] = 4 + (int)(rnd() % (GEN_MAXP - 4));
             for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(rnd() % (uint64_t)(V - 2));
         }
-        static const int sizes[3] = {1, 3, GEN_PROMPTS};
-        for (int k = 0; k < 3; k++)
+        static const int sizes[4] = {1, 3, GEN_PROMPTS, GEN_PROMPTS};
+        for (int k = 0; k < 4; k++)
             for (int t = 0; t < 2; t++) {
-                int S = sizes[k];
+                int S = sizes[k], mode = k == 3 ? 2 : 1; /* the last size with a forward in between */
                 float temp = t ? 0.9f : 0.0f;
                 memset(os, 0xff, sizeof os);
                 memset(oa, 0xfe, sizeof oa);
                 int ok = generate_steps(m, prompts, plen, S, temp, 0, os) == DI_OK;
-                ok = ok && generate_steps(m, prompts, plen, S, temp, 1, oa) == DI_OK;
+                ok = ok && generate_steps(m, prompts, plen, S, temp, mode, oa) == DI_OK;
                 CHECK_MSG(ok, "%s: %d prompts: %s", dir, S, di_last_error());
                 int eq = ok;
                 for (int i = 0; i < S && eq; i++)
                     for (int j = 0; j < GEN_NEW; j++) {
                         int kept = j == 0 || kept_at(S, j - 1, i);
                         if (kept && os[i][j] != oa[i][j]) {
-                            fprintf(stderr, "    %s, %d prompts, temperature %.1f: prompt %d token %d: sync %d, async %d\n",
-                                    strrchr(dir, '/') + 1, S, (double)temp, i, j, os[i][j], oa[i][j]);
+                            fprintf(stderr, "    %s, defer %d, %d prompts%s, temperature %.1f: prompt %d token %d: "
+                                            "sync %d, async %d\n", strrchr(dir, '/') + 1, defer, S,
+                                    mode == 2 ? " (a forward between)" : "", (double)temp, i, j, os[i][j], oa[i][j]);
                             eq = 0;
                             break;
                         }
                     }
                 CHECK(eq);
                 CHECK_EQ_INT(di_model_sample_in_flight(m), 0);
-                runs++;
-                same += eq;
+                (*runs)++;
+                *same += eq;
             }
         di_model_free(m);
     }
-    fprintf(stderr, "  async: %d/%d runs identical to synchronous steps (3 checkpoints x 1 / 3 / %d prompts x greedy "
-                    "/ temperature; prompts leaving the batch while chained)\n", same, runs, GEN_PROMPTS);
-    CHECK(runs == 18);
+}
+
+static void test_async(void) {
+    json_t *man = NULL;
+    CHECK_OK(di_json_load_file(test_src_path("tests/data/golden/golden.json"), &man));
+    if (!man) return;
+    const char *e = getenv("DEEPINFER_DEFER_TAIL");
+    char *env0 = e ? strdup(e) : NULL;
+    int runs = 0, same = 0;
+    /* both step flavours: the tail (lm_head + sampler) in the step's own graph, and deferred
+     * into the next step's graph */
+    for (int defer = 0; defer < 2; defer++) async_checkpoints(man, defer, &runs, &same);
+    if (env0) setenv("DEEPINFER_DEFER_TAIL", env0, 1);
+    else unsetenv("DEEPINFER_DEFER_TAIL");
+    free(env0);
+    fprintf(stderr, "  async: %d/%d runs identical to synchronous steps (tail in the step's graph / deferred x 3 "
+                    "checkpoints x 1 / 3 / %d / %d prompts with a forward between two steps x greedy / temperature; "
+                    "prompts leaving the batch while chained)\n", same, runs, GEN_PROMPTS, GEN_PROMPTS);
+    CHECK(runs == 48);
     json_decref(man);
 }
 
