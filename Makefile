@@ -2,7 +2,7 @@
 #   make demo   install missing Debian packages, build, make/find the demo model, generate text
 #   make test   install missing Debian packages, build (CUDA backend too when nvcc exists),
 #               run every ctest test, then the unit tests again under ASan+UBSan
-# Other targets: build, asan, clean, cuda-device (see scripts/device-build.sh).
+# Other targets: build, asan, clean. The GPU build for the device machine: scripts/gpu/build.sh.
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan

@@ -4,7 +4,7 @@
  * same run, and the ratio to llama.cpp's numbers for the benchmark model (issue 6).
  *
  *   bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128]
- *                  [--prefill 512,8192|none] [--ceilings 0|1] [--trace K] [--async 0|1]
+ *                  [--prefill 512,8192|none] [--ceilings 0|1] [--trace K] [--async 0|1] [--warmup 0|1]
  *
  * Decode at batch B: B random prompts of --prompt tokens prefilled together, then --gen new
  * tokens each (the first from the prefill, the rest from decode steps of B tokens); tok/s =
@@ -18,7 +18,11 @@
  * --trace K (builds with CUPTI): the last K decode steps of each batch are traced instead of
  * timed, and the timeline of their GPU work is printed (cuda_trace.h). --trace-async K: the
  * last K chained steps of the asynchronous loop traced as one window (printed as one "step":
- * the transitions between consecutive steps' graphs), the tok/s then includes tracing. */
+ * the transitions between consecutive steps' graphs), the tok/s then includes tracing.
+ * --warmup 1 (default): the decode graphs of every batch size up to the largest are captured
+ * before the first decode (di_model_warmup_decode, as the engine does at start), so no timed
+ * step runs eagerly or captures; --warmup 0: captured on first use (timed steps may then
+ * include captures, as before 2026-12-05). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,7 +254,7 @@ static double bench_prefill(di_model *m, int L) {
 
 int main(int argc, char **argv) {
     const char *dir = NULL;
-    int Bs[8] = {1, 16, 64, 256}, nB = 4, Ls[8] = {512, 8192}, nL = 2, P = 128, G = 128, ceilings = 1;
+    int Bs[8] = {1, 16, 64, 256}, nB = 4, Ls[8] = {512, 8192}, nL = 2, P = 128, G = 128, ceilings = 1, warm = 1;
     const char *as = getenv("DEEPINFER_ASYNC_STEPS"); /* the engine's switch sets the default too */
     if (as && *as) g_async = as[0] != '0';
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -263,11 +267,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--trace")) g_trace_steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--async")) g_async = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--trace-async")) g_trace_async = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--warmup")) warm = atoi(argv[i + 1]);
     }
     if (!dir || P < 1 || G < 4 || g_trace_steps < 0 || (g_trace_steps > 0 && g_trace_steps > G - 8) ||
         g_trace_async < 0 || g_trace_async > G - 8 || (g_trace_async > 0 && (g_trace_steps > 0 || !g_async))) {
         fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128] "
-                        "[--prefill 512,8192|none] [--ceilings 0|1] [--trace K (0..gen-8)] [--async 0|1] [--trace-async K]\n");
+                        "[--prefill 512,8192|none] [--ceilings 0|1] [--trace K (0..gen-8)] [--async 0|1] [--trace-async K] "
+                        "[--warmup 0|1]\n");
         return 2;
     }
     if (g_trace_steps > 0 || g_trace_async > 0) {
@@ -310,6 +316,15 @@ int main(int argc, char **argv) {
     printf("model %s: %d layers, hidden %d, %d experts top-%d, vocab %d; loaded in %.1f s\n", dir, c->num_hidden_layers,
            c->hidden_size, c->n_routed_experts, c->num_experts_per_tok, c->vocab_size, di_now_s() - t0);
     if (nB > 0) printf("decode steps: %s\n", g_async && !g_trace_steps ? "asynchronous (each launched chained to the one in flight)" : "synchronous");
+    if (nB > 0 && warm) { /* as the engine does at start: no capture inside the timed steps */
+        int ng = 0;
+        t0 = di_now_s();
+        if (di_model_warmup_decode(m, maxB, &ng) != DI_OK) {
+            fprintf(stderr, "bench_cuda_e2e: %s\n", di_last_error());
+            return 1;
+        }
+        printf("decode graphs of %d batch sizes captured in %.2f s\n", ng, di_now_s() - t0);
+    }
     fflush(stdout);
     static const int peer_b[4] = {1, 16, 64, 128};
     static const double peer_v[4] = {711, 3674, 9128, 11423};
