@@ -13,6 +13,13 @@
  *   multi_evwait multi, each launch preceded by a copy on another stream and an event wait
  *                (what copy_in does before a chained step)
  *   multi2       two steps per graph
+ *   multi_copyout multi, each launch followed by an event record on the launch stream, a wait
+ *                on another stream and a 64-byte copy to pinned memory with a fence after it
+ *                (what copy_out does after a step's graph)
+ *   multi_io     both copies; multi_prio: the lanes at the highest / lowest stream priority,
+ *                instantiated with node priorities (DEEPINFER_CUDA_LANE_PRIORITY)
+ *   model_like   both copies, priorities and two graphs in turn (the model's parities);
+ *                model_like_hf the same with the head_first graph
  * each with plain launches and with PDL (programmatic stream serialization) launches.
  * Reported per variant: time per step, the critical path's kernel time, the difference, and
  * the waits between consecutive critical-path kernels of the last graph.
@@ -64,6 +71,7 @@ __global__ void k_spin(unsigned long long ns, unsigned long long *stamp, int id,
 
 struct builder {
     cudaStream_t main, side;
+    int prio = 0; /* graphs instantiated with cudaGraphInstantiateFlagUseNodePriority */
     cudaEvent_t fork, join;
     unsigned long long *stamp;
     int pdl, n_sm, nodes = 0;
@@ -132,7 +140,7 @@ static cudaGraphExec_t build(builder &b, const char *kind) {
     cudaGraph_t g;
     CK(cudaStreamEndCapture(b.main, &g));
     cudaGraphExec_t e;
-    CK(cudaGraphInstantiate(&e, g, 0));
+    CK(cudaGraphInstantiate(&e, g, b.prio ? cudaGraphInstantiateFlagUseNodePriority : 0));
     CK(cudaGraphDestroy(g));
     return e;
 }
@@ -164,20 +172,55 @@ int main(int argc, char **argv) {
     printf("waits (us) on the last graph's critical path: before its 2nd / 3rd / 4th kernel, the largest (@ index), the sum\n");
     printf("%-13s %-4s %9s %9s %9s %7s %7s %7s %11s %8s\n", "variant", "pdl", "us/step", "kernels", "overhead", "w2", "w3",
            "w4", "max", "sum");
-    const char *kinds[] = {"multi", "single", "head_first", "multi_evwait", "multi2"};
+    /* the model's lanes: main at the highest stream priority, side at the lowest */
+    int lo = 0, hi = 0;
+    CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    cudaStream_t main_hi, side_lo, out;
+    CK(cudaStreamCreateWithPriority(&main_hi, cudaStreamNonBlocking, hi));
+    CK(cudaStreamCreateWithPriority(&side_lo, cudaStreamNonBlocking, lo));
+    CK(cudaStreamCreateWithFlags(&out, cudaStreamNonBlocking));
+    cudaEvent_t ev_out, fence[2];
+    CK(cudaEventCreateWithFlags(&ev_out, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&fence[0], cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&fence[1], cudaEventDisableTiming));
+    void *hout;
+    CK(cudaMallocHost(&hout, 4096));
+    cudaStream_t main0 = b.main, side0 = b.side;
+    /* name, graph kind, copy_in before each launch, copy_out after it, lane priorities, two
+     * graphs (the model's parities) in turn */
+    struct variant {
+        const char *name, *kind;
+        int in, out, prio, two;
+    } vs[] = {
+        {"multi", "multi", 0, 0, 0, 0},          {"single", "single", 0, 0, 0, 0},
+        {"head_first", "head_first", 0, 0, 0, 0}, {"multi_evwait", "multi", 1, 0, 0, 0},
+        {"multi2", "multi2", 0, 0, 0, 0},        {"multi_copyout", "multi", 0, 1, 0, 0},
+        {"multi_io", "multi", 1, 1, 0, 0},       {"multi_prio", "multi", 0, 0, 1, 0},
+        {"model_like", "multi", 1, 1, 1, 1},     {"model_like_hf", "head_first", 1, 1, 1, 1},
+    };
     for (int pdl = 0; pdl < 2; pdl++)
-        for (const char *kind : kinds) {
+        for (const variant &v : vs) {
+            const char *kind = v.kind;
             b.pdl = pdl;
-            cudaGraphExec_t e = build(b, kind);
-            bool evwait = !strcmp(kind, "multi_evwait");
-            int steps = !strcmp(kind, "multi2") ? 2 : 1;
+            b.prio = v.prio;
+            b.main = v.prio ? main_hi : main0;
+            b.side = v.prio ? side_lo : side0;
+            cudaGraphExec_t e = build(b, kind), e2 = v.two ? build(b, kind) : NULL;
+            int steps = !strcmp(kind, "multi2") ? 2 : 1, launches = 0;
             auto one = [&]() {
-                if (evwait) {
+                if (v.in) { /* copy_in: the next step's metadata on a copy lane, the main lane waits */
                     CK(cudaMemcpyAsync(dmeta, hmeta, 1024, cudaMemcpyHostToDevice, copy));
                     CK(cudaEventRecord(ev_in, copy));
                     CK(cudaStreamWaitEvent(b.main, ev_in, 0));
                 }
-                CK(cudaGraphLaunch(e, b.main));
+                CK(cudaGraphLaunch(e2 && (launches & 1) ? e2 : e, b.main));
+                if (v.out) { /* copy_out: the tokens back on another lane under a fence */
+                    CK(cudaEventRecord(ev_out, b.main));
+                    CK(cudaStreamWaitEvent(out, ev_out, 0));
+                    CK(cudaMemcpyAsync(hout, dmeta, 64, cudaMemcpyDeviceToHost, out));
+                    CK(cudaEventRecord(fence[launches & 1], out));
+                }
+                launches++;
             };
             for (int w = 0; w < 3; w++) one();
             CK(cudaStreamSynchronize(b.main));
@@ -202,9 +245,11 @@ int main(int argc, char **argv) {
                 sum += w;
                 if (w > mx) mx = w, at = (int)i;
             }
-            printf("%-13s %-4d %9.1f %9.1f %9.1f %7.1f %7.1f %7.1f %7.1f@%-3d %8.1f\n", kind, pdl, per, kern, per - kern,
-                   d[0], d[1], d[2], mx, at, sum);
+            printf("%-13s %-4d %9.1f %9.1f %9.1f %7.1f %7.1f %7.1f %7.1f@%-3d %8.1f\n", v.name, pdl, per, kern,
+                   per - kern, d[0], d[1], d[2], mx, at, sum);
+            CK(cudaStreamSynchronize(out));
             CK(cudaGraphExecDestroy(e));
+            if (e2) CK(cudaGraphExecDestroy(e2));
         }
     return 0;
 }

@@ -23,7 +23,9 @@
  * forward. So a replayed graph starts with the ~125 us lm_head instead of the embed: the
  * ~10 us after a graph's start before its other nodes run (docs/PERF.md, "the step-start
  * gap") are covered by it. The tokens still leave mid-graph, right after the sampler, so the
- * host can plan the next step while this one's body runs.
+ * host can plan the next step while this one's body runs. DEEPINFER_DEFER_TAIL=2 keeps the
+ * tail in the step's own graph but captures the tokens' copy and fence inside it, so nothing
+ * is recorded on the main lane between two graphs (the other candidate cause of the gap).
  * The first step of a (bucket, parity) runs eagerly (creating every lazily built plan), the
  * next captures the graph. Invariants: a graph depends only on (B, parity), never on contexts
  * or tokens (the ops read those from device memory); at most two steps are in flight, and
@@ -80,9 +82,10 @@ typedef struct pending_step {
     int lost;                       /* its tail could not be issued: no results */
 } pending_step;
 
-/* The graphs of deferred-tail steps, per (bucket, parity p): body(p) alone, the previous
- * step's tail(1 - p) then body(p) (fused), and tail(p) alone. */
-enum { G_BODY, G_FUSED, G_TAIL, N_AGRAPHS };
+/* The graphs of asynchronous steps with an in-graph tail, per (bucket, parity p): body(p)
+ * alone, the previous step's tail(1 - p) then body(p) (fused), tail(p) alone (deferred tails);
+ * body(p) then tail(p) (full: DEEPINFER_DEFER_TAIL=2). */
+enum { G_BODY, G_FUSED, G_TAIL, G_FULL, N_AGRAPHS };
 enum { FENCE_TAIL = 2 }; /* fences FENCE_TAIL + q: the tail of parity q (0, 1: slots) */
 _Static_assert(FENCE_TAIL + 2 <= DI_BACKEND_FENCES, "fences of the deferred tails");
 
@@ -98,7 +101,9 @@ typedef struct di_step_state {
     unsigned char *h_res;           /* tokens + status of a synchronous graph step */
     void *graph[N_BUCKETS][2];
     unsigned char warm[N_BUCKETS][2];
-    int defer_on;                   /* deferred tails (async_on and DEEPINFER_DEFER_TAIL=1) */
+    int tail_mode;                  /* asynchronous steps' tails (DEEPINFER_DEFER_TAIL, needs async_on):
+                                     * 0 in the step's graph, the tokens' copy after it; 1 deferred;
+                                     * 2 in the step's graph with the copy inside it */
     void *agraph[N_AGRAPHS][N_BUCKETS][2];
     unsigned char warm_body[N_BUCKETS][2], warm_tail[N_BUCKETS][2]; /* ran eagerly once */
     unsigned char *h_tail[2];       /* pinned tokens + status of the tail of parity q */
@@ -159,8 +164,8 @@ di_status di_model_step_setup(di_model *m) {
     DI_TRY(be->alloc(be, T * sizeof(di_sample_row), (void **)&s->d_rows));
     step_layout L = layout_of((int)B, m->max_blocks_per_seq);
     s->async_on = s->graphs_on && be->host_alloc && be->copy_in && be->copy_out && be->fence_wait;
-    const char *dt = getenv("DEEPINFER_DEFER_TAIL");
-    s->defer_on = s->async_on && dt && dt[0] == '1'; /* opt-in until measured on the GPU */
+    const char *dt = getenv("DEEPINFER_DEFER_TAIL"); /* opt-in until measured on the GPU */
+    s->tail_mode = s->async_on && dt && (dt[0] == '1' || dt[0] == '2') ? dt[0] - '0' : 0;
     for (int k = 0; k < 2; k++) {
         DI_TRY(be->alloc(be, L.total, (void **)&s->d_meta[k]));
         if (s->async_on) {
@@ -411,12 +416,14 @@ static void emit_async(di_model *m, int kind, int bi, int p) {
     }
     if (kind == G_FUSED) run_tail(m, bi, 1 - p);
     run_body(m, bi, p);
+    if (kind == G_FULL) run_tail(m, bi, p);
 }
 
 /* Whether the ops of graph `kind` of (bi, p) have all run eagerly once (their lazily built
  * plans exist), so the graph may be captured */
 static int async_warm(const di_step_state *s, int kind, int bi, int p) {
     if (kind == G_TAIL) return s->warm_tail[bi][p];
+    if (kind == G_FULL) return s->warm_body[bi][p] && s->warm_tail[bi][p];
     return s->warm_body[bi][p] && (kind == G_BODY || s->warm_tail[bi][1 - p]);
 }
 
@@ -448,7 +455,7 @@ static di_status issue_async(di_model *m, int kind, int bi, int p) {
     }
     emit_async(m, kind, bi, p);
     if (kind != G_TAIL) s->warm_body[bi][p] = 1;
-    if (kind != G_BODY) s->warm_tail[bi][kind == G_TAIL ? p : 1 - p] = 1;
+    if (kind != G_BODY) s->warm_tail[bi][kind == G_FUSED ? 1 - p : p] = 1;
     return DI_OK;
 }
 
@@ -550,9 +557,9 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
             if (st2 != DI_OK)
                 return di_error_context(st2, "warming up the decode graph of %d sequences", k_buckets[bi]);
         }
-        if (s->defer_on) /* the deferred-tail graphs: captured only (their ops ran above) */
-            for (int p = 0; p < 2; p++)
-                for (int kind = 0; kind < N_AGRAPHS; kind++) capture_async(m, kind, bi, p);
+        for (int p = 0; p < 2 && s->tail_mode; p++) /* the in-graph-tail graphs: captured only */
+            for (int kind = 0; kind < N_AGRAPHS; kind++)
+                if ((kind == G_FULL) == (s->tail_mode == 2)) capture_async(m, kind, bi, p);
         n += s->graph[bi][0] && s->graph[bi][1];
         if (k_buckets[bi] >= max_batch) break;
     }
@@ -670,7 +677,7 @@ di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di
     int in_place = device && chain && prev->device && prev->parity == 1 - s->parity;
     /* the previous step's pending tail opens this step's graph when it continues it in place;
      * anything else needs it issued first (it reads m->x and writes meta[s->parity]'s ids) */
-    int fuse = in_place && s->defer_on && s->tail_slot >= 0 && s->tail_slot == (int)(prev - s->q);
+    int fuse = in_place && s->tail_mode == 1 && s->tail_slot >= 0 && s->tail_slot == (int)(prev - s->q);
     if (!fuse) DI_TRY(flush_tail(m));
     if (chain && !in_place) {
         DI_TRY(settle(m, prev));
@@ -686,12 +693,13 @@ di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di
         if (in_place) bi = prev->bucket;
         for (int j = 0; j < n; j++) at[j] = in_place ? prev->at[chain[j]] : j;
         step_layout L = layout_of(k_buckets[bi], m->max_blocks_per_seq);
-        if (s->defer_on) { /* the body now (after the previous step's tail when fused), the tail later */
+        if (s->tail_mode) { /* deferred: the body now (after the previous step's tail when fused),
+                             * the tail later; full: both, the tokens' copy inside the graph */
             int par = s->parity;
             put_meta(m, &b, rows, bi, in_place, at, par);
-            DI_TRY(issue_async(m, fuse ? G_FUSED : G_BODY, bi, par));
+            DI_TRY(issue_async(m, s->tail_mode == 2 ? G_FULL : fuse ? G_FUSED : G_BODY, bi, par));
             s->parity = 1 - par;
-            s->tail_slot = slot;
+            if (s->tail_mode == 1) s->tail_slot = slot;
             *p = (pending_step){n, 1, slot, L.stat, bi, par, at, 1, 0};
         } else {
             int par = 0;

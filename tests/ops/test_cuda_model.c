@@ -406,7 +406,7 @@ static void async_checkpoints(json_t *man, int defer, int *runs, int *same) {
         o.max_seqs = 16;
         o.max_context = 128;
         o.kv_blocks = GEN_PROMPTS * 2 + 1; /* + SCRATCH_BLOCK */
-        setenv("DEEPINFER_DEFER_TAIL", defer ? "1" : "0", 1);
+        setenv("DEEPINFER_DEFER_TAIL", defer == 2 ? "2" : defer ? "1" : "0", 1);
         di_model *m = NULL;
         CHECK_OK(di_model_load(dir, &o, &m));
         if (!m) continue;
@@ -455,16 +455,17 @@ static void test_async(void) {
     const char *e = getenv("DEEPINFER_DEFER_TAIL");
     char *env0 = e ? strdup(e) : NULL;
     int runs = 0, same = 0;
-    /* both step flavours: the tail (lm_head + sampler) in the step's own graph, and deferred
-     * into the next step's graph */
-    for (int defer = 0; defer < 2; defer++) async_checkpoints(man, defer, &runs, &same);
+    /* the three step flavours (decode_step.c): the tail (lm_head + sampler) in the step's own
+     * graph with the tokens' copy after it, deferred into the next step's graph, and in the
+     * step's graph with the copy inside it */
+    for (int defer = 0; defer < 3; defer++) async_checkpoints(man, defer, &runs, &same);
     if (env0) setenv("DEEPINFER_DEFER_TAIL", env0, 1);
     else unsetenv("DEEPINFER_DEFER_TAIL");
     free(env0);
-    fprintf(stderr, "  async: %d/%d runs identical to synchronous steps (tail in the step's graph / deferred x 3 "
+    fprintf(stderr, "  async: %d/%d runs identical to synchronous steps (DEEPINFER_DEFER_TAIL 0 / 1 / 2 x 3 "
                     "checkpoints x 1 / 3 / %d / %d prompts with a forward between two steps x greedy / temperature; "
                     "prompts leaving the batch while chained)\n", same, runs, GEN_PROMPTS, GEN_PROMPTS);
-    CHECK(runs == 48);
+    CHECK(runs == 72);
     json_decref(man);
 }
 
