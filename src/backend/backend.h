@@ -237,7 +237,7 @@ struct di_backend {
 
     /* ---- asynchronous copies (all five NULL: absent; steps then run synchronously) ----
      * They let a step be queued while an earlier one runs, its metadata sent and its tokens
-     * fetched without the host waiting (model/decode_step.c, "asynchronous steps").
+     * fetched without the host waiting (model/decode_async.c).
      *   host_alloc / host_free: pinned host memory (startup only).
      *   copy_in: host -> device on a copy lane that does NOT wait for queued ops; the main
      *     lane's next ops wait for it. The caller guarantees that no queued op reads or writes

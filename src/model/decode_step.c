@@ -1,7 +1,7 @@
 /* decode_step.c - the sampling step of the model (di_model_forward_sample): logits sampled on
- * the device when the backend can (only tokens cross to the host), on the host otherwise;
- * CUDA-graph replay of pure decode steps, one graph per batch-size bucket and parity; and
- * asynchronous steps (di_model_sample_launch / _collect).
+ * the device when the backend can (only tokens cross to the host), on the host otherwise; and
+ * CUDA-graph replay of pure decode steps, one graph per batch-size bucket and parity (the
+ * asynchronous launch / collect of such steps: decode_async.c).
  *
  * Owner: cuda (model extension). A decode step of n sequences with one token each is padded to
  * the smallest bucket B >= n (padding tokens write no cache slot, attend to one position and
@@ -10,120 +10,23 @@
  * launched. Graph steps alternate between two metadata buffers (the parity): a step of
  * parity p reads meta[p] and its sampler writes the tokens and status into meta[1 - p]'s ids
  * and stat fields, which are exactly where the next step (parity 1 - p) reads its input ids.
- * So a chained step (row j's input = the token just sampled for row chain[j] of the previous
- * step; row j then takes that row's position in the bucket, the others are padding) needs
- * nothing from the host but the rest of its metadata, which goes in on the backend's copy
- * lane while the previous step still runs; its tokens come back on the other copy lane under
- * a fence.
- * Deferred tails (DEEPINFER_DEFER_TAIL=1 with asynchronous steps; off by default until it is
- * measured on the GPU, docs/cuda.md): a launched graph step runs only its body (embed .. final
- * norm); its tail (lm_head, sampler, the tokens' copy to the host under a fence) is issued at
- * the start of the next chained step's graph (the fused graph of (bucket, parity)), or alone
- * (the tail graph) when the next launch cannot take it, at its collect, or before any other
- * forward. So a replayed graph starts with the ~125 us lm_head instead of the embed: the
- * ~10 us after a graph's start before its other nodes run (docs/PERF.md, "the step-start
- * gap") are covered by it. The tokens still leave mid-graph, right after the sampler, so the
- * host can plan the next step while this one's body runs. DEEPINFER_DEFER_TAIL=2 keeps the
- * tail in the step's own graph but captures the tokens' copy and fence inside it, so nothing
- * is recorded on the main lane between two graphs (the other candidate cause of the gap).
+ * A step is a body (embed .. final norm, left in m->x) and a tail (lm_head and sampler; for
+ * asynchronous steps with an in-graph tail also the tokens' copy to the host under a fence):
+ * the synchronous graph holds both; the graphs of decode_async.c's tail modes (G_BODY,
+ * G_FUSED, G_TAIL, G_FULL) are built here from the same pieces (run_body, run_tail).
  * The first step of a (bucket, parity) runs eagerly (creating every lazily built plan), the
  * next captures the graph. Invariants: a graph depends only on (B, parity), never on contexts
- * or tokens (the ops read those from device memory); at most two steps are in flight, and
- * meta[p] is rewritten only when the step that last read it has been collected (its tail
- * included); at most one tail is pending, that of the last launched step, and m->x holds its
- * final norm until it is issued; everything here is allocated in di_model_step_setup at
- * load. */
+ * or tokens (the ops read those from device memory); everything here is allocated in
+ * di_model_step_setup at load. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/status.h"
-#include "model/model_internal.h"
-#include "sampling/sampler.h"
+#include "model/decode_step_internal.h"
 
-enum { N_BUCKETS = 14 };
-static const int k_buckets[N_BUCKETS] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256};
+const int di_step_buckets[N_BUCKETS] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256};
 
-/* A graph step's metadata, packed: one upload per step (each upload is a host API call and a
- * copy on the GPU's timeline before the graph can start). Byte offsets into the host and device
- * buffers for bucket B; every array 16-byte aligned. */
-typedef struct step_layout {
-    size_t ids, stat, pos, slots, start, ctx, bt, rows, total;
-} step_layout;
-
-static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
-
-static step_layout layout_of(int B, int mb) {
-    step_layout L;
-    size_t i32 = sizeof(int32_t), at = 0;
-    L.ids = at, at = align16(at + (size_t)B * i32); /* ids, stat: written by the previous step's */
-    L.stat = at, at = align16(at + (size_t)B * i32); /* sampler (parity 1 - p) when chained */
-    L.pos = at, at = align16(at + (size_t)B * i32);
-    L.slots = at, at = align16(at + (size_t)B * i32);
-    L.start = at, at = align16(at + (size_t)(B + 1) * i32);
-    L.ctx = at, at = align16(at + (size_t)B * i32);
-    L.bt = at, at = align16(at + (size_t)B * mb * i32);
-    L.rows = at, at = align16(at + (size_t)B * sizeof(di_sample_row));
-    L.total = at;
-    return L;
-}
-
-/* A launched step not collected yet: its results arrive by copy_out under fence `slot`
- * into h_out[slot] (device), or under fence FENCE_TAIL + parity into h_tail[parity] (device,
- * deferred tail), or were stored in res_tok / res_stat[slot] at launch (host). */
-typedef struct pending_step {
-    int n;                          /* rows to report */
-    int device;
-    int slot;                       /* 0 / 1: ring position, the fence and result buffers */
-    size_t stat_off;                /* device: byte offset of the status in h_out[slot] / h_tail */
-    int bucket, parity;             /* device: the graph step (a chained step must match it) */
-    int32_t *at;                    /* device: the bucket position of each row (s->at[slot]) */
-    int tail;                       /* device: its tail deferred (results in h_tail[parity]) */
-    int lost;                       /* its tail could not be issued: no results */
-} pending_step;
-
-/* The graphs of asynchronous steps with an in-graph tail, per (bucket, parity p): body(p)
- * alone, the previous step's tail(1 - p) then body(p) (fused), tail(p) alone (deferred tails);
- * body(p) then tail(p) (full: DEEPINFER_DEFER_TAIL=2). */
-enum { G_BODY, G_FUSED, G_TAIL, G_FULL, N_AGRAPHS };
-enum { FENCE_TAIL = 2 }; /* fences FENCE_TAIL + q: the tail of parity q (0, 1: slots) */
-_Static_assert(FENCE_TAIL + 2 <= DI_BACKEND_FENCES, "fences of the deferred tails");
-
-typedef struct di_step_state {
-    int max_bucket;                 /* largest bucket this model can replay */
-    int graphs_on;
-    int async_on;                   /* the backend has asynchronous copies (backend.h) */
-    int replays;                    /* DEEPINFER_STEP_REPLAYS=N (a measurement probe, default 1): each
-                                     * graph launched N times per step (docs/cuda.md) */
-    unsigned char *d_meta[2], *h_meta[2]; /* packed metadata (step_layout) per parity; h_meta pinned
-                                           * when async_on */
-    unsigned char *h_out[2];        /* pinned tokens + status of a device step in flight (async_on) */
-    unsigned char *h_res;           /* tokens + status of a synchronous graph step */
-    void *graph[N_BUCKETS][2];
-    unsigned char warm[N_BUCKETS][2];
-    int tail_mode;                  /* asynchronous steps' tails (DEEPINFER_DEFER_TAIL, needs async_on):
-                                     * 0 in the step's graph, the tokens' copy after it; 1 deferred;
-                                     * 2 in the step's graph with the copy inside it */
-    void *agraph[N_AGRAPHS][N_BUCKETS][2];
-    unsigned char warm_body[N_BUCKETS][2], warm_tail[N_BUCKETS][2]; /* ran eagerly once */
-    unsigned char *h_tail[2];       /* pinned tokens + status of the tail of parity q */
-    int tail_slot;                  /* q[] slot of the step whose tail is not issued yet, -1: none */
-    int parity;                     /* of the next graph step */
-    pending_step q[2];              /* launched, not collected: q[(head + i) % 2], i < n_q */
-    int q_head, n_q;
-    int32_t *res_tok[2], *res_stat[2]; /* host results of synchronously run launches [max_tokens] */
-    int32_t *chain_ids;             /* [max_tokens] input ids of a chained step run synchronously */
-    int32_t *zero_ids;              /* [max_tokens] zeros: what a chained batch is validated with */
-    int32_t *at[2];                 /* [max_tokens] bucket positions of a device step's rows, per slot */
-    unsigned char *seen;            /* [max_tokens] scratch: chain maps must not repeat a row */
-    int32_t *d_tokens, *d_status;   /* device [max_tokens] (eager steps) */
-    di_sample_row *d_rows;          /* device [max_tokens] */
-    int32_t *status;
-    /* host fallback */
-    float *h_logits;                /* [h_logits_rows, vocab] */
-    int h_logits_rows;
-    di_sampler *sampler;
-} di_step_state;
 
 di_status di_model_step_setup(di_model *m) {
     di_backend *be = m->be;
@@ -137,8 +40,8 @@ di_status di_model_step_setup(di_model *m) {
     m->step = s;
     int mb = 0;
     for (int i = 0; i < N_BUCKETS; i++)
-        if (k_buckets[i] <= m->max_seqs && k_buckets[i] <= m->max_tokens && k_buckets[i] <= m->logits_chunk)
-            mb = k_buckets[i];
+        if (di_step_buckets[i] <= m->max_seqs && di_step_buckets[i] <= m->max_tokens && di_step_buckets[i] <= m->logits_chunk)
+            mb = di_step_buckets[i];
     s->max_bucket = mb;
     const char *env = getenv("DEEPINFER_CUDA_GRAPHS");
     s->graphs_on = be->graph_begin && mb > 0 && !(env && env[0] == '0');
@@ -324,19 +227,19 @@ static void logits_and_sample(di_model *m, int n, const di_sample_row *d_rows, i
     be->sample(be, d_tokens, d_status, m->logits, n, V, d_rows);
 }
 
-static int bucket_of(const di_step_state *s, int n) {
+int di_step_bucket_of(const di_step_state *s, int n) {
     for (int i = 0; i < N_BUCKETS; i++)
-        if (k_buckets[i] >= n && k_buckets[i] <= s->max_bucket) return i;
+        if (di_step_buckets[i] >= n && di_step_buckets[i] <= s->max_bucket) return i;
     return -1;
 }
 
-static int graph_eligible(const di_model *m, const di_batch *b) {
+int di_step_graph_eligible(const di_model *m, const di_batch *b) {
     const di_step_state *s = m->step;
     if (!s->graphs_on || b->n_decode_seqs != b->n_seqs || b->n_tokens != b->n_seqs || b->n_logits != b->n_seqs)
         return 0;
     for (int j = 0; j < b->n_logits; j++)
         if (b->logits_rows[j] != j) return 0;
-    return bucket_of(s, b->n_seqs) >= 0;
+    return di_step_bucket_of(s, b->n_seqs) >= 0;
 }
 
 /* Packs the metadata of a decode step padded to bucket bi into h_meta[p] and sends it to
@@ -345,11 +248,11 @@ static int graph_eligible(const di_model *m, const di_batch *b) {
  * step's sampler wrote them), so only the rest is sent, on the copy lane while the previous
  * step still runs (meta[p] is free: the step that read it last has been collected); any other
  * step's upload is simply ordered after everything queued. */
-static void put_meta(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
+void di_step_put_meta(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
                      const int32_t *at, int p) {
     di_backend *be = m->be;
     di_step_state *s = m->step;
-    int n = b->n_seqs, B = k_buckets[bi], mb = m->max_blocks_per_seq;
+    int n = b->n_seqs, B = di_step_buckets[bi], mb = m->max_blocks_per_seq;
     step_layout L = layout_of(B, mb);
     unsigned char *h = s->h_meta[p], *d = s->d_meta[p];
     int32_t *ids = (int32_t *)(h + L.ids), *pos = (int32_t *)(h + L.pos), *slots = (int32_t *)(h + L.slots);
@@ -380,7 +283,7 @@ static void put_meta(di_model *m, const di_batch *b, const di_sample_row *rows, 
 /* body(bi, p): the layers of the bucket-bi step whose metadata is in meta[p], up to the final
  * norm (left in m->x). max_ctx_len: a graph must not depend on the step's contexts. */
 static void run_body(di_model *m, int bi, int p) {
-    int B = k_buckets[bi], mb = m->max_blocks_per_seq;
+    int B = di_step_buckets[bi], mb = m->max_blocks_per_seq;
     step_layout L = layout_of(B, mb);
     const unsigned char *d = m->step->d_meta[p];
     di_attn_batch ab = {.positions = (const int32_t *)(d + L.pos), .slot_mapping = (const int32_t *)(d + L.slots),
@@ -394,11 +297,11 @@ static void run_body(di_model *m, int bi, int p) {
  * meta[p]; tokens and status go to meta[1 - p]'s ids and stat (where the next step reads its
  * ids). The tokens + status bytes of meta[1 - p]. */
 static size_t run_sample(di_model *m, int bi, int p) {
-    step_layout L = layout_of(k_buckets[bi], m->max_blocks_per_seq);
+    step_layout L = layout_of(di_step_buckets[bi], m->max_blocks_per_seq);
     unsigned char *out = m->step->d_meta[1 - p];
-    logits_and_sample(m, k_buckets[bi], (const di_sample_row *)(m->step->d_meta[p] + L.rows),
+    logits_and_sample(m, di_step_buckets[bi], (const di_sample_row *)(m->step->d_meta[p] + L.rows),
                       (int32_t *)(out + L.ids), (int32_t *)(out + L.stat));
-    return L.stat + (size_t)k_buckets[bi] * sizeof(int32_t);
+    return L.stat + (size_t)di_step_buckets[bi] * sizeof(int32_t);
 }
 
 /* tail(bi, q): run_sample, then its tokens + status copied to h_tail[q] under fence
@@ -442,7 +345,7 @@ static void capture_async(di_model *m, int kind, int bi, int p) {
 
 /* Queues graph `kind` of (bi, p): replayed, captured first when its ops have run once, else
  * its ops run eagerly */
-static di_status issue_async(di_model *m, int kind, int bi, int p) {
+di_status di_step_issue(di_model *m, int kind, int bi, int p) {
     di_step_state *s = m->step;
     void *g = s->agraph[kind][bi][p];
     if (!g) {
@@ -459,28 +362,14 @@ static di_status issue_async(di_model *m, int kind, int bi, int p) {
     return DI_OK;
 }
 
-/* Issues the pending tail, if any, alone (its step's tokens then come under its fence); if
- * that fails, the step's results are lost (its collect reports the error). */
-static di_status flush_tail(di_model *m) {
-    di_step_state *s = m->step;
-    if (!s || s->tail_slot < 0) return DI_OK;
-    pending_step *t = &s->q[s->tail_slot];
-    s->tail_slot = -1;
-    di_status st = issue_async(m, G_TAIL, t->bucket, t->parity);
-    if (st != DI_OK) t->lost = 1;
-    return st;
-}
-
-di_status di_model_step_flush(di_model *m) { return flush_tail(m); }
-
 /* Queues a decode step padded to bucket bi (put_meta), replayed from (or captured into) the
  * graph of (bi, parity), body and sampling; the parity then flips. *parity: the parity used. */
-static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
+di_status di_step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
                             const int32_t *at, int *parity) {
     di_backend *be = m->be;
     di_step_state *s = m->step;
     int p = s->parity;
-    put_meta(m, b, rows, bi, chained, at, p);
+    di_step_put_meta(m, b, rows, bi, chained, at, p);
     void **g = &s->graph[bi][p];
     if (!*g && s->warm[bi][p] && be->graph_begin(be) == DI_OK) {
         run_body(m, bi, p);
@@ -507,7 +396,7 @@ static di_status step_graph(di_model *m, const di_batch *b, const di_sample_row 
  * other parity's meta (one synchronisation). */
 static di_status fetch_graph(di_model *m, int p, int bi, int n, int32_t *tokens, int32_t *status) {
     di_step_state *s = m->step;
-    step_layout L = layout_of(k_buckets[bi], m->max_blocks_per_seq);
+    step_layout L = layout_of(di_step_buckets[bi], m->max_blocks_per_seq);
     DI_TRY(m->be->download(m->be, s->h_res, s->d_meta[1 - p], L.stat + (size_t)n * sizeof(int32_t)));
     memcpy(tokens, s->h_res + L.ids, (size_t)n * sizeof(int32_t));
     memcpy(status ? status : s->status, s->h_res + L.stat, (size_t)n * sizeof(int32_t));
@@ -548,20 +437,20 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
     /* zero real sequences: step_graph pads the whole bucket (slot -1, context 1, greedy) */
     di_batch b = {0, &none, &none, &none, 0, 0, &none, &none, &none, 1, 0, &none};
     int n = 0;
-    for (int bi = 0; bi < N_BUCKETS && k_buckets[bi] <= s->max_bucket; bi++) {
+    for (int bi = 0; bi < N_BUCKETS && di_step_buckets[bi] <= s->max_bucket; bi++) {
         /* both parities: an eager step and a capture each */
         for (int rep = 0; rep < 4 && !(s->graph[bi][0] && s->graph[bi][1]) && s->graphs_on; rep++) {
             int p = 0;
-            di_status st2 = step_graph(m, &b, &no_row, bi, 0, NULL, &p);
+            di_status st2 = di_step_graph(m, &b, &no_row, bi, 0, NULL, &p);
             if (st2 == DI_OK) st2 = fetch_graph(m, p, bi, 0, &tok, &st);
             if (st2 != DI_OK)
-                return di_error_context(st2, "warming up the decode graph of %d sequences", k_buckets[bi]);
+                return di_error_context(st2, "warming up the decode graph of %d sequences", di_step_buckets[bi]);
         }
         for (int p = 0; p < 2 && s->tail_mode; p++) /* the in-graph-tail graphs: captured only */
             for (int kind = 0; kind < N_AGRAPHS; kind++)
                 if ((kind == G_FULL) == (s->tail_mode == 2)) capture_async(m, kind, bi, p);
         n += s->graph[bi][0] && s->graph[bi][1];
-        if (k_buckets[bi] >= max_batch) break;
+        if (di_step_buckets[bi] >= max_batch) break;
     }
     if (m->be->sync) DI_TRY(m->be->sync(m->be));
     if (n_captured) *n_captured = n;
@@ -569,7 +458,7 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
 }
 
 /* Arguments and batch of a sampling step (nothing runs on error). */
-static di_status check_step(di_model *m, const di_batch *batch, const di_sample_row *rows, int need_tokens,
+di_status di_step_check(di_model *m, const di_batch *batch, const di_sample_row *rows, int need_tokens,
                             const int32_t *tokens, const char *fn) {
     if (!m || !batch || (batch->n_logits && (!rows || (need_tokens && !tokens))))
         return di_error(DI_ERR_INVALID_ARG, "%s: NULL argument", fn);
@@ -579,15 +468,15 @@ static di_status check_step(di_model *m, const di_batch *batch, const di_sample_
 
 /* One step run now, its tokens and status into tokens / status (status NULL: a failed row is
  * an error). ids_override: the input ids instead of batch->token_ids (NULL: none). */
-static di_status run_step(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
+di_status di_step_run(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
                           int32_t *status, const int32_t *ids_override) {
     di_batch b = *batch;
     if (ids_override) b.token_ids = ids_override;
     if (b.n_logits == 0) return di_deepseek_forward(m, &b, NULL, NULL);
     if (!m->be->sample) return sample_host(m, &b, rows, tokens, status);
-    if (graph_eligible(m, &b)) {
-        int bi = bucket_of(m->step, b.n_seqs), p = 0;
-        DI_TRY(step_graph(m, &b, rows, bi, 0, NULL, &p));
+    if (di_step_graph_eligible(m, &b)) {
+        int bi = di_step_bucket_of(m->step, b.n_seqs), p = 0;
+        DI_TRY(di_step_graph(m, &b, rows, bi, 0, NULL, &p));
         return fetch_graph(m, p, bi, b.n_seqs, tokens, status);
     }
     return step_eager(m, &b, rows, tokens, status);
@@ -595,10 +484,10 @@ static di_status run_step(di_model *m, const di_batch *batch, const di_sample_ro
 
 static di_status forward_sample(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
                                 int32_t *status) {
-    DI_TRY(check_step(m, batch, rows, 1, tokens, "di_model_forward_sample"));
+    DI_TRY(di_step_check(m, batch, rows, 1, tokens, "di_model_forward_sample"));
     if (m->step->n_q > 0)
         return di_error(DI_ERR_INVALID_ARG, "di_model_forward_sample: %d launched steps not collected", m->step->n_q);
-    return run_step(m, batch, rows, tokens, status, NULL);
+    return di_step_run(m, batch, rows, tokens, status, NULL);
 }
 
 di_status di_model_forward_sample(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens) {
@@ -610,123 +499,4 @@ di_status di_model_forward_sample_rows(di_model *m, const di_batch *batch, const
     if (batch && batch->n_logits && !status)
         return di_error(DI_ERR_INVALID_ARG, "di_model_forward_sample_rows: NULL status");
     return forward_sample(m, batch, rows, tokens, status);
-}
-
-/* ---------------------------------------------------------------- asynchronous steps ---- */
-
-int di_model_sample_in_flight(const di_model *m) { return m && m->step ? m->step->n_q : 0; }
-
-/* Waits for device step p (issuing its tail first if it is still pending) and moves its
- * results into the host arrays of its slot. */
-static di_status settle(di_model *m, pending_step *p) {
-    di_step_state *s = m->step;
-    if (!p->device) return DI_OK;
-    di_status st = DI_OK;
-    if (p->tail && s->tail_slot == p->slot) st = flush_tail(m);
-    if (st == DI_OK && p->lost) st = di_error(DI_ERR_BACKEND, "the step's sampling could not be queued");
-    if (st == DI_OK) st = m->be->fence_wait(m->be, p->tail ? FENCE_TAIL + p->parity : p->slot);
-    p->device = 0;
-    if (st != DI_OK) return st;
-    const unsigned char *res = p->tail ? s->h_tail[p->parity] : s->h_out[p->slot];
-    const int32_t *tok = (const int32_t *)res, *code = (const int32_t *)(res + p->stat_off);
-    for (int i = 0; i < p->n; i++) {
-        s->res_tok[p->slot][i] = tok[p->at[i]];
-        s->res_stat[p->slot][i] = code[p->at[i]];
-    }
-    return DI_OK;
-}
-
-di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di_sample_row *rows,
-                                 const int32_t *chain) {
-    if (!m || !m->step || !batch_in) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: NULL argument");
-    di_step_state *s = m->step;
-    di_batch chained_batch = *batch_in; /* a chained step's ids are not the caller's: checked as zeros */
-    if (chain && batch_in->n_tokens >= 0 && batch_in->n_tokens <= m->max_tokens) chained_batch.token_ids = s->zero_ids;
-    const di_batch *batch = chain ? &chained_batch : batch_in;
-    DI_TRY(check_step(m, batch, rows, 0, NULL, "di_model_sample_launch"));
-    if (s->n_q == 2) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: two steps already in flight");
-    pending_step *prev = s->n_q > 0 ? &s->q[(s->q_head + s->n_q - 1) % 2] : NULL;
-    int n = batch->n_logits;
-    if (chain) {
-        if (!prev) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: chained, but no step in flight");
-        int decode = batch->n_decode_seqs == batch->n_seqs && batch->n_tokens == batch->n_seqs && n == batch->n_seqs;
-        for (int j = 0; decode && j < n; j++) decode = batch->logits_rows[j] == j;
-        if (!decode || n > prev->n)
-            return di_error(DI_ERR_INVALID_ARG,
-                            "di_model_sample_launch: a chained step must be a decode step of at most the previous "
-                            "step's %d rows (got %d sequences, %d tokens, %d logits rows)", prev->n, batch->n_seqs,
-                            batch->n_tokens, n);
-        memset(s->seen, 0, (size_t)prev->n);
-        for (int j = 0; j < n; j++) {
-            if (chain[j] < 0 || chain[j] >= prev->n || s->seen[chain[j]])
-                return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: chain[%d] = %d: not a distinct row of the "
-                                "previous step's %d", j, chain[j], prev->n);
-            s->seen[chain[j]] = 1;
-        }
-    } else if (prev) {
-        return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: an unchained step with %d steps in flight",
-                        s->n_q);
-    }
-    int slot = (s->q_head + s->n_q) % 2;
-    pending_step *p = &s->q[slot];
-    int32_t *at = s->at[slot];
-    int device = s->async_on && m->be->sample && n > 0 && graph_eligible(m, batch);
-    int bi = device ? bucket_of(s, batch->n_seqs) : -1;
-    /* a chained device step continues a device step in its bucket, each row at the position of
-     * the row that feeds it (its id is in place there); otherwise the ids go from the host */
-    int in_place = device && chain && prev->device && prev->parity == 1 - s->parity;
-    /* the previous step's pending tail opens this step's graph when it continues it in place;
-     * anything else needs it issued first (it reads m->x and writes meta[s->parity]'s ids) */
-    int fuse = in_place && s->tail_mode == 1 && s->tail_slot >= 0 && s->tail_slot == (int)(prev - s->q);
-    if (!fuse) DI_TRY(flush_tail(m));
-    if (chain && !in_place) {
-        DI_TRY(settle(m, prev));
-        for (int j = 0; j < n; j++) {
-            int32_t t = s->res_tok[prev->slot][chain[j]];
-            s->chain_ids[j] = t >= 0 && t < m->cfg.vocab_size ? t : 0;
-        }
-    }
-    const int32_t *ids = chain && !in_place ? s->chain_ids : NULL;
-    if (device) {
-        di_batch b = *batch;
-        if (ids) b.token_ids = ids;
-        if (in_place) bi = prev->bucket;
-        for (int j = 0; j < n; j++) at[j] = in_place ? prev->at[chain[j]] : j;
-        step_layout L = layout_of(k_buckets[bi], m->max_blocks_per_seq);
-        if (s->tail_mode) { /* deferred: the body now (after the previous step's tail when fused),
-                             * the tail later; full: both, the tokens' copy inside the graph */
-            int par = s->parity;
-            put_meta(m, &b, rows, bi, in_place, at, par);
-            DI_TRY(issue_async(m, s->tail_mode == 2 ? G_FULL : fuse ? G_FUSED : G_BODY, bi, par));
-            s->parity = 1 - par;
-            if (s->tail_mode == 1) s->tail_slot = slot;
-            *p = (pending_step){n, 1, slot, L.stat, bi, par, at, 1, 0};
-        } else {
-            int par = 0;
-            DI_TRY(step_graph(m, &b, rows, bi, in_place, at, &par));
-            m->be->copy_out(m->be, s->h_out[slot], s->d_meta[1 - par],
-                            L.stat + (size_t)k_buckets[bi] * sizeof(int32_t), slot);
-            *p = (pending_step){n, 1, slot, L.stat, bi, par, at, 0, 0};
-        }
-    } else {
-        DI_TRY(run_step(m, batch, rows, s->res_tok[slot], s->res_stat[slot], ids));
-        *p = (pending_step){n, 0, slot, 0, -1, 0, at, 0, 0};
-    }
-    s->n_q++;
-    return DI_OK;
-}
-
-di_status di_model_sample_collect(di_model *m, int32_t *tokens, int32_t *status) {
-    if (!m || !m->step) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_collect: NULL model");
-    di_step_state *s = m->step;
-    if (s->n_q == 0) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_collect: no step in flight");
-    pending_step *p = &s->q[s->q_head];
-    if (p->n > 0 && (!tokens || !status)) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_collect: NULL argument");
-    di_status st = settle(m, p);
-    s->q_head = (s->q_head + 1) % 2;
-    s->n_q--;
-    if (st != DI_OK) return di_error_context(st, "di_model_sample_collect");
-    memcpy(tokens, s->res_tok[p->slot], (size_t)p->n * sizeof(int32_t));
-    memcpy(status, s->res_stat[p->slot], (size_t)p->n * sizeof(int32_t));
-    return DI_OK;
 }

@@ -1,0 +1,159 @@
+/* decode_async.c - asynchronous sampling steps (di_model_sample_launch / _collect): a step is
+ * queued while the previous one still runs, so the GPU never waits for the host between
+ * decode steps.
+ *
+ * Owner: cuda (model extension). A chained step (row j's input = the token just sampled for
+ * row chain[j] of the previous step) continues a graph step of decode_step.c in place: row j
+ * takes that row's position in the bucket (the others are padding), its input id is already in
+ * its metadata buffer (the previous step's sampler wrote it), and the rest of its metadata goes
+ * in on the backend's copy lane while the previous step still runs; its tokens come back on
+ * the other copy lane under a fence. Tail modes (DEEPINFER_DEFER_TAIL, opt-in until measured
+ * on the GPU, docs/cuda.md):
+ *   0 (default): the step's graph holds body and tail, the tokens' copy is issued after it;
+ *   1 deferred: a launched step's graph runs only its body; its tail (lm_head, sampler, the
+ *     tokens' copy and fence, captured in the graph) opens the next chained step's graph
+ *     (G_FUSED), or runs alone (G_TAIL) when the next launch cannot take it, at its collect,
+ *     or before any other forward (di_model_step_flush). So a replayed graph starts with the
+ *     ~125 us lm_head instead of the embed: the ~10 us after a graph's start before its other
+ *     nodes run (docs/PERF.md, "the step-start gap") are covered by it. The tokens still leave
+ *     mid-graph, right after the sampler, so the host plans the next step while the body runs;
+ *   2: body and tail in the step's graph with the tokens' copy and fence inside it (G_FULL),
+ *     so nothing is recorded on the main lane between two graphs (the gap's other suspect).
+ * Invariants: at most two steps are in flight; meta[p] is rewritten only when the step that
+ * last read it has been collected (its tail included); at most one tail is pending, that of
+ * the last launched step, and m->x holds its final norm until it is issued. */
+#include <string.h>
+
+#include "core/status.h"
+#include "model/decode_step_internal.h"
+
+/* Issues the pending tail, if any, alone (its step's tokens then come under its fence); if
+ * that fails, the step's results are lost (its collect reports the error). */
+di_status di_step_flush_tail(di_model *m) {
+    di_step_state *s = m->step;
+    if (!s || s->tail_slot < 0) return DI_OK;
+    pending_step *t = &s->q[s->tail_slot];
+    s->tail_slot = -1;
+    di_status st = di_step_issue(m, G_TAIL, t->bucket, t->parity);
+    if (st != DI_OK) t->lost = 1;
+    return st;
+}
+
+di_status di_model_step_flush(di_model *m) { return di_step_flush_tail(m); }
+
+int di_model_sample_in_flight(const di_model *m) { return m && m->step ? m->step->n_q : 0; }
+
+/* Waits for device step p (issuing its tail first if it is still pending) and moves its
+ * results into the host arrays of its slot. */
+static di_status settle(di_model *m, pending_step *p) {
+    di_step_state *s = m->step;
+    if (!p->device) return DI_OK;
+    di_status st = DI_OK;
+    if (p->tail && s->tail_slot == p->slot) st = di_step_flush_tail(m);
+    if (st == DI_OK && p->lost) st = di_error(DI_ERR_BACKEND, "the step's sampling could not be queued");
+    if (st == DI_OK) st = m->be->fence_wait(m->be, p->tail ? FENCE_TAIL + p->parity : p->slot);
+    p->device = 0;
+    if (st != DI_OK) return st;
+    const unsigned char *res = p->tail ? s->h_tail[p->parity] : s->h_out[p->slot];
+    const int32_t *tok = (const int32_t *)res, *code = (const int32_t *)(res + p->stat_off);
+    for (int i = 0; i < p->n; i++) {
+        s->res_tok[p->slot][i] = tok[p->at[i]];
+        s->res_stat[p->slot][i] = code[p->at[i]];
+    }
+    return DI_OK;
+}
+
+di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di_sample_row *rows,
+                                 const int32_t *chain) {
+    if (!m || !m->step || !batch_in) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: NULL argument");
+    di_step_state *s = m->step;
+    di_batch chained_batch = *batch_in; /* a chained step's ids are not the caller's: checked as zeros */
+    if (chain && batch_in->n_tokens >= 0 && batch_in->n_tokens <= m->max_tokens) chained_batch.token_ids = s->zero_ids;
+    const di_batch *batch = chain ? &chained_batch : batch_in;
+    DI_TRY(di_step_check(m, batch, rows, 0, NULL, "di_model_sample_launch"));
+    if (s->n_q == 2) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: two steps already in flight");
+    pending_step *prev = s->n_q > 0 ? &s->q[(s->q_head + s->n_q - 1) % 2] : NULL;
+    int n = batch->n_logits;
+    if (chain) {
+        if (!prev) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: chained, but no step in flight");
+        int decode = batch->n_decode_seqs == batch->n_seqs && batch->n_tokens == batch->n_seqs && n == batch->n_seqs;
+        for (int j = 0; decode && j < n; j++) decode = batch->logits_rows[j] == j;
+        if (!decode || n > prev->n)
+            return di_error(DI_ERR_INVALID_ARG,
+                            "di_model_sample_launch: a chained step must be a decode step of at most the previous "
+                            "step's %d rows (got %d sequences, %d tokens, %d logits rows)", prev->n, batch->n_seqs,
+                            batch->n_tokens, n);
+        memset(s->seen, 0, (size_t)prev->n);
+        for (int j = 0; j < n; j++) {
+            if (chain[j] < 0 || chain[j] >= prev->n || s->seen[chain[j]])
+                return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: chain[%d] = %d: not a distinct row of the "
+                                "previous step's %d", j, chain[j], prev->n);
+            s->seen[chain[j]] = 1;
+        }
+    } else if (prev) {
+        return di_error(DI_ERR_INVALID_ARG, "di_model_sample_launch: an unchained step with %d steps in flight",
+                        s->n_q);
+    }
+    int slot = (s->q_head + s->n_q) % 2;
+    pending_step *p = &s->q[slot];
+    int32_t *at = s->at[slot];
+    int device = s->async_on && m->be->sample && n > 0 && di_step_graph_eligible(m, batch);
+    int bi = device ? di_step_bucket_of(s, batch->n_seqs) : -1;
+    /* a chained device step continues a device step in its bucket, each row at the position of
+     * the row that feeds it (its id is in place there); otherwise the ids go from the host */
+    int in_place = device && chain && prev->device && prev->parity == 1 - s->parity;
+    /* the previous step's pending tail opens this step's graph when it continues it in place;
+     * anything else needs it issued first (it reads m->x and writes meta[s->parity]'s ids) */
+    int fuse = in_place && s->tail_mode == 1 && s->tail_slot >= 0 && s->tail_slot == (int)(prev - s->q);
+    if (!fuse) DI_TRY(di_step_flush_tail(m));
+    if (chain && !in_place) {
+        DI_TRY(settle(m, prev));
+        for (int j = 0; j < n; j++) {
+            int32_t t = s->res_tok[prev->slot][chain[j]];
+            s->chain_ids[j] = t >= 0 && t < m->cfg.vocab_size ? t : 0;
+        }
+    }
+    const int32_t *ids = chain && !in_place ? s->chain_ids : NULL;
+    if (device) {
+        di_batch b = *batch;
+        if (ids) b.token_ids = ids;
+        if (in_place) bi = prev->bucket;
+        for (int j = 0; j < n; j++) at[j] = in_place ? prev->at[chain[j]] : j;
+        step_layout L = layout_of(di_step_buckets[bi], m->max_blocks_per_seq);
+        if (s->tail_mode) { /* deferred: the body now (after the previous step's tail when fused),
+                             * the tail later; full: both, the tokens' copy inside the graph */
+            int par = s->parity;
+            di_step_put_meta(m, &b, rows, bi, in_place, at, par);
+            DI_TRY(di_step_issue(m, s->tail_mode == 2 ? G_FULL : fuse ? G_FUSED : G_BODY, bi, par));
+            s->parity = 1 - par;
+            if (s->tail_mode == 1) s->tail_slot = slot;
+            *p = (pending_step){n, 1, slot, L.stat, bi, par, at, 1, 0};
+        } else {
+            int par = 0;
+            DI_TRY(di_step_graph(m, &b, rows, bi, in_place, at, &par));
+            m->be->copy_out(m->be, s->h_out[slot], s->d_meta[1 - par],
+                            L.stat + (size_t)di_step_buckets[bi] * sizeof(int32_t), slot);
+            *p = (pending_step){n, 1, slot, L.stat, bi, par, at, 0, 0};
+        }
+    } else {
+        DI_TRY(di_step_run(m, batch, rows, s->res_tok[slot], s->res_stat[slot], ids));
+        *p = (pending_step){n, 0, slot, 0, -1, 0, at, 0, 0};
+    }
+    s->n_q++;
+    return DI_OK;
+}
+
+di_status di_model_sample_collect(di_model *m, int32_t *tokens, int32_t *status) {
+    if (!m || !m->step) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_collect: NULL model");
+    di_step_state *s = m->step;
+    if (s->n_q == 0) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_collect: no step in flight");
+    pending_step *p = &s->q[s->q_head];
+    if (p->n > 0 && (!tokens || !status)) return di_error(DI_ERR_INVALID_ARG, "di_model_sample_collect: NULL argument");
+    di_status st = settle(m, p);
+    s->q_head = (s->q_head + 1) % 2;
+    s->n_q--;
+    if (st != DI_OK) return di_error_context(st, "di_model_sample_collect");
+    memcpy(tokens, s->res_tok[p->slot], (size_t)p->n * sizeof(int32_t));
+    memcpy(status, s->res_stat[p->slot], (size_t)p->n * sizeof(int32_t));
+    return DI_OK;
+}
