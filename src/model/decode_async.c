@@ -29,7 +29,7 @@
 
 /* Issues the pending tail, if any, alone (its step's tokens then come under its fence); if
  * that fails, the step's results are lost (its collect reports the error). */
-di_status di_step_flush_tail(di_model *m) {
+di_status di_model_step_flush(di_model *m) {
     di_step_state *s = m->step;
     if (!s || s->tail_slot < 0) return DI_OK;
     pending_step *t = &s->q[s->tail_slot];
@@ -39,8 +39,6 @@ di_status di_step_flush_tail(di_model *m) {
     return st;
 }
 
-di_status di_model_step_flush(di_model *m) { return di_step_flush_tail(m); }
-
 int di_model_sample_in_flight(const di_model *m) { return m && m->step ? m->step->n_q : 0; }
 
 /* Waits for device step p (issuing its tail first if it is still pending) and moves its
@@ -49,7 +47,7 @@ static di_status settle(di_model *m, pending_step *p) {
     di_step_state *s = m->step;
     if (!p->device) return DI_OK;
     di_status st = DI_OK;
-    if (p->tail && s->tail_slot == p->slot) st = di_step_flush_tail(m);
+    if (p->tail && s->tail_slot == p->slot) st = di_model_step_flush(m);
     if (st == DI_OK && p->lost) st = di_error(DI_ERR_BACKEND, "the step's sampling could not be queued");
     if (st == DI_OK) st = m->be->fence_wait(m->be, p->tail ? FENCE_TAIL + p->parity : p->slot);
     p->device = 0;
@@ -104,8 +102,8 @@ di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di
     int in_place = device && chain && prev->device && prev->parity == 1 - s->parity;
     /* the previous step's pending tail opens this step's graph when it continues it in place;
      * anything else needs it issued first (it reads m->x and writes meta[s->parity]'s ids) */
-    int fuse = in_place && s->tail_mode == 1 && s->tail_slot >= 0 && s->tail_slot == (int)(prev - s->q);
-    if (!fuse) DI_TRY(di_step_flush_tail(m));
+    int fuse = in_place && s->tail_mode == 1 && s->tail_slot == (int)(prev - s->q);
+    if (!fuse) DI_TRY(di_model_step_flush(m));
     if (chain && !in_place) {
         DI_TRY(settle(m, prev));
         for (int j = 0; j < n; j++) {
@@ -131,8 +129,7 @@ di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di
         } else {
             int par = 0;
             DI_TRY(di_step_graph(m, &b, rows, bi, in_place, at, &par));
-            m->be->copy_out(m->be, s->h_out[slot], s->d_meta[1 - par],
-                            L.stat + (size_t)di_step_buckets[bi] * sizeof(int32_t), slot);
+            m->be->copy_out(m->be, s->h_out[slot], s->d_meta[1 - par], out_bytes(&L, di_step_buckets[bi]), slot);
             *p = (pending_step){n, 1, slot, L.stat, bi, par, at, 0, 0};
         }
     } else {

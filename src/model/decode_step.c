@@ -40,7 +40,8 @@ di_status di_model_step_setup(di_model *m) {
     m->step = s;
     int mb = 0;
     for (int i = 0; i < N_BUCKETS; i++)
-        if (di_step_buckets[i] <= m->max_seqs && di_step_buckets[i] <= m->max_tokens && di_step_buckets[i] <= m->logits_chunk)
+        if (di_step_buckets[i] <= m->max_seqs && di_step_buckets[i] <= m->max_tokens &&
+            di_step_buckets[i] <= m->logits_chunk)
             mb = di_step_buckets[i];
     s->max_bucket = mb;
     const char *env = getenv("DEEPINFER_CUDA_GRAPHS");
@@ -249,7 +250,7 @@ int di_step_graph_eligible(const di_model *m, const di_batch *b) {
  * step still runs (meta[p] is free: the step that read it last has been collected); any other
  * step's upload is simply ordered after everything queued. */
 void di_step_put_meta(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
-                     const int32_t *at, int p) {
+                      const int32_t *at, int p) {
     di_backend *be = m->be;
     di_step_state *s = m->step;
     int n = b->n_seqs, B = di_step_buckets[bi], mb = m->max_blocks_per_seq;
@@ -301,7 +302,7 @@ static size_t run_sample(di_model *m, int bi, int p) {
     unsigned char *out = m->step->d_meta[1 - p];
     logits_and_sample(m, di_step_buckets[bi], (const di_sample_row *)(m->step->d_meta[p] + L.rows),
                       (int32_t *)(out + L.ids), (int32_t *)(out + L.stat));
-    return L.stat + (size_t)di_step_buckets[bi] * sizeof(int32_t);
+    return out_bytes(&L, di_step_buckets[bi]);
 }
 
 /* tail(bi, q): run_sample, then its tokens + status copied to h_tail[q] under fence
@@ -323,8 +324,9 @@ static void emit_async(di_model *m, int kind, int bi, int p) {
 }
 
 /* Whether the ops of graph `kind` of (bi, p) have all run eagerly once (their lazily built
- * plans exist), so the graph may be captured */
-static int async_warm(const di_step_state *s, int kind, int bi, int p) {
+ * plans exist), so the graph may be captured; G_FULL's ops are those of the synchronous step's
+ * graph too (body and sampling of (bi, p)) */
+static int ops_warm(const di_step_state *s, int kind, int bi, int p) {
     if (kind == G_TAIL) return s->warm_tail[bi][p];
     if (kind == G_FULL) return s->warm_body[bi][p] && s->warm_tail[bi][p];
     return s->warm_body[bi][p] && (kind == G_BODY || s->warm_tail[bi][1 - p]);
@@ -334,7 +336,7 @@ static int async_warm(const di_step_state *s, int kind, int bi, int p) {
 static void capture_async(di_model *m, int kind, int bi, int p) {
     di_step_state *s = m->step;
     void **g = &s->agraph[kind][bi][p];
-    if (*g || !s->graphs_on || !async_warm(s, kind, bi, p) || m->be->graph_begin(m->be) != DI_OK) return;
+    if (*g || !s->graphs_on || !ops_warm(s, kind, bi, p) || m->be->graph_begin(m->be) != DI_OK) return;
     emit_async(m, kind, bi, p);
     if (m->be->graph_end(m->be, g) != DI_OK) {
         *g = NULL;
@@ -365,13 +367,13 @@ di_status di_step_issue(di_model *m, int kind, int bi, int p) {
 /* Queues a decode step padded to bucket bi (put_meta), replayed from (or captured into) the
  * graph of (bi, parity), body and sampling; the parity then flips. *parity: the parity used. */
 di_status di_step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
-                            const int32_t *at, int *parity) {
+                        const int32_t *at, int *parity) {
     di_backend *be = m->be;
     di_step_state *s = m->step;
     int p = s->parity;
     di_step_put_meta(m, b, rows, bi, chained, at, p);
     void **g = &s->graph[bi][p];
-    if (!*g && s->warm[bi][p] && be->graph_begin(be) == DI_OK) {
+    if (!*g && ops_warm(s, G_FULL, bi, p) && be->graph_begin(be) == DI_OK) { /* body + sampling ran */
         run_body(m, bi, p);
         run_sample(m, bi, p);
         if (be->graph_end(be, g) != DI_OK) {
@@ -385,7 +387,7 @@ di_status di_step_graph(di_model *m, const di_batch *b, const di_sample_row *row
     } else {
         run_body(m, bi, p);
         run_sample(m, bi, p);
-        s->warm[bi][p] = s->warm_body[bi][p] = s->warm_tail[bi][p] = 1;
+        s->warm_body[bi][p] = s->warm_tail[bi][p] = 1;
     }
     s->parity = 1 - p;
     *parity = p;
@@ -397,7 +399,7 @@ di_status di_step_graph(di_model *m, const di_batch *b, const di_sample_row *row
 static di_status fetch_graph(di_model *m, int p, int bi, int n, int32_t *tokens, int32_t *status) {
     di_step_state *s = m->step;
     step_layout L = layout_of(di_step_buckets[bi], m->max_blocks_per_seq);
-    DI_TRY(m->be->download(m->be, s->h_res, s->d_meta[1 - p], L.stat + (size_t)n * sizeof(int32_t)));
+    DI_TRY(m->be->download(m->be, s->h_res, s->d_meta[1 - p], out_bytes(&L, n)));
     memcpy(tokens, s->h_res + L.ids, (size_t)n * sizeof(int32_t));
     memcpy(status ? status : s->status, s->h_res + L.stat, (size_t)n * sizeof(int32_t));
     return status ? DI_OK : sample_status(s->status, n);
@@ -459,7 +461,7 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
 
 /* Arguments and batch of a sampling step (nothing runs on error). */
 di_status di_step_check(di_model *m, const di_batch *batch, const di_sample_row *rows, int need_tokens,
-                            const int32_t *tokens, const char *fn) {
+                        const int32_t *tokens, const char *fn) {
     if (!m || !batch || (batch->n_logits && (!rows || (need_tokens && !tokens))))
         return di_error(DI_ERR_INVALID_ARG, "%s: NULL argument", fn);
     DI_TRY(di_model_validate_batch(m, batch));
@@ -469,7 +471,7 @@ di_status di_step_check(di_model *m, const di_batch *batch, const di_sample_row 
 /* One step run now, its tokens and status into tokens / status (status NULL: a failed row is
  * an error). ids_override: the input ids instead of batch->token_ids (NULL: none). */
 di_status di_step_run(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
-                          int32_t *status, const int32_t *ids_override) {
+                      int32_t *status, const int32_t *ids_override) {
     di_batch b = *batch;
     if (ids_override) b.token_ids = ids_override;
     if (b.n_logits == 0) return di_deepseek_forward(m, &b, NULL, NULL);

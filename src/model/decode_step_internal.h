@@ -39,9 +39,13 @@ static inline step_layout layout_of(int B, int mb) {
     return L;
 }
 
+/* Bytes from the start of a step's tokens + status: the ids field and the first B entries of stat */
+static inline size_t out_bytes(const step_layout *L, int B) { return L->stat + (size_t)B * sizeof(int32_t); }
+
 /* A launched step not collected yet: its results arrive by copy_out under fence `slot`
  * into h_out[slot] (device), or under fence FENCE_TAIL + parity into h_tail[parity] (device,
- * deferred tail), or were stored in res_tok / res_stat[slot] at launch (host). */
+ * tail with an in-graph copy: DEEPINFER_DEFER_TAIL 1 / 2), or were stored in res_tok /
+ * res_stat[slot] at launch (host). */
 typedef struct pending_step {
     int n;                          /* rows to report */
     int device;
@@ -49,7 +53,7 @@ typedef struct pending_step {
     size_t stat_off;                /* device: byte offset of the status in h_out[slot] / h_tail */
     int bucket, parity;             /* device: the graph step (a chained step must match it) */
     int32_t *at;                    /* device: the bucket position of each row (s->at[slot]) */
-    int tail;                       /* device: its tail deferred (results in h_tail[parity]) */
+    int tail;                       /* device: results in h_tail[parity] (in-graph tail copy) */
     int lost;                       /* its tail could not be issued: no results */
 } pending_step;
 
@@ -71,12 +75,12 @@ typedef struct di_step_state {
     unsigned char *h_out[2];        /* pinned tokens + status of a device step in flight (async_on) */
     unsigned char *h_res;           /* tokens + status of a synchronous graph step */
     void *graph[N_BUCKETS][2];
-    unsigned char warm[N_BUCKETS][2];
     int tail_mode;                  /* asynchronous steps' tails (DEEPINFER_DEFER_TAIL, needs async_on):
                                      * 0 in the step's graph, the tokens' copy after it; 1 deferred;
                                      * 2 in the step's graph with the copy inside it */
     void *agraph[N_AGRAPHS][N_BUCKETS][2];
-    unsigned char warm_body[N_BUCKETS][2], warm_tail[N_BUCKETS][2]; /* ran eagerly once */
+    unsigned char warm_body[N_BUCKETS][2], warm_tail[N_BUCKETS][2]; /* ran eagerly once (a graph of
+                                     * them may then be captured: its lazily built plans exist) */
     unsigned char *h_tail[2];       /* pinned tokens + status of the tail of parity q */
     int tail_slot;                  /* q[] slot of the step whose tail is not issued yet, -1: none */
     int parity;                     /* of the next graph step */
@@ -109,6 +113,4 @@ di_status di_step_check(di_model *m, const di_batch *batch, const di_sample_row 
                         const int32_t *tokens, const char *fn);
 di_status di_step_run(di_model *m, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
                       int32_t *status, const int32_t *ids_override);
-/* decode_async.c: issues the pending deferred tail, if any */
-di_status di_step_flush_tail(di_model *m);
 #endif
