@@ -48,10 +48,13 @@ static di_status settle(di_model *m, pending_step *p) {
     if (!p->device) return DI_OK;
     di_status st = DI_OK;
     if (p->tail && s->tail_slot == p->slot) st = di_model_step_flush(m);
-    if (st == DI_OK && p->lost) st = di_error(DI_ERR_BACKEND, "the step's sampling could not be queued");
+    if (st == DI_OK && p->lost) st = di_error(DI_ERR_BACKEND, "the step's sampling could not be queued or waited for");
     if (st == DI_OK) st = m->be->fence_wait(m->be, p->tail ? FENCE_TAIL + p->parity : p->slot);
+    if (st != DI_OK) { /* no results: its collect (settling it again) reports an error, not stale tokens */
+        p->lost = 1;
+        return st;
+    }
     p->device = 0;
-    if (st != DI_OK) return st;
     const unsigned char *res = p->tail ? s->h_tail[p->parity] : s->h_out[p->slot];
     const int32_t *tok = (const int32_t *)res, *code = (const int32_t *)(res + p->stat_off);
     for (int i = 0; i < p->n; i++) {

@@ -54,7 +54,7 @@ typedef struct pending_step {
     int bucket, parity;             /* device: the graph step (a chained step must match it) */
     int32_t *at;                    /* device: the bucket position of each row (s->at[slot]) */
     int tail;                       /* device: results in h_tail[parity] (in-graph tail copy) */
-    int lost;                       /* its tail could not be issued: no results */
+    int lost;                       /* its tail could not be issued or its wait failed: no results */
 } pending_step;
 
 /* The graphs of asynchronous steps with an in-graph tail, per (bucket, parity p): body(p)
