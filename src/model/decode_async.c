@@ -41,6 +41,13 @@ di_status di_model_step_flush(di_model *m) {
 
 int di_model_sample_in_flight(const di_model *m) { return m && m->step ? m->step->n_q : 0; }
 
+int di_model_step_tail_mode(const di_model *m, long issued[4]) {
+    _Static_assert(N_AGRAPHS == 4, "di_model_step_tail_mode: four graph kinds");
+    const di_step_state *s = m ? m->step : NULL;
+    for (int k = 0; k < N_AGRAPHS; k++) issued[k] = s ? s->issued[k] : 0;
+    return s ? s->tail_mode : 0;
+}
+
 /* Waits for device step p (issuing its tail first if it is still pending) and moves its
  * results into the host arrays of its slot. */
 static di_status settle(di_model *m, pending_step *p) {

@@ -332,17 +332,20 @@ static int ops_warm(const di_step_state *s, int kind, int bi, int p) {
     return s->warm_body[bi][p] && (kind == G_BODY || s->warm_tail[bi][1 - p]);
 }
 
-/* Captures graph `kind` of (bi, p) (nothing runs); on a failed capture graphs are turned off */
-static void capture_async(di_model *m, int kind, int bi, int p) {
+/* Captures graph `kind` of (bi, p) (nothing runs); on a failed capture graphs are turned off.
+ * Errors: graph_begin's (an earlier asynchronous error it reports, which must not be lost) */
+static di_status capture_async(di_model *m, int kind, int bi, int p) {
     di_step_state *s = m->step;
     void **g = &s->agraph[kind][bi][p];
-    if (*g || !s->graphs_on || !ops_warm(s, kind, bi, p) || m->be->graph_begin(m->be) != DI_OK) return;
+    if (*g || !s->graphs_on || !ops_warm(s, kind, bi, p)) return DI_OK;
+    DI_TRY(m->be->graph_begin(m->be));
     emit_async(m, kind, bi, p);
     if (m->be->graph_end(m->be, g) != DI_OK) {
         *g = NULL;
         s->graphs_on = 0; /* capture failed (nothing ran): later steps run eagerly */
         di_error_clear();
     }
+    return DI_OK;
 }
 
 /* Queues graph `kind` of (bi, p): replayed, captured first when its ops have run once, else
@@ -350,12 +353,13 @@ static void capture_async(di_model *m, int kind, int bi, int p) {
 di_status di_step_issue(di_model *m, int kind, int bi, int p) {
     di_step_state *s = m->step;
     void *g = s->agraph[kind][bi][p];
+    s->issued[kind]++;
     if (!g) {
-        capture_async(m, kind, bi, p);
+        DI_TRY(capture_async(m, kind, bi, p));
         g = s->agraph[kind][bi][p];
     }
-    if (g) {
-        for (int r = 0; r < s->replays; r++) DI_TRY(m->be->graph_launch(m->be, g));
+    if (g) { /* G_FUSED once: a replay would rerun the previous step's tail on this body's norm */
+        for (int r = 0; r < (kind == G_FUSED ? 1 : s->replays); r++) DI_TRY(m->be->graph_launch(m->be, g));
         return DI_OK;
     }
     emit_async(m, kind, bi, p);
@@ -373,7 +377,8 @@ di_status di_step_graph(di_model *m, const di_batch *b, const di_sample_row *row
     int p = s->parity;
     di_step_put_meta(m, b, rows, bi, chained, at, p);
     void **g = &s->graph[bi][p];
-    if (!*g && ops_warm(s, G_FULL, bi, p) && be->graph_begin(be) == DI_OK) { /* body + sampling ran */
+    if (!*g && ops_warm(s, G_FULL, bi, p)) { /* body + sampling ran */
+        DI_TRY(be->graph_begin(be));         /* (an earlier asynchronous error it reports) */
         run_body(m, bi, p);
         run_sample(m, bi, p);
         if (be->graph_end(be, g) != DI_OK) {
@@ -450,7 +455,12 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
         }
         for (int p = 0; p < 2 && s->tail_mode; p++) /* the in-graph-tail graphs: captured only */
             for (int kind = 0; kind < N_AGRAPHS; kind++)
-                if ((kind == G_FULL) == (s->tail_mode == 2)) capture_async(m, kind, bi, p);
+                if ((kind == G_FULL) == (s->tail_mode == 2)) {
+                    di_status sc = capture_async(m, kind, bi, p);
+                    if (sc != DI_OK)
+                        return di_error_context(sc, "capturing the decode graphs of %d sequences",
+                                                di_step_buckets[bi]);
+                }
         n += s->graph[bi][0] && s->graph[bi][1];
         if (di_step_buckets[bi] >= max_batch) break;
     }

@@ -79,6 +79,7 @@ typedef struct di_step_state {
                                      * 0 in the step's graph, the tokens' copy after it; 1 deferred;
                                      * 2 in the step's graph with the copy inside it */
     void *agraph[N_AGRAPHS][N_BUCKETS][2];
+    long issued[N_AGRAPHS];         /* graphs of each kind issued (replayed or run eagerly): a test hook */
     unsigned char warm_body[N_BUCKETS][2], warm_tail[N_BUCKETS][2]; /* ran eagerly once (a graph of
                                      * them may then be captured: its lazily built plans exist) */
     unsigned char *h_tail[2];       /* pinned tokens + status of the tail of parity q */

@@ -387,7 +387,11 @@ static di_status generate_steps(di_model *m, int32_t prompts[][GEN_MAXP], const 
 }
 
 /* The async comparisons on the first three golden checkpoints with DEEPINFER_DEFER_TAIL = defer
- * (read at model load) */
+ * (read at model load). The first checkpoint's graphs are captured up front, as the engine does
+ * (di_model_warmup_decode); the second runs each asynchronous generation before the synchronous
+ * one, so its first steps of each bucket run eagerly (no graph yet: the eager body, tail and
+ * fused paths) and are captured on the way; the third as before, the synchronous run first.
+ * Then the mode must be in effect: the graph kinds it issues (and no others) were issued. */
 static void async_checkpoints(json_t *man, int defer, int *runs, int *same) {
     char done[32][4096];
     int n_done = 0;
@@ -410,6 +414,12 @@ static void async_checkpoints(json_t *man, int defer, int *runs, int *same) {
         di_model *m = NULL;
         CHECK_OK(di_model_load(dir, &o, &m));
         if (!m) continue;
+        const int order_async_first = n_done == 2;
+        if (n_done == 1) {
+            int nc = 0;
+            CHECK_OK(di_model_warmup_decode(m, GEN_PROMPTS, &nc));
+            CHECK(nc > 0);
+        }
         int V = di_model_config_of(m)->vocab_size;
         static int32_t prompts[GEN_PROMPTS][GEN_MAXP], os[GEN_PROMPTS][GEN_NEW], oa[GEN_PROMPTS][GEN_NEW];
         int plen[GEN_PROMPTS];
@@ -424,8 +434,10 @@ static void async_checkpoints(json_t *man, int defer, int *runs, int *same) {
                 float temp = t ? 0.9f : 0.0f;
                 memset(os, 0xff, sizeof os);
                 memset(oa, 0xfe, sizeof oa);
-                int ok = generate_steps(m, prompts, plen, S, temp, 0, os) == DI_OK;
+                int ok = 1;
+                if (!order_async_first) ok = generate_steps(m, prompts, plen, S, temp, 0, os) == DI_OK;
                 ok = ok && generate_steps(m, prompts, plen, S, temp, mode, oa) == DI_OK;
+                if (order_async_first) ok = ok && generate_steps(m, prompts, plen, S, temp, 0, os) == DI_OK;
                 CHECK_MSG(ok, "%s: %d prompts: %s", dir, S, di_last_error());
                 int eq = ok;
                 for (int i = 0; i < S && eq; i++)
@@ -444,6 +456,13 @@ static void async_checkpoints(json_t *man, int defer, int *runs, int *same) {
                 (*runs)++;
                 *same += eq;
             }
+        long is[4]; /* body, previous tail + body, tail, full */
+        int tm = di_model_step_tail_mode(m, is);
+        fprintf(stderr, "    %s, defer %d: mode %d; graphs issued: body %ld, tail + body %ld, tail %ld, full %ld\n",
+                strrchr(dir, '/') + 1, defer, tm, is[0], is[1], is[2], is[3]);
+        CHECK_EQ_INT(tm, defer);
+        if (defer == 1) CHECK(is[0] > 0 && is[1] > 0 && is[2] > 0 && is[3] == 0);
+        else CHECK(is[0] == 0 && is[1] == 0 && is[2] == 0 && (defer == 2 ? is[3] > 0 : is[3] == 0));
         di_model_free(m);
     }
 }
