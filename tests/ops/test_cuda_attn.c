@@ -417,33 +417,14 @@ static void test_prefill(void) {
 /* ---------------------------------------------------------------- MoE ---- */
 
 /* k_route's two top-k paths at every step size: DEEPINFER_CUDA_ROUTE_REDUX=0 (warp_argmax) and
- * =65536 (warp_topk_redux); the default backend takes the latter up to 16 tokens. The router
- * logits of <= 32-token steps with 8 and 2 tokens per block (DEEPINFER_CUDA_ROUTER_TT; default 1).
- * And logits + routing in one launch (DEEPINFER_CUDA_ROUTE_FUSED=1, k_router_route) with 1 and 8
- * tokens per block (8: each of the last block's 4 warps routes 2 tokens), with warp_argmax too. */
-enum { ROUTE_ALTS = 7 };
+ * =65536 (warp_topk_redux); the default backend takes the latter up to 16 tokens. And the router
+ * logits of <= 32-token steps with 8 and 2 tokens per block (DEEPINFER_CUDA_ROUTER_TT; default 1) */
+enum { ROUTE_ALTS = 4 };
 static di_backend *g_route_alt[ROUTE_ALTS];
-static const char *const g_route_alt_env[ROUTE_ALTS][4] = {
-    {"DEEPINFER_CUDA_ROUTE_REDUX", "0", NULL, NULL},
-    {"DEEPINFER_CUDA_ROUTE_REDUX", "65536", NULL, NULL},
-    {"DEEPINFER_CUDA_ROUTER_TT", "8", NULL, NULL},
-    {"DEEPINFER_CUDA_ROUTER_TT", "2", NULL, NULL},
-    {"DEEPINFER_CUDA_ROUTE_FUSED", "1", NULL, NULL},
-    {"DEEPINFER_CUDA_ROUTE_FUSED", "1", "DEEPINFER_CUDA_ROUTER_TT", "8"},
-    {"DEEPINFER_CUDA_ROUTE_FUSED", "1", "DEEPINFER_CUDA_ROUTE_REDUX", "0"}};
-
-/* The alternative backend v, reserved (k_router_route's counters are allocated by reserve). */
-static di_backend *route_alt_backend(int v) {
-    const char *const *env = g_route_alt_env[v];
-    if (env[2]) setenv(env[2], env[3], 1);
-    di_backend *be = g_backend_with(env[0], env[1]);
-    if (env[2]) unsetenv(env[2]);
-    if (be) {
-        di_backend_reserve r = {1024, 64, 129280, {16, 128, 64, 128, 512, 0.1f}};
-        CHECK_OK(be->reserve(be, &r));
-    }
-    return be;
-}
+static const char *const g_route_alt_env[ROUTE_ALTS][2] = {{"DEEPINFER_CUDA_ROUTE_REDUX", "0"},
+                                                          {"DEEPINFER_CUDA_ROUTE_REDUX", "65536"},
+                                                          {"DEEPINFER_CUDA_ROUTER_TT", "8"},
+                                                          {"DEEPINFER_CUDA_ROUTER_TT", "2"}};
 
 /* route_case with inputs that stress k_route's tie, -INF and NaN rules. dup > 0: gate row e
  * (and bias e) a copy of row e % dup, so experts share bit-identical logits (exact ties, which
@@ -528,11 +509,10 @@ static void route_case_x(const char *name, di_route_params rp, int T, int D, flo
         g_gpu->download(g_gpu, i0, di0, (size_t)T * k * 4);
         g_gpu->download(g_gpu, w0, dw0, (size_t)T * k * 4);
         int same = !memcmp(i0, ig, (size_t)T * k * 4) && !memcmp(w0, wgot, (size_t)T * k * 4);
-        const char *const *env = g_route_alt_env[v];
-        fprintf(stderr, "  moe_route %s: %s=%s%s%s%s%s: %s\n", name, env[0], env[1], env[2] ? " " : "",
-                env[2] ? env[2] : "", env[2] ? "=" : "", env[2] ? env[3] : "", same ? "same ids and weight bits" : "DIFFERS");
-        CHECK_MSG(same, "moe_route %s: ids / weight bits differ with %s=%s%s%s", name, env[0], env[1],
-                  env[2] ? " and " : "", env[2] ? env[2] : "");
+        fprintf(stderr, "  moe_route %s: %s=%s: %s\n", name, g_route_alt_env[v][0], g_route_alt_env[v][1],
+                same ? "same ids and weight bits" : "DIFFERS");
+        CHECK_MSG(same, "moe_route %s: ids / weight bits differ with %s=%s", name, g_route_alt_env[v][0],
+                  g_route_alt_env[v][1]);
         free(i0); free(w0);
         g_free(di0); g_free(dw0); g_free(ds0);
     }
@@ -555,10 +535,10 @@ static void route_case(const char *name, di_route_params rp, int T, int D, float
     route_case_x(name, rp, T, D, bias_amp, 0, 0, -1);
 }
 
-/* every case also runs with each top-k path forced, with 8 and 2 router-logits tokens per block
- * and with the fused router (same ids, same bits) */
+/* every case also runs with each top-k path forced and with 8 and 2 router-logits tokens per block
+ * (same ids, same bits) */
 static void test_route(void) {
-    for (int v = 0; v < ROUTE_ALTS; v++) g_route_alt[v] = route_alt_backend(v);
+    for (int v = 0; v < ROUTE_ALTS; v++) g_route_alt[v] = g_backend_with(g_route_alt_env[v][0], g_route_alt_env[v][1]);
     route_case("noaux_tc V3", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 50, 1024, 0.05f);
     route_case("noaux_tc tiny", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 33, 160, 0.3f);
     route_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 50, 2048, 0.0f);

@@ -464,11 +464,6 @@ static di_status c_reserve(di_backend *be, const di_backend_reserve *r) {
         DI_TRY(c_alloc(be, st->lt_ws_bytes, &st->lt_ws));
     }
     if (st->lanes && !st->lt_ws_side) DI_TRY(c_alloc(be, st->lt_ws_bytes, &st->lt_ws_side));
-    if (!st->route_arrivals) {
-        DI_TRY(c_alloc(be, 32 * sizeof(unsigned), (void **)&st->route_arrivals));
-        cudaError_t e = cudaMemset(st->route_arrivals, 0, 32 * sizeof(unsigned));
-        if (e != cudaSuccess) return cuda_fail(e, "cudaMemset");
-    }
     if (!st->moe_zero_dev) {
         DI_TRY(c_alloc(be, sizeof(moe_zero), (void **)&st->moe_zero_dev));
         cudaError_t e = cudaMemset(st->moe_zero_dev, 0, sizeof(moe_zero));
@@ -556,7 +551,6 @@ static void c_destroy(di_backend *be) {
         if (st->side_stream) cudaStreamSynchronize(st->side_stream);
         if (st->lt_ws_side) cudaFree(st->lt_ws_side);
         if (st->moe_zero_dev) cudaFree(st->moe_zero_dev);
-        if (st->route_arrivals) cudaFree(st->route_arrivals);
         if (st->ev_fork) cudaEventDestroy(st->ev_fork);
         if (st->ev_join) cudaEventDestroy(st->ev_join);
         if (st->side_stream) cudaStreamDestroy(st->side_stream);
@@ -639,7 +633,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     st->silu_pdl = env_on("DEEPINFER_CUDA_SILU_PDL");
     st->sample_pdl = env_on("DEEPINFER_CUDA_SAMPLE_PDL");
     st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");
-    st->route_fused = env_set("DEEPINFER_CUDA_ROUTE_FUSED");
     const char *rr = getenv("DEEPINFER_CUDA_ROUTE_REDUX");
     st->route_redux = rr && rr[0] >= '0' && rr[0] <= '9' ? atoi(rr) : 16;
     const char *rt = getenv("DEEPINFER_CUDA_ROUTER_TT");

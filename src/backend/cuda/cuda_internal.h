@@ -149,12 +149,6 @@ typedef struct cuda_state {
                                     * router logits of <= 32-token steps. Measured (2026-12-02,
                                     * v2lite-8l, 3 rounds per call): 2 against 8 batch 1 +1.4%, 16
                                     * +0.9%; 1 against 2 batch 1 +2%, 16 / 64 the same */
-    int route_fused;               /* DEEPINFER_CUDA_ROUTE_FUSED=1 (default off; written 2026-12-05, not yet
-                                    * measured): router logits and top-k of <= 32-token steps in one
-                                    * launch, the last block of each token group to finish routing it
-                                    * (k_router_route; same ids and weight bits) */
-    unsigned *route_arrivals;      /* device [32]: k_router_route's per-token-group block counters (each
-                                    * reset to 0 by the group's last block; NULL until reserve) */
     int route_redux;               /* DEEPINFER_CUDA_ROUTE_REDUX=N (default 16): steps of at most N tokens
                                     * take k_route's top-k on warp reductions of register keys
                                     * (warp_topk_redux); others (or 0) warp_argmax; same ids and bits.

@@ -1,7 +1,6 @@
 /* cuda_router.cu - the MoE router on the GPU: fp32 logits from the fp32 normed hidden state and
  * the bf16-stored gate weight with fp32 arithmetic (as HF's DeepseekV3TopkRouter), then one warp
- * per token (k_route) for sigmoid / softmax, correction bias and group-limited top-k; with
- * DEEPINFER_CUDA_ROUTE_FUSED=1, steps of <= 32 tokens run both in one launch (k_router_route).
+ * per token (k_route) for sigmoid / softmax, correction bias and group-limited top-k.
  *
  * Owner: cuda. Semantics follow backend.h / cpu_moe.c (HF transformers 5.17): ties pick the lower
  * expert index; outputs sorted by expert index; weights renormalised with a double sum plus 1e-20
@@ -75,12 +74,24 @@ static __device__ __forceinline__ void rt_reduce_store(float (&acc)[EE][TT], flo
     if (REUSE) __syncthreads();
 }
 
-/* The column sums of one k_router_logits block (and of k_router_route's): thread (q, lane)'s
- * partial sums of the EE experts from e0 (ne exist) x the nt tokens from t0, in column order. */
-template <int EE, int UNROLL, int TT>
-static __device__ __forceinline__ void rt_sums(float (&acc)[EE][TT], const float *x, const bf16 *W, int D, int vec,
-                                               int e0, int ne, int t0, int nt) {
+template <int EE, int UNROLL, int TT = RT_TOK>
+__global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T, int E,
+                                                             int D, int vec, int pdl) {
+    __shared__ float part[RT_Q][EE][TT];
+    if (pdl) { /* launched with PDL; k_route (one block per 4 tokens) released at once (st->route_pdl) */
+        pdl_launch_dependents();
+        pdl_wait();
+    }
     const int lane = threadIdx.x & 31, q = threadIdx.x >> 5;
+    int eb = blockIdx.y, tb = blockIdx.x;
+    if (EE > 1) { /* expert groups vary fastest in launch order (see launch_router_logits) */
+        long flat = (long)blockIdx.y * gridDim.x + blockIdx.x;
+        eb = (int)(flat % gridDim.y);
+        tb = (int)(flat / gridDim.y);
+    }
+    const int e0 = eb * EE, t0 = tb * TT;
+    const int nt = min(TT, T - t0), ne = min(EE, E - e0);
+    float acc[EE][TT];
 #pragma unroll
     for (int j = 0; j < EE; j++)
 #pragma unroll
@@ -104,26 +115,6 @@ static __device__ __forceinline__ void rt_sums(float (&acc)[EE][TT], const float
                 }
         }
     }
-}
-
-template <int EE, int UNROLL, int TT = RT_TOK>
-__global__ void __launch_bounds__(RT_Q * 32) k_router_logits(float *out, const float *x, const bf16 *W, int T, int E,
-                                                             int D, int vec, int pdl) {
-    __shared__ float part[RT_Q][EE][TT];
-    if (pdl) { /* launched with PDL; k_route (one block per 4 tokens) released at once (st->route_pdl) */
-        pdl_launch_dependents();
-        pdl_wait();
-    }
-    int eb = blockIdx.y, tb = blockIdx.x;
-    if (EE > 1) { /* expert groups vary fastest in launch order (see launch_router_logits) */
-        long flat = (long)blockIdx.y * gridDim.x + blockIdx.x;
-        eb = (int)(flat % gridDim.y);
-        tb = (int)(flat / gridDim.y);
-    }
-    const int e0 = eb * EE, t0 = tb * TT;
-    const int nt = min(TT, T - t0), ne = min(EE, E - e0);
-    float acc[EE][TT];
-    rt_sums<EE, UNROLL, TT>(acc, x, W, D, vec, e0, ne, t0, nt);
     rt_reduce_store<EE, TT, false>(acc, part, out, E, e0, ne, t0, nt);
 }
 
@@ -327,26 +318,30 @@ static __host__ __device__ size_t route_smem_per_warp(int E, int G, int k) {
     return ((size_t)E * 8 + (size_t)G * 4 + (size_t)k * 4 + (size_t)E + (size_t)G + 15) & ~(size_t)15;
 }
 
-/* One token's routing by one warp (k_route, and k_router_route's last block): lg its E fp32
- * logits, io / wo its k ids and weights, base the warp's shared memory (route_smem_per_warp).
- * redux: the picks through warp_topk_redux (warp_argmax when a value is NaN); NJ: its slots per
- * lane, E <= 32 NJ (see cuda_moe_route). CG: the logits read with ld.global.cg (k_router_route,
- * where other blocks wrote them during the same kernel; plain loads in k_route keep its
- * registers: 56 / 81 / 122 at NJ 8 / 16 / 32, against 62 / 96 / 154 with .cg). */
-template <int NJ, bool CG>
-static __device__ void route_token(const float *lg, const float *bias, const di_route_params &rp, int32_t *io,
-                                   float *wo, int redux, unsigned char *base) {
+/* redux: T <= st->route_redux, the picks through warp_topk_redux (warp_argmax when a value is NaN);
+ * NJ: its slots per lane, E <= 32 NJ (see cuda_moe_route) */
+template <int NJ>
+__global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
+                        float *w_out, int redux, int release) {
+    extern __shared__ unsigned char smem[];
+    pdl_wait(); /* st->route_pdl: launched early; the logits come from the router-logits kernel */
+    if (release) pdl_launch_dependents(); /* the padded experts' permute (PDL, st->moe_pdl) may launch */
     const int E = rp.n_experts, k = rp.top_k, G = rp.n_group > 0 ? rp.n_group : 1;
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    size_t per_warp = route_smem_per_warp(E, G, k);
+    unsigned char *base = smem + per_warp * warp;
     float *s = (float *)base, *sel = s + E, *gscore = sel + E, *wsel = gscore + G;
     unsigned char *taken = (unsigned char *)(wsel + k), *gtaken = taken + E;
+    int t = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (t >= T) return;
+    const float *lg = logits + (long)t * E;
     const bool noaux = rp.method == DI_ROUTE_NOAUX_TC;
     /* lane l's logits e = l + 32 j (E <= 32 NJ) in registers, all loads in flight at once (one
      * memory round trip on the step's critical path, not one per pass); each lane then works
      * through its e in ascending order, as a `for (e = lane; e < E; e += 32)` loop would */
     float lv[NJ];
 #pragma unroll
-    for (int j = 0; j < NJ; j++) lv[j] = lane + 32 * j < E ? (CG ? __ldcg(lg + lane + 32 * j) : lg[lane + 32 * j]) : 0.0f;
+    for (int j = 0; j < NJ; j++) lv[j] = lane + 32 * j < E ? lg[lane + 32 * j] : 0.0f;
     if (noaux) {
         float bv[NJ];
 #pragma unroll
@@ -415,6 +410,8 @@ static __device__ void route_token(const float *lg, const float *bias, const di_
     unsigned pick = 0u; /* the fast path's picks: bit j for expert lane + 32 j */
     const bool fast = route_topk<NJ>(sel, taken, E, k, redux, &pick);
     /* emit in ascending expert order */
+    int32_t *io = idx_out + (long)t * k;
+    float *wo = w_out + (long)t * k;
     int n = 0;
     for (int b0 = 0; b0 < E && n < k; b0 += 32) {
         int e = b0 + lane;
@@ -443,83 +440,6 @@ static __device__ void route_token(const float *lg, const float *bias, const di_
     }
 }
 
-/* One warp per token. release: pdl_launch_dependents() once the logits are in (see
- * cuda_moe_route). */
-template <int NJ>
-__global__ void k_route(const float *logits, const float *bias, di_route_params rp, int T, int32_t *idx_out,
-                        float *w_out, int redux, int release) {
-    extern __shared__ unsigned char smem[];
-    pdl_wait(); /* st->route_pdl: launched early; the logits come from the router-logits kernel */
-    if (release) pdl_launch_dependents(); /* the padded experts' permute (PDL, st->moe_pdl) may launch */
-    const int E = rp.n_experts, k = rp.top_k, G = rp.n_group > 0 ? rp.n_group : 1;
-    const int warp = threadIdx.x >> 5, t = blockIdx.x * (blockDim.x >> 5) + warp;
-    if (t >= T) return;
-    route_token<NJ, false>(logits + (long)t * E, bias, rp, idx_out + (long)t * k, w_out + (long)t * k, redux,
-                    smem + route_smem_per_warp(E, G, k) * warp);
-}
-
-/* Router logits and routing in one launch (st->route_fused; steps of <= 32 tokens, E <= 256).
- * The blocks are k_router_logits<1, 4, TT>'s (grid: token group x expert) with its sums
- * (rt_sums, rt_reduce_store: the same logit bits); each block then counts itself in its token
- * group's arrival counter (after a __threadfence, so its logits are visible device-wide), and
- * the group's last block (the E-th arrival) resets the counter for the next launch and routes
- * the group's tokens with route_token, one warp per token: the same ids and weight bits as
- * k_route, without a second kernel that waits for this one to complete. The counters are the
- * backend's (st->route_arrivals); launches on one backend run one after another (the router is
- * never on two lanes at once), so no two launches share them. */
-template <int TT, int NJ>
-__global__ void __launch_bounds__(RT_Q * 32) k_router_route(float *logits, const float *x, const bf16 *W, int T,
-                                                            int E, int D, int vec, int pdl, const float *bias,
-                                                            di_route_params rp, int32_t *idx_out, float *w_out,
-                                                            int redux, int release, unsigned *arrivals) {
-    extern __shared__ __align__(16) unsigned char route_smem[]; /* RT_Q x route_smem_per_warp */
-    __shared__ float part[RT_Q][1][TT];
-    __shared__ unsigned ticket;
-    if (pdl) pdl_wait();                  /* the normed x comes from the kernel before */
-    if (release) pdl_launch_dependents(); /* as k_route's release */
-    const int e0 = blockIdx.y, t0 = blockIdx.x * TT, nt = min(TT, T - t0);
-    float acc[1][TT];
-    rt_sums<1, 4, TT>(acc, x, W, D, vec, e0, 1, t0, nt);
-    rt_reduce_store<1, TT, false>(acc, part, logits, E, e0, 1, t0, nt);
-    __threadfence(); /* this block's logits before its arrival */
-    __syncthreads();
-    if (threadIdx.x == 0) ticket = atomicAdd(arrivals + blockIdx.x, 1u);
-    __syncthreads();
-    if (ticket != (unsigned)E - 1u) return;
-    __threadfence(); /* every arrival seen: the other blocks' logits are visible (read through L2) */
-    if (threadIdx.x == 0) arrivals[blockIdx.x] = 0u;
-    const int k = rp.top_k, G = rp.n_group > 0 ? rp.n_group : 1, warp = threadIdx.x >> 5;
-    for (int tt = warp; tt < nt; tt += RT_Q) {
-        const long t = t0 + tt;
-        route_token<NJ, true>(logits + t * E, bias, rp, idx_out + t * k, w_out + t * k, redux,
-                        route_smem + route_smem_per_warp(E, G, k) * warp);
-        __syncwarp();
-    }
-}
-
-/* Launches k_router_route<tt, NJ> for st->router_tt (E <= 256); false when it does not apply. */
-static bool launch_router_route(cuda_state *st, float *logits, const float *x, const di_weight *W, const float *bias,
-                                const di_route_params *rp, int T, int32_t *idx_out, float *w_out, int release) {
-    const int E = W->rows, D = W->cols, G = rp->n_group > 0 ? rp->n_group : 1;
-    if (!st->route_fused || !st->route_arrivals || T > 32 || E > 256) return false;
-    const size_t smem = route_smem_per_warp(E, G, rp->top_k) * RT_Q;
-    if (smem > 48 * 1024) return false;
-    const int tt = st->router_tt, nj = E <= 64 ? 2 : 8;
-    auto kern = nj == 2 ? (tt == 1   ? k_router_route<1, 2>
-                           : tt == 2 ? k_router_route<2, 2>
-                           : tt == 4 ? k_router_route<4, 2>
-                                     : k_router_route<8, 2>)
-                        : (tt == 1   ? k_router_route<1, 8>
-                           : tt == 2 ? k_router_route<2, 8>
-                           : tt == 4 ? k_router_route<4, 8>
-                                     : k_router_route<8, 8>);
-    const bool pdl = pdl_with(st, st->route_pdl);
-    cuda_launch_pdl(st, pdl, kern, dim3(ceil_div_i(T, tt), E), dim3(RT_Q * 32), smem, logits, x,
-                    (const bf16 *)W->data, T, E, D, router_vec(x, W), (int)pdl, bias, *rp, idx_out, w_out,
-                    (int)(T <= st->route_redux), release, st->route_arrivals);
-    return true;
-}
-
 void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const float *x, const di_weight *W_g,
                     const di_weight *bias, const di_route_params *rp, int T, float *scratch) {
     cuda_state *st = cst(be);
@@ -528,14 +448,6 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
     DI_ASSERT(E <= DI_MAX_EXPERTS && k >= 1 && k <= E && E % G == 0);
     DI_ASSERT(!bias || (bias->cols == E && bias->dtype == DI_DTYPE_F32));
     if (T <= 0) return;
-    /* release: past the small experts' sizes (whose k_small_gu, released early, took slots from
-     * the work beside it) the next kernel is the permutation, one block that waits resident */
-    int release = pdl_with(st, st->moe_pdl) && T > st->moe_small;
-    if (launch_router_route(st, scratch, x, W_g, bias ? (const float *)bias->data : NULL, rp, T, topk_idx, topk_w,
-                            release)) {
-        CUDA_LAUNCHED(st, "moe_route (fused)");
-        return;
-    }
     launch_router_logits(st, scratch, x, W_g, T);
     int warps = E > 512 ? 2 : 4;
     size_t per_warp = route_smem_per_warp(E, G, k);
@@ -544,6 +456,9 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
      * cut large prefills' occupancy, and run more predicated slots */
     static_assert(DI_MAX_EXPERTS <= 32 * 32, "k_route: at most 32 slots per lane (one 32-bit pick mask)");
     auto route = E <= 64 ? k_route<2> : E <= 256 ? k_route<8> : E <= 512 ? k_route<16> : k_route<32>;
+    /* release: past the small experts' sizes (whose k_small_gu, released early, took slots from
+     * the work beside it) the next kernel is the permutation, one block that waits resident */
+    int release = pdl_with(st, st->moe_pdl) && T > st->moe_small;
     cuda_launch_pdl(st, pdl_with(st, st->route_pdl && T <= 32), route, dim3(ceil_div_i(T, warps)),
                     dim3(warps * 32), per_warp * warps, (const float *)scratch,
                     bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w, (int)(T <= st->route_redux),
