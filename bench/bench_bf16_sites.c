@@ -25,8 +25,11 @@
  * kvd and p replace the CPU's mla_prefill by a naive fp32 attention over the paged cache (the
  * same math; with neither set the CPU op runs). Not covered: the GPU's summation orders.
  *
- * usage: bench_bf16_sites [--sites LIST[,LIST]...]   (LIST: site names joined by '+', or
- *        none / all; default: none, all, each site alone, all but each site)
+ * usage: bench_bf16_sites [--sites LIST[,LIST]...] [--mantissa N]   (LIST: site names joined
+ *        by '+', or none / all; default: none, all, each site alone, all but each site;
+ *        --mantissa: explicit mantissa bits the roundings keep, 1..22, default 7 = bf16, e.g.
+ *        10 for fp16's precision; --golden: the random tiny checkpoints of tests/data/golden
+ *        instead, made with $DI_BIN mkmodel into $DI_BUILD_DIR/golden/ where missing)
  * Environment: DI_SOURCE_DIR (source root), DI_BUILD_DIR (the unpacked golden logits under
  * tests/data/golden_pycoder), DI_PYCODER_MODEL (else models/pycoder-moe). */
 #include "pycoder_golden.h"
@@ -44,7 +47,21 @@ static const char *const site_names[N_SITES] = {"norm", "mm", "rope", "attn", "k
 static unsigned g_sites;   /* the sites the wrapped backend rounds now */
 static di_backend g_orig;  /* the wrapped backend's own ops */
 
-static float bf(float x) { return di_bf16_to_f32(di_f32_to_bf16(x)); }
+static int g_mant = 7;     /* explicit mantissa bits kept (--mantissa; bf16: 7) */
+
+/* x rounded to g_mant explicit mantissa bits, to nearest even (bf16 at 7; fp16's precision,
+ * without its range, at 10); NaN and infinities unchanged */
+static float bf(float x) {
+    if (g_mant == 7) return di_bf16_to_f32(di_f32_to_bf16(x));
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x;
+    const int drop = 23 - g_mant;
+    u += ((1u << (drop - 1)) - 1u) + ((u >> drop) & 1u);
+    u &= ~((1u << drop) - 1u);
+    memcpy(&x, &u, 4);
+    return x;
+}
 static void round_rows(float *p, int rows, int cols, int ld) {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) p[(size_t)r * ld + c] = bf(p[(size_t)r * ld + c]);
@@ -277,6 +294,106 @@ static void run_sites(json_t *man, di_model *mc, di_model *me, unsigned sites) {
     fflush(stdout);
 }
 
+/* The same over the random tiny checkpoints of tests/data/golden (golden.json; each made with
+ * `deepinfer mkmodel` into $DI_BUILD_DIR/golden/ if missing, as test_cuda_model does): per set
+ * of sites, decisions that differ, primary flips, cases within 2e-2 and the worst error. */
+static void run_golden(json_t *man, const unsigned *list, int n_list) {
+    const char *bin = getenv("DI_BIN"), *build = getenv("DI_BUILD_DIR");
+    if (!bin || !build) {
+        fprintf(stderr, "bench_bf16_sites --golden: DI_BIN and DI_BUILD_DIR must be set\n");
+        return;
+    }
+    int diff[64] = {0}, prim[64] = {0}, within[64] = {0}, total = 0, n_cases = 0;
+    double worst[64] = {0};
+    size_t ci;
+    json_t *c;
+    json_array_foreach(json_object_get(man, "cases"), ci, c) {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const char *preset = json_string_value(json_object_get(c, "preset"));
+        const char *dtype = json_string_value(json_object_get(c, "dtype"));
+        long long seed = json_integer_value(json_object_get(c, "seed"));
+        long V = (long)json_integer_value(json_object_get(c, "vocab_size"));
+        json_t *ids = json_object_get(c, "ids");
+        long n = (long)json_array_size(ids);
+        char dir[4096], probe[4200], cmd[9000], refpath[1024];
+        snprintf(dir, sizeof dir, "%s/golden/%s_%lld_%s", build, preset, seed, dtype);
+        snprintf(probe, sizeof probe, "%s/config.json", dir);
+        FILE *f = fopen(probe, "r");
+        if (f) fclose(f);
+        else {
+            snprintf(cmd, sizeof cmd, "'%s' mkmodel --preset %s --seed %lld --dtype %s --out '%s' >/dev/null 2>&1", bin,
+                     preset, seed, dtype, dir);
+            if (test_run(cmd) != 0) {
+                fprintf(stderr, "%s: mkmodel failed\n", name);
+                continue;
+            }
+        }
+        float *ref = NULL;
+        snprintf(refpath, sizeof refpath, "tests/data/golden/%s", json_string_value(json_object_get(c, "logits")));
+        if (test_read_f32(test_src_path(refpath), &ref) != n * V) {
+            fprintf(stderr, "%s: reference size\n", name);
+            free(ref);
+            continue;
+        }
+        di_model_options o = {0};
+        o.device = DI_DEVICE_CPU;
+        o.max_batch_tokens = (int)(n > 64 ? n : 64);
+        o.max_seqs = 1;
+        o.max_context = (int)(n > 64 ? n : 64);
+        o.kv_blocks = (int)((n + 63) / 64 + 1);
+        di_model *mc = NULL, *me = NULL;
+        CHECK_OK(di_model_load(dir, &o, &mc));
+        CHECK_OK(di_model_load(dir, &o, &me));
+        float *lc = malloc((size_t)n * V * 4), *le = malloc((size_t)n * V * 4);
+        if (mc && me && lc && le) {
+            di_backend *bc = di_model_backend(mc), *be = di_model_backend(me);
+            wrap(be);
+            rt_hooks_install(bc, be);
+            const int k = di_model_config_of(mc)->num_experts_per_tok;
+            double mr = 0;
+            for (long i = 0; i < n * V; i++) mr = fmax(mr, fabs(ref[i]));
+            n_cases++;
+            for (int s = 0; s < n_list; s++) {
+                g_sites = list[s];
+                g_rt_calls[0] = g_rt_calls[1] = 0;
+                g_rt_inject = 0;
+                CHECK_OK(rt_prefill(mc, ids, lc));
+                CHECK_OK(rt_prefill(me, ids, le));
+                int L = g_rt_calls[0] < RT_MAXL ? g_rt_calls[0] : RT_MAXL;
+                for (long t = 0; t < n; t++)
+                    for (int l = 0; l < L; l++) {
+                        int dl = 0;
+                        for (int j = 0; j < k; j++) dl |= g_rt_idx[0][l][t * k + j] != g_rt_idx[1][l][t * k + j];
+                        diff[s] += dl;
+                    }
+                if (s == 0) total += L * (int)n;
+                char tag[160];
+                sites_name(list[s], tag, sizeof tag);
+                snprintf(tag + strlen(tag), sizeof tag - strlen(tag), "/%s", name);
+                if (L > 0) prim[s] += rt_flip_margins(tag, (int)n, L, k);
+                double md = 0;
+                for (long i = 0; i < n * V; i++) {
+                    double d = fabs((double)le[i] - ref[i]);
+                    md = d > md || d != d ? d : md;
+                }
+                worst[s] = fmax(worst[s], md / mr);
+                within[s] += md / mr <= 2e-2;
+            }
+            rt_hooks_remove(bc, be);
+            rt_records_free();
+        }
+        free(lc); free(le); free(ref);
+        di_model_free(mc);
+        di_model_free(me);
+    }
+    for (int s = 0; s < n_list; s++) {
+        char name[128];
+        sites_name(list[s], name, sizeof name);
+        printf("golden %-25s decisions differing %4d of %d (primary flips %3d); cases within 2e-2: %d of %d, worst "
+               "%.3e\n", name, diff[s], total, prim[s], within[s], n_cases, worst[s]);
+    }
+}
+
 static unsigned parse_sites(const char *s) {
     if (!strcmp(s, "all")) return S_ALL;
     if (!strcmp(s, "none")) return 0;
@@ -297,7 +414,7 @@ static unsigned parse_sites(const char *s) {
 
 int main(int argc, char **argv) {
     unsigned list[64];
-    int n_list = 0;
+    int n_list = 0, golden = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sites") && i + 1 < argc) {
             char buf[1024];
@@ -305,8 +422,13 @@ int main(int argc, char **argv) {
             for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n_list < 64;
                  tok = strtok_r(NULL, ",", &save))
                 list[n_list++] = parse_sites(tok);
+        } else if (!strcmp(argv[i], "--golden")) {
+            golden = 1;
+        } else if (!strcmp(argv[i], "--mantissa") && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
+                   atoi(argv[i + 1]) <= 22) {
+            g_mant = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: bench_bf16_sites [--sites LIST[,LIST]...]\n");
+            fprintf(stderr, "usage: bench_bf16_sites [--sites LIST[,LIST]...] [--mantissa 1..22] [--golden]\n");
             return 2;
         }
     }
@@ -315,6 +437,14 @@ int main(int argc, char **argv) {
         list[n_list++] = S_ALL;
         for (int i = 0; i < N_SITES; i++) list[n_list++] = 1u << i;
         for (int i = 0; i < N_SITES; i++) list[n_list++] = S_ALL & ~(1u << i);
+    }
+    if (golden) {
+        json_t *gm = NULL;
+        CHECK_OK(di_json_load_file(test_src_path("tests/data/golden/golden.json"), &gm));
+        if (!gm) return 1;
+        run_golden(gm, list, n_list);
+        json_decref(gm);
+        return g_test_failures ? 1 : 0;
     }
     json_t *man = pg_manifest();
     if (!man) return 1;
