@@ -182,6 +182,28 @@ static int32_t host_failure(const float *x, int V) {
     return all_masked ? DI_SAMPLE_ERR_MASKED : DI_SAMPLE_ERR_ZERO;
 }
 
+di_status di_step_sample_rows_host(di_sampler *smp, const float *logits, int n, int V, const di_sample_row *rows,
+                                   int32_t *tokens, int32_t *status) {
+    for (int j = 0; j < n; j++) {
+        di_sampling_params p;
+        di_sampling_params_init(&p);
+        p.temperature = rows[j].temperature;
+        p.top_p = rows[j].top_p;
+        p.top_k = rows[j].top_k;
+        p.min_p = rows[j].min_p;
+        di_sample_request rq = {&p, rows[j].seed, rows[j].position, rows[j].stream, 0, NULL, NULL, NULL, 0};
+        const float *x = logits + (size_t)j * V;
+        di_status st = di_sampler_sample(smp, x, &rq, &tokens[j], NULL);
+        if (status) status[j] = DI_SAMPLE_OK;
+        if (st == DI_OK) continue;
+        if (!status) return st;
+        di_error_clear();
+        tokens[j] = -1;
+        status[j] = host_failure(x, V);
+    }
+    return DI_OK;
+}
+
 static di_status sample_host(di_model *m, const di_batch *b, const di_sample_row *rows, int32_t *tokens,
                              int32_t *status) {
     di_step_state *s = m->step;
@@ -194,24 +216,7 @@ static di_status sample_host(di_model *m, const di_batch *b, const di_sample_row
         s->h_logits_rows = b->n_logits;
     }
     DI_TRY(di_deepseek_forward(m, b, s->h_logits, NULL));
-    for (int j = 0; j < b->n_logits; j++) {
-        di_sampling_params p;
-        di_sampling_params_init(&p);
-        p.temperature = rows[j].temperature;
-        p.top_p = rows[j].top_p;
-        p.top_k = rows[j].top_k;
-        p.min_p = rows[j].min_p;
-        di_sample_request rq = {&p, rows[j].seed, rows[j].position, rows[j].stream, 0, NULL, NULL, NULL, 0};
-        const float *x = s->h_logits + (size_t)j * V;
-        di_status st = di_sampler_sample(s->sampler, x, &rq, &tokens[j], NULL);
-        if (status) status[j] = DI_SAMPLE_OK;
-        if (st == DI_OK) continue;
-        if (!status) return st;
-        di_error_clear();
-        tokens[j] = -1;
-        status[j] = host_failure(x, V);
-    }
-    return DI_OK;
+    return di_step_sample_rows_host(s->sampler, s->h_logits, b->n_logits, V, rows, tokens, status);
 }
 
 /* ---------------------------------------------------------------- device ---- */

@@ -119,4 +119,10 @@ void di_model_step_free(di_model *m);
 /* Issues the deferred tail of the last launched step, if any (decode_async.c): every forward
  * other than a sampling launch calls it first, as that tail reads m->x. */
 di_status di_model_step_flush(di_model *m);
+/* decode_step.c: the backend sample op's semantics on the host (backend.h): rows j < n of
+ * logits [n, V] (host) sampled by smp with rows[j]'s parameters into tokens, status (a
+ * DI_SAMPLE_* code per row; NULL: a failed row's error is returned instead). */
+struct di_sampler;
+di_status di_step_sample_rows_host(struct di_sampler *smp, const float *logits, int n, int V,
+                                   const di_sample_row *rows, int32_t *tokens, int32_t *status);
 #endif

@@ -33,6 +33,7 @@
 #include "cli_test_util.h"
 #include "golden_util.h"
 #include "route_test_util.h"
+#include "async_steps_util.h"
 
 static uint64_t g_rs = 88172645463325252ull;
 static uint64_t rnd(void) {
@@ -154,8 +155,6 @@ static void test_golden(void) {
 }
 
 /* ---------------------------------------------------------------- generation ---- */
-
-enum { GEN_NEW = 32, GEN_PROMPTS = 7, GEN_MAXP = 48 };
 
 /* The next decode step of sequences [0, n): one position further in their block tables of nb
  * blocks (ids are the caller's). */
@@ -296,102 +295,8 @@ static void test_generate(void) {
 }
 
 /* ---------------------------------------------------------------- async ---- */
-/* Asynchronous steps on the GPU (di_model_sample_launch / _collect): S prompts generated with
- * each decode step launched chained to the one in flight, against the same prompts run step by
- * step (di_model_forward_sample) with every prompt in every step: the tokens must be identical,
- * bit for bit (the same graphs and kernels; only where the input ids come from differs). While
- * chained, prompts leave the batch (from step 10 prompt 1, from step 20 every odd one): their
- * positions in the bucket become padding and the others keep theirs, so each kept prompt's
- * tokens must still be those of the full synchronous run (rows of one bucket are computed
- * independently). Greedy and seeded temperature sampling. async = 2 also runs a plain forward
- * (a 2-token prefill of a scratch sequence in block SCRATCH_BLOCK) between launching step 5 and
- * collecting step 4: with deferred tails (decode_step.c) step 5's lm_head and sampler are still
- * pending then and must be issued before that forward overwrites the final norm. */
-enum { SCRATCH_BLOCK = GEN_PROMPTS * 2 };
-static di_status scratch_forward(di_model *m) {
-    static float logits[200000];
-    int V = di_model_config_of(m)->vocab_size;
-    if (V > 200000) return di_error(DI_ERR_INVALID_ARG, "scratch forward: vocabulary %d too large", V);
-    int32_t ids[2] = {5, 7}, pos[2] = {0, 1}, slots[2] = {SCRATCH_BLOCK * 64, SCRATCH_BLOCK * 64 + 1};
-    int32_t start[2] = {0, 2}, ctx[1] = {2}, bt[1] = {SCRATCH_BLOCK}, row[1] = {1};
-    di_batch b = {2, ids, pos, slots, 1, 0, start, ctx, bt, 1, 1, row};
-    return di_model_forward(m, &b, logits);
-}
-static int kept_at(int S, int step, int i) { return step < 10 || i == 0 || (step < 20 ? i != 1 : i % 2 == 0); }
-
-static di_status generate_steps(di_model *m, int32_t prompts[][GEN_MAXP], const int *plen, int S, float temp,
-                                int async, int32_t out[][GEN_NEW]) {
-    int nb = (GEN_MAXP + GEN_NEW + 63) / 64;
-    int32_t ids[GEN_PROMPTS * GEN_MAXP], pos[GEN_PROMPTS * GEN_MAXP], slots[GEN_PROMPTS * GEN_MAXP];
-    int32_t start[GEN_PROMPTS + 1], ctx[GEN_PROMPTS], bt[GEN_PROMPTS * 4], rows[GEN_PROMPTS];
-    int32_t tok[GEN_PROMPTS], st[GEN_PROMPTS], cur[GEN_PROMPTS], ctxp[GEN_PROMPTS], bts[GEN_PROMPTS * 4];
-    int32_t list[GEN_PROMPTS], prev[GEN_PROMPTS], chain[GEN_PROMPTS];
-    int n = 0, n_prev = 0;
-    di_sample_row sr[GEN_PROMPTS] = {{0}}, srp[GEN_PROMPTS] = {{0}};
-    for (int i = 0; i < S; i++)
-        for (int b = 0; b < nb; b++) bt[i * nb + b] = i * nb + b;
-    int T = 0;
-    start[0] = 0;
-    for (int i = 0; i < S; i++) {
-        for (int j = 0; j < plen[i]; j++, T++) {
-            ids[T] = prompts[i][j];
-            pos[T] = j;
-            slots[T] = bt[i * nb + j / 64] * 64 + j % 64;
-        }
-        start[i + 1] = T;
-        ctx[i] = ctxp[i] = plen[i];
-        rows[i] = T - 1;
-        srp[i] = sr[i] = (di_sample_row){i % 2 ? temp : 0.0f, 1.0f, 0.0f, 0, 1000 + (uint64_t)i, (uint32_t)ctx[i], 0};
-    }
-    di_batch b = {T, ids, pos, slots, S, 0, start, ctx, bt, nb, S, rows};
-    DI_TRY(di_model_forward_sample(m, &b, sr, tok));
-    for (int i = 0; i < S; i++) out[i][0] = cur[i] = tok[i];
-    for (int step = 0; step < GEN_NEW - 1; step++) { /* decode step `step` makes token step + 1 */
-        n = 0;
-        for (int i = 0; i < S; i++)
-            if (!async || kept_at(S, step, i)) list[n++] = i;
-        for (int j = 0; j < n; j++) { /* row j: prompt list[j], one position further */
-            int i = list[j];
-            ids[j] = cur[i];
-            pos[j] = ctxp[i];
-            slots[j] = bt[i * nb + ctxp[i] / 64] * 64 + ctxp[i] % 64;
-            ctx[j] = ++ctxp[i];
-            start[j + 1] = j + 1;
-            rows[j] = j;
-            memcpy(bts + j * nb, bt + i * nb, (size_t)nb * sizeof(int32_t));
-            sr[j] = srp[i];
-            sr[j].position = (uint32_t)ctxp[i];
-            for (int k = 0; k < n_prev; k++)
-                if (prev[k] == i) chain[j] = k;
-        }
-        di_batch d = {n, ids, pos, slots, n, n, start, ctx, bts, nb, n, rows};
-        if (!async) {
-            DI_TRY(di_model_forward_sample(m, &d, sr, tok));
-            for (int j = 0; j < n; j++) out[list[j]][step + 1] = cur[list[j]] = tok[j];
-        } else {
-            DI_TRY(di_model_sample_launch(m, &d, sr, step > 0 ? chain : NULL));
-            if (async == 2 && step == 5) DI_TRY(scratch_forward(m));
-            if (step > 0) {
-                DI_TRY(di_model_sample_collect(m, tok, st));
-                for (int k = 0; k < n_prev; k++) out[prev[k]][step] = tok[k];
-            }
-        }
-        memcpy(prev, list, (size_t)n * sizeof(int32_t));
-        n_prev = n;
-    }
-    if (async) {
-        DI_TRY(di_model_sample_collect(m, tok, st));
-        for (int k = 0; k < n_prev; k++) out[prev[k]][GEN_NEW - 1] = tok[k];
-    }
-    return DI_OK;
-}
-
-/* The async comparisons on the first three golden checkpoints with DEEPINFER_DEFER_TAIL = defer
- * (read at model load). The first checkpoint's graphs are captured up front, as the engine does
- * (di_model_warmup_decode); the second runs each asynchronous generation before the synchronous
- * one, so its first steps of each bucket run eagerly (no graph yet: the eager body, tail and
- * fused paths) and are captured on the way; the third as before, the synchronous run first.
- * Then the mode must be in effect: the graph kinds it issues (and no others) were issued. */
+/* The async scenario (async_steps_util.h) on the first three golden checkpoints with
+ * DEEPINFER_DEFER_TAIL = defer (read at model load). */
 static void async_checkpoints(json_t *man, int defer, int *runs, int *same) {
     char done[32][4096];
     int n_done = 0;
@@ -414,55 +319,17 @@ static void async_checkpoints(json_t *man, int defer, int *runs, int *same) {
         di_model *m = NULL;
         CHECK_OK(di_model_load(dir, &o, &m));
         if (!m) continue;
-        const int order_async_first = n_done == 2;
-        if (n_done == 1) {
-            int nc = 0;
-            CHECK_OK(di_model_warmup_decode(m, GEN_PROMPTS, &nc));
-            CHECK(nc > 0);
-        }
         int V = di_model_config_of(m)->vocab_size;
-        static int32_t prompts[GEN_PROMPTS][GEN_MAXP], os[GEN_PROMPTS][GEN_NEW], oa[GEN_PROMPTS][GEN_NEW];
+        static int32_t prompts[GEN_PROMPTS][GEN_MAXP];
         int plen[GEN_PROMPTS];
         for (int p = 0; p < GEN_PROMPTS; p++) {
             plen[p] = 4 + (int)(rnd() % (GEN_MAXP - 4));
             for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(rnd() % (uint64_t)(V - 2));
         }
-        static const int sizes[4] = {1, 3, GEN_PROMPTS, GEN_PROMPTS};
-        for (int k = 0; k < 4; k++)
-            for (int t = 0; t < 2; t++) {
-                int S = sizes[k], mode = k == 3 ? 2 : 1; /* the last size with a forward in between */
-                float temp = t ? 0.9f : 0.0f;
-                memset(os, 0xff, sizeof os);
-                memset(oa, 0xfe, sizeof oa);
-                int ok = 1;
-                if (!order_async_first) ok = generate_steps(m, prompts, plen, S, temp, 0, os) == DI_OK;
-                ok = ok && generate_steps(m, prompts, plen, S, temp, mode, oa) == DI_OK;
-                if (order_async_first) ok = ok && generate_steps(m, prompts, plen, S, temp, 0, os) == DI_OK;
-                CHECK_MSG(ok, "%s: %d prompts: %s", dir, S, di_last_error());
-                int eq = ok;
-                for (int i = 0; i < S && eq; i++)
-                    for (int j = 0; j < GEN_NEW; j++) {
-                        int kept = j == 0 || kept_at(S, j - 1, i);
-                        if (kept && os[i][j] != oa[i][j]) {
-                            fprintf(stderr, "    %s, defer %d, %d prompts%s, temperature %.1f: prompt %d token %d: "
-                                            "sync %d, async %d\n", strrchr(dir, '/') + 1, defer, S,
-                                    mode == 2 ? " (a forward between)" : "", (double)temp, i, j, os[i][j], oa[i][j]);
-                            eq = 0;
-                            break;
-                        }
-                    }
-                CHECK(eq);
-                CHECK_EQ_INT(di_model_sample_in_flight(m), 0);
-                (*runs)++;
-                *same += eq;
-            }
-        long is[4]; /* body, previous tail + body, tail, full */
-        int tm = di_model_step_tail_mode(m, is);
-        fprintf(stderr, "    %s, defer %d: mode %d; graphs issued: body %ld, tail + body %ld, tail %ld, full %ld\n",
-                strrchr(dir, '/') + 1, defer, tm, is[0], is[1], is[2], is[3]);
-        CHECK_EQ_INT(tm, defer);
-        if (defer == 1) CHECK(is[0] > 0 && is[1] > 0 && is[2] > 0 && is[3] == 0);
-        else CHECK(is[0] == 0 && is[1] == 0 && is[2] == 0 && (defer == 2 ? is[3] > 0 : is[3] == 0));
+        /* the first checkpoint with its graphs captured up front, the second with each
+         * asynchronous run first, the third with each synchronous run first */
+        async_model_runs(m, prompts, plen, defer, n_done == 1 ? 1 : n_done == 2 ? 2 : 0, strrchr(dir, '/') + 1, runs,
+                         same);
         di_model_free(m);
     }
 }

@@ -1,0 +1,112 @@
+/* test_async_steps.c - asynchronous decode steps and the decode-step graphs, on the CPU.
+ *
+ * Only the CUDA backend has graphs, asynchronous copies and a device sampler, so the code that
+ * uses them (model/decode_step.c, model/decode_async.c: graph capture per bucket and parity,
+ * chained launches, the tail modes of DEEPINFER_DEFER_TAIL) otherwise runs only on the GPU.
+ * Here the CPU backend is wrapped as a fake asynchronous stream (fake_stream_backend.h: every op
+ * queued and run only when the host waits, as on a GPU that is always behind; graphs captured
+ * and replayed; copies on lanes with fences; the host sampler as the device sampler) and the
+ * GPU test's scenario runs on it (async_steps_util.h): for each tail mode (0 / 1 / 2), each
+ * order a copy lane may take (copy_in ahead of the queued ops, or in queue order reading its
+ * source only then) and each way the graphs come about (a synchronous run first, captured up
+ * front, the asynchronous run first), chained steps with prompts leaving the batch and a
+ * forward between two steps give the tokens of steps run one by one, bit for bit; the fake sees
+ * no contract violation (a fence waited on before any copy marked it, an upload, copy or wait
+ * inside a capture); graphs were captured and replayed and copies went both ways. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "core/status.h"
+#include "model/model.h"
+#include "model/model_internal.h"
+#include "test_util.h"
+#include "cli_test_util.h"
+#include "fake_stream_backend.h"
+#include "async_steps_util.h"
+
+static uint64_t g_rs = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+    g_rs ^= g_rs << 13;
+    g_rs ^= g_rs >> 7;
+    g_rs ^= g_rs << 17;
+    return g_rs;
+}
+
+/* A tiny checkpoint made once per test run in the build directory. */
+static const char *model_dir(const char *preset, char *dir, size_t n) {
+    const char *root = getenv("DI_BUILD_DIR");
+    snprintf(dir, n, "%s/test_async_steps", root ? root : "/tmp");
+    mkdir(dir, 0755);
+    snprintf(dir, n, "%s/test_async_steps/%s", root ? root : "/tmp", preset);
+    test_make_model(preset, 5, dir);
+    return dir;
+}
+
+/* The model on the CPU with its backend turned into the fake stream and its step state rebuilt
+ * for it (graphs and asynchronous steps on, DEEPINFER_DEFER_TAIL = defer). */
+static di_model *load_fake(const char *dir, int defer) {
+    di_model_options o = {0};
+    o.device = DI_DEVICE_CPU;
+    o.n_threads = 2;
+    o.max_batch_tokens = GEN_PROMPTS * GEN_MAXP;
+    o.max_seqs = 16;
+    o.max_context = 128;
+    o.kv_blocks = GEN_PROMPTS * 2 + 1; /* + SCRATCH_BLOCK */
+    di_model *m = NULL;
+    CHECK_OK(di_model_load(dir, &o, &m));
+    if (!m) return NULL;
+    di_model_step_free(m); /* set up for the plain CPU backend: no graphs, synchronous steps */
+    fs_install(di_model_backend(m));
+    setenv("DEEPINFER_DEFER_TAIL", defer == 2 ? "2" : defer ? "1" : "0", 1);
+    CHECK_OK(di_model_step_setup(m));
+    unsetenv("DEEPINFER_DEFER_TAIL");
+    return m;
+}
+
+static void test_async_steps(void) {
+#ifdef __SANITIZE_ADDRESS__
+    static const char *const presets[] = {"tiny-v3"}; /* the unoptimized build: one checkpoint */
+#else
+    static const char *const presets[] = {"tiny-v3", "tiny-v2-lite"};
+#endif
+    const int n_presets = (int)(sizeof presets / sizeof presets[0]);
+    int runs = 0, same = 0;
+    for (int pi = 0; pi < n_presets; pi++) {
+        char dir[1024];
+        model_dir(presets[pi], dir, sizeof dir);
+        for (int defer = 0; defer < 3; defer++)
+            for (int deferred_in = 0; deferred_in < 2; deferred_in++)
+                for (int how = 0; how < 3; how++) {
+                    di_model *m = load_fake(dir, defer);
+                    if (!m) continue;
+                    g_fs.copy_in_deferred = deferred_in;
+                    int V = di_model_config_of(m)->vocab_size;
+                    static int32_t prompts[GEN_PROMPTS][GEN_MAXP];
+                    int plen[GEN_PROMPTS];
+                    for (int p = 0; p < GEN_PROMPTS; p++) {
+                        plen[p] = 4 + (int)(rnd() % (GEN_MAXP - 4));
+                        for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(rnd() % (uint64_t)(V - 2));
+                    }
+                    char label[160];
+                    snprintf(label, sizeof label, "%s, copy_in %s, %s", presets[pi],
+                             deferred_in ? "in order" : "ahead", how == 0 ? "sync first" : how == 1 ? "warmed up" :
+                                                                                                 "async first");
+                    async_model_runs(m, prompts, plen, defer, how, label, &runs, &same);
+                    CHECK_MSG(g_fs.violations == 0, "%s: %d contract violations (first: %s)", label, g_fs.violations,
+                              g_fs.why);
+                    CHECK_MSG(g_fs.captures > 0 && g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.copies_in > 0 &&
+                                  g_fs.fence_waits > 0,
+                              "%s: the asynchronous paths did not run (captures %ld, launches %ld, copies out %ld, "
+                              "in %ld, fence waits %ld)", label, g_fs.captures, g_fs.launches, g_fs.copies_out,
+                              g_fs.copies_in, g_fs.fence_waits);
+                    di_model_free(m);
+                    fs_release();
+                }
+    }
+    fprintf(stderr, "  async steps on the fake stream: %d/%d runs identical to synchronous steps\n", same, runs);
+    CHECK(runs == n_presets * 3 * 2 * 3 * 8);
+    CHECK_EQ_INT(same, runs);
+}
+
+TEST_MAIN(test_async_steps)
