@@ -52,6 +52,8 @@ static void m_destroy(void *ctx) {
     free(x);
 }
 
+struct di_model *di_executor_model_of(const di_executor *ex) { return ((const model_exec *)ex->ctx)->m; }
+
 di_status di_executor_model_create(const char *dir, const di_model_options *opts, di_executor *out) {
     memset(out, 0, sizeof *out);
     model_exec *x = calloc(1, sizeof *x);

@@ -59,6 +59,8 @@ void di_executor_destroy(di_executor *ex);
  * on for CUDA, off for the CPU (where di_model_forward_sample_rows samples on the host with
  * the same sampler: forcing it on there exercises the engine's device path in CPU tests). */
 di_status di_executor_model_create(const char *dir, const di_model_options *opts, di_executor *out);
+/* The model of an executor made by di_executor_model_create (tests reach its backend). */
+struct di_model *di_executor_model_of(const di_executor *ex);
 
 /* ---- synthetic executors ---- */
 

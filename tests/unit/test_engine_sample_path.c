@@ -17,11 +17,19 @@
  *   - asynchronous steps (the next decode step launched chained to the one in flight,
  *     executor.h launch_sample) give the tokens of synchronous ones, also with requests
  *     arriving and aborted while a chained step is in flight.
+ * The asynchronous tests run again with the executor's model on the fake asynchronous stream
+ * (fake_stream_backend.h: the CPU backend with queued ops, graphs, copy lanes and fences), so
+ * that its steps take the device path of model/decode_async.c, in each tail mode
+ * (DEEPINFER_DEFER_TAIL 0 / 1 / 2; mode 1 with the decode graphs captured up front): host-
+ * sampled steps between device steps, chained steps, arrivals, aborts and an injected failed
+ * row must give the same tokens there too, and the fake must see no contract violation.
  * The same comparison on the GPU (device sampler, CUDA graphs) is tests/ops/test_cuda_pycoder.c. */
 #include "core/status.h"
 #include "deepinfer.h"
 #include "engine/engine_internal.h"
+#include "model/model_internal.h"
 #include "test_util.h"
+#include "fake_stream_backend.h"
 
 enum { N_REQ = 12, MAX_NEW = 12 };
 
@@ -94,8 +102,33 @@ static di_status failing_collect(void *ctx, int32_t *tok, int32_t *st) {
     return DI_OK;
 }
 
+static int g_fake = -1; /* >= 0: asynchronous engines run on the fake stream with this tail mode */
+
+/* The executor's model on the fake stream (one at a time), its step state rebuilt for it with
+ * DEEPINFER_DEFER_TAIL = defer (mode 1: the decode graphs captured up front, as on CUDA). */
+static void use_fake_stream(di_executor *ex, int defer, int max_seqs) {
+    di_model *m = di_executor_model_of(ex);
+    di_model_step_free(m);
+    fs_install(di_model_backend(m));
+    setenv("DEEPINFER_DEFER_TAIL", defer == 2 ? "2" : defer ? "1" : "0", 1);
+    CHECK_OK(di_model_step_setup(m));
+    unsetenv("DEEPINFER_DEFER_TAIL");
+    if (defer == 1) CHECK_OK(di_model_warmup_decode(m, max_seqs, NULL));
+}
+
+/* After an engine on the fake stream is freed: no contract violation, device steps ran. */
+static void fake_stream_done(const char *what) {
+    CHECK_MSG(g_fs.violations == 0, "%s on the fake stream (tail mode %d): %d violations (first: %s)", what, g_fake,
+              g_fs.violations, g_fs.why);
+    CHECK_MSG(g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.fence_waits > 0,
+              "%s on the fake stream: no device steps (launches %ld, copies out %ld)", what, g_fs.launches,
+              g_fs.copies_out);
+    fs_release();
+}
+
 /* An engine over the CPU model: executor_sampling on / off, a failure injected into the
- * executor's sampling (inject), asynchronous launch / collect steps kept (async) or removed. */
+ * executor's sampling (inject), asynchronous launch / collect steps kept (async) or removed;
+ * with g_fake >= 0, an asynchronous engine's model on the fake stream. */
 static di_engine *engine(int executor_sampling, int inject, int async) {
     di_model_options mo = {0};
     mo.device = DI_DEVICE_CPU;
@@ -112,6 +145,7 @@ static di_engine *engine(int executor_sampling, int inject, int async) {
     ex.device_sampling = executor_sampling;
     CHECK(ex.launch_sample != NULL && ex.collect_sample != NULL);
     if (!async) ex.launch_sample = NULL, ex.collect_sample = NULL;
+    if (async && g_fake >= 0) use_fake_stream(&ex, g_fake, mo.max_seqs);
     if (inject) {
         g_orig_fs = ex.forward_sample;
         ex.forward_sample = failing_fs;
@@ -187,6 +221,7 @@ static void compare_paths(int mixed, int async) {
     CHECK(distinct >= N_REQ / 2);
     di_engine_free(a);
     di_engine_free(b);
+    if (async && g_fake >= 0) fake_stream_done("mixed set");
 }
 
 static void test_same_tokens_executor_only(void) { compare_paths(0, 0); }
@@ -238,6 +273,7 @@ static void failed_row_aborts_one_request(int async) {
     if (async) CHECK(e->steps_chained > 0);
     di_engine_free(e);
     di_engine_free(ref);
+    if (async && g_fake >= 0) fake_stream_done("a failed row");
 }
 
 static void test_failed_row_aborts_one_request(void) { failed_row_aborts_one_request(0); }
@@ -271,6 +307,7 @@ static void test_async_same_tokens(void) {
     CHECK_EQ_INT(a->stats.steps, b->stats.steps); /* one step per call either way */
     di_engine_free(a);
     di_engine_free(b);
+    if (g_fake >= 0) fake_stream_done("asynchronous steps");
 }
 
 /* Requests arriving and aborted while a chained step is in flight: the others' tokens are
@@ -333,6 +370,7 @@ static void test_async_arrivals_and_aborts(void) {
     CHECK(e->steps_chained > 0);
     di_engine_free(e);
     di_engine_free(ref);
+    if (g_fake >= 0) fake_stream_done("arrivals and aborts");
 }
 
 int main(void) {
@@ -344,6 +382,13 @@ int main(void) {
     RUN(test_failed_row_aborts_one_request_async);
     RUN(test_async_same_tokens);
     RUN(test_async_arrivals_and_aborts);
+    for (g_fake = 0; g_fake < 3; g_fake++) { /* the asynchronous tests on the fake stream */
+        fprintf(stderr, "-- on the fake asynchronous stream, DEEPINFER_DEFER_TAIL=%d\n", g_fake);
+        RUN(test_same_tokens_mixed_async);
+        RUN(test_failed_row_aborts_one_request_async);
+        RUN(test_async_same_tokens);
+        RUN(test_async_arrivals_and_aborts);
+    }
     fprintf(stderr, "%d checks, %d failures\n", g_test_checks, g_test_failures);
     return g_test_failures ? 1 : (g_test_checks ? 0 : 1);
 }
