@@ -257,6 +257,13 @@ struct di_tokenizer {
 
 /* tok_vocab.c */
 di_status di_tok_vocab_build_map(di_tokenizer *t);
+/* Token ids index dense tables (17 bytes per id), so an id space of n_ids for n_entries tokens
+ * is refused when it is much sparser than real vocabularies, which number their tokens 0..n-1
+ * (HF accepts any u32 id): more than 4 ids per entry plus 2^20 (an id of 2e9 in a 3-token
+ * vocab would otherwise ask for 34 GB). */
+static inline int di_tok_ids_too_sparse(uint64_t n_ids, uint64_t n_entries) {
+    return n_ids > 4 * n_entries + (1u << 20);
+}
 int32_t di_tok_vocab_lookup(const di_tokenizer *t, const char *s, size_t n);
 di_status di_tok_merges_init(di_tokenizer *t, size_t n_merges);
 di_status di_tok_merges_add(di_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t merged);

@@ -150,6 +150,9 @@ static di_status build_tables(di_tokenizer *t) {
     uint32_t n_ids = t->n_model_ids;
     for (size_t i = 0; i < t->n_added; i++)
         if ((uint32_t)t->added[i].id + 1 > n_ids) n_ids = (uint32_t)t->added[i].id + 1;
+    if (di_tok_ids_too_sparse(n_ids, (uint64_t)t->n_model_vocab + t->n_added))
+        return di_error(DI_ERR_UNSUPPORTED, "%s: added_tokens: token id %u with only %zu tokens in all (ids far sparser "
+                        "than 0..n-1 are not supported)", t->path, n_ids - 1, (size_t)t->n_model_vocab + t->n_added);
     t->n_ids = n_ids;
     size_t n = n_ids ? n_ids : 1;
     t->str_off = malloc(n * 4);

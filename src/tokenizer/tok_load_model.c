@@ -84,6 +84,9 @@ static di_status install_vocab(di_tokenizer *t, vocab_tmp *v) {
     uint32_t n_ids = 0;
     for (size_t i = 0; i < v->n; i++)
         if (v->id[i] + 1 > n_ids) n_ids = v->id[i] + 1;
+    if (di_tok_ids_too_sparse(n_ids, v->n))
+        return di_error(DI_ERR_UNSUPPORTED, "%s: model.vocab: token id %u with only %zu tokens (ids far sparser than "
+                        "0..n-1 are not supported)", t->path, n_ids - 1, v->n);
     t->n_model_vocab = (uint32_t)v->n;
     t->n_model_ids = n_ids;
     t->mstr_off = malloc((n_ids ? n_ids : 1) * sizeof(uint32_t));

@@ -437,6 +437,12 @@ static void test_errors(void) {
     CHECK(has(di_last_error(), "invalid JSON at byte"));
     CHECK_EQ_INT(LOAD_STR("{\"model\": {\"vocab\": {\"a\": -1}, \"merges\": []}}"), DI_ERR_FORMAT);
     CHECK(has(di_last_error(), "non-negative integer token id"));
+    /* ids far sparser than 0..n-1 (the tables are dense; found by fuzz_tokenizer: an 8 GB
+     * allocation for a 3-token vocab): refused with the id named; a moderately sparse vocab loads */
+    CHECK_EQ_INT(LOAD_STR("{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1999999999}, \"merges\": []}}"),
+                 DI_ERR_UNSUPPORTED);
+    CHECK(has(di_last_error(), "token id 1999999999 with only 2 tokens"));
+    CHECK_OK(LOAD_STR("{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1000000}, \"merges\": []}}"));
     CHECK_EQ_INT(LOAD_STR("{\"model\": {\"vocab\": {\"a\": 0, \"b\": 0}, \"merges\": []}}"), DI_ERR_FORMAT);
     CHECK(has(di_last_error(), "id 0 is used by both"));
     CHECK_EQ_INT(LOAD_STR("{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}} x"), DI_ERR_FORMAT);
