@@ -29,7 +29,9 @@
  *        by '+', or none / all; default: none, all, each site alone, all but each site;
  *        --mantissa: explicit mantissa bits the roundings keep, 1..22, default 7 = bf16, e.g.
  *        10 for fp16's precision; --golden: the random tiny checkpoints of tests/data/golden
- *        instead, made with $DI_BIN mkmodel into $DI_BUILD_DIR/golden/ where missing)
+ *        instead, made with $DI_BIN mkmodel into $DI_BUILD_DIR/golden/ where missing; --range:
+ *        every site's code path with nothing rounded, and the largest |value| each site held,
+ *        against fp16's range)
  * Environment: DI_SOURCE_DIR (source root), DI_BUILD_DIR (the unpacked golden logits under
  * tests/data/golden_pycoder), DI_PYCODER_MODEL (else models/pycoder-moe). */
 #include "pycoder_golden.h"
@@ -51,7 +53,10 @@ static int g_mant = 7;     /* explicit mantissa bits kept (--mantissa; bf16: 7) 
 
 /* x rounded to g_mant explicit mantissa bits, to nearest even (bf16 at 7; fp16's precision,
  * without its range, at 10); NaN and infinities unchanged */
+static int g_range_only; /* --range: every site's code path, nothing rounded */
+
 static float bf(float x) {
+    if (g_range_only) return x;
     if (g_mant == 7) return di_bf16_to_f32(di_f32_to_bf16(x));
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -62,51 +67,60 @@ static float bf(float x) {
     memcpy(&x, &u, 4);
     return x;
 }
-static void round_rows(float *p, int rows, int cols, int ld) {
+static double g_absmax[N_SITES]; /* --range: the largest |value| seen at each site (unrounded) */
+static int g_site_now;            /* the site round_rows is called for */
+
+static void round_rows_site(int site, float *p, int rows, int cols, int ld) {
     for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) p[(size_t)r * ld + c] = bf(p[(size_t)r * ld + c]);
+        for (int c = 0; c < cols; c++) {
+            float *x = &p[(size_t)r * ld + c];
+            if (fabs(*x) > g_absmax[site]) g_absmax[site] = fabs(*x);
+            if (g_sites & (1u << site)) *x = bf(*x);
+        }
 }
+#define round_rows(p, rows, cols, ld) round_rows_site(g_site_now, p, rows, cols, ld)
 
 /* ---- the wrapped ops (the CPU backend: device pointers are host f32 arrays) ---- */
 
 static void w_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w, float eps,
                       int T, int D) {
     g_orig.rmsnorm(be, out, ldo, x, ldx, w, eps, T, D);
-    if (g_sites & S_NORM) round_rows(out, T, D, ldo);
+    g_site_now = 0; round_rows(out, T, D, ldo);
 }
 static void w_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, float *out_f32, const di_weight *w,
                           float eps, int T, int D) {
     g_orig.add_rmsnorm(be, h, delta, out, out_f32, w, eps, T, D);
-    if (g_sites & S_NORM) round_rows(out, T, D, D);
+    g_site_now = 0; round_rows(out, T, D, D);
 }
 static void w_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
     g_orig.silu_mul(be, out, gu, T, I);
-    if (g_sites & S_SILU) round_rows(out, T, I, I);
+    g_site_now = 6; round_rows(out, T, I, I);
 }
 static void w_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx, const di_weight *W, int T,
                      unsigned flags) {
     g_orig.matmul(be, y, ldy, x, ldx, W, T, flags);
-    if ((g_sites & S_MM) && !(flags & DI_MM_OUT_F32)) round_rows(y, T, W->rows, ldy);
+    if (!(flags & DI_MM_OUT_F32)) g_site_now = 1, round_rows(y, T, W->rows, ldy);
 }
 static void w_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx, const di_weight *W,
                   int T) {
     g_orig.bmm(be, y, ldy, hsy, x, ldx, hsx, W, T);
-    if (g_sites & S_MM)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < W->n; h++) round_rows((float *)y + (size_t)t * ldy + (size_t)h * hsy, 1, W->rows, 0);
+    g_site_now = 1;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < W->n; h++) round_rows((float *)y + (size_t)t * ldy + (size_t)h * hsy, 1, W->rows, 0);
 }
 static void w_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions, int T,
                    const di_rope_params *rp) {
     g_orig.rope(be, x, ldx, n_heads, hs, positions, T, rp);
-    if (g_sites & S_ROPE)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < n_heads; h++) round_rows((float *)x + (size_t)t * ldx + (size_t)h * hs, 1, rp->dim, 0);
+    g_site_now = 2;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_heads; h++) round_rows((float *)x + (size_t)t * ldx + (size_t)h * hs, 1, rp->dim, 0);
 }
 static void w_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
                          const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
                          const di_mla_dims *d) {
     g_orig.mla_decode(be, out, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d);
-    if (g_sites & S_ATTN) {
+    {
+        g_site_now = 3;
         int t0 = ab->seq_start[seq_begin], t1 = ab->seq_start[seq_end];
         round_rows((float *)out + (size_t)t0 * d->n_heads * d->kv_rank, t1 - t0, d->n_heads * d->kv_rank,
                    d->n_heads * d->kv_rank);
@@ -127,7 +141,7 @@ static void naive_prefill(di_backend *be, float *out, const float *q, int ldq, c
         memcpy(c + (size_t)j * r, cache + (size_t)slot * Wc, (size_t)r * 4);
     }
     g_orig.matmul(be, kv, H * (dn + dv), c, r, W_kvb, ctx, 0);
-    if (g_sites & S_KVD) round_rows(kv, ctx, H * (dn + dv), H * (dn + dv));
+    g_site_now = 4; round_rows(kv, ctx, H * (dn + dv), H * (dn + dv));
     for (int t = t0; t < t1; t++) {
         const int pos = ab->positions[t];
         for (int h = 0; h < H; h++) {
@@ -169,7 +183,8 @@ static void w_mla_prefill(di_backend *be, void *out, const void *q, int ldq, con
     } else {
         g_orig.mla_prefill(be, out, q, ldq, cache, W_kvb, ab, seq_begin, seq_end, d, scratch, scratch_bytes);
     }
-    if (g_sites & S_ATTN) {
+    {
+        g_site_now = 3;
         int t0 = ab->seq_start[seq_begin], t1 = ab->seq_start[seq_end];
         round_rows((float *)out + (size_t)t0 * d->n_heads * d->v_dim, t1 - t0, d->n_heads * d->v_dim,
                    d->n_heads * d->v_dim);
@@ -200,12 +215,12 @@ static void w_moe_experts(di_backend *be, void *out, const void *x, const int32_
             wg.scale = wd.scale = NULL;
             g_orig.matmul(be, gu, 2 * I, (const float *)x + (size_t)t * D, D, &wg, 1, 0);
             g_orig.silu_mul(be, a, gu, 1, I);
-            if (g_sites & S_EXPI) round_rows(a, 1, I, I);
+            g_site_now = 7; round_rows(a, 1, I, I);
             g_orig.matmul(be, y, D, a, I, &wd, 1, 0);
-            if (g_sites & S_EXPO) round_rows(y, 1, D, D);
+            g_site_now = 8; round_rows(y, 1, D, D);
             for (int i = 0; i < D; i++) o[i] += topk_w[(size_t)t * k + j] * y[i];
         }
-        if (g_sites & S_EXPO) round_rows(o, 1, D, D);
+        g_site_now = 8; round_rows(o, 1, D, D);
     }
     free(gu);
     free(a);
@@ -292,6 +307,15 @@ static void run_sites(json_t *man, di_model *mc, di_model *me, unsigned sites) {
     printf("%-32s decisions differing %4d of %d (primary flips %3d); logits vs transformers %.3e (fp32 CPU %.1e)\n",
            name, total_diff, total, primary, worst, worst_cpu);
     fflush(stdout);
+}
+
+/* --range: the largest |value| each site held over the runs so far (fp16's largest finite
+ * value is 65504) */
+static void print_range(const char *what) {
+    printf("%s: largest |value| per site:", what);
+    for (int i = 0; i < N_SITES; i++)
+        if (i != 5) printf(" %s %.4g", site_names[i], g_absmax[i]);
+    printf(" (p <= 1)\n");
 }
 
 /* The same over the random tiny checkpoints of tests/data/golden (golden.json; each made with
@@ -422,13 +446,15 @@ int main(int argc, char **argv) {
             for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n_list < 64;
                  tok = strtok_r(NULL, ",", &save))
                 list[n_list++] = parse_sites(tok);
+        } else if (!strcmp(argv[i], "--range")) {
+            g_range_only = 1;
         } else if (!strcmp(argv[i], "--golden")) {
             golden = 1;
         } else if (!strcmp(argv[i], "--mantissa") && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
                    atoi(argv[i + 1]) <= 22) {
             g_mant = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: bench_bf16_sites [--sites LIST[,LIST]...] [--mantissa 1..22] [--golden]\n");
+            fprintf(stderr, "usage: bench_bf16_sites [--sites LIST[,LIST]...] [--mantissa 1..22] [--golden] [--range]\n");
             return 2;
         }
     }
@@ -442,7 +468,9 @@ int main(int argc, char **argv) {
         json_t *gm = NULL;
         CHECK_OK(di_json_load_file(test_src_path("tests/data/golden/golden.json"), &gm));
         if (!gm) return 1;
+        if (g_range_only) list[0] = S_ALL, n_list = 1;
         run_golden(gm, list, n_list);
+        if (g_range_only) print_range("random tiny golden models");
         json_decref(gm);
         return g_test_failures ? 1 : 0;
     }
@@ -461,7 +489,9 @@ int main(int argc, char **argv) {
     di_backend *bc = di_model_backend(mc), *be = di_model_backend(me);
     wrap(be);
     rt_hooks_install(bc, be);
+    if (g_range_only) list[0] = S_ALL, n_list = 1;
     for (int i = 0; i < n_list; i++) run_sites(man, mc, me, list[i]);
+    if (g_range_only) print_range("pycoder");
     rt_hooks_remove(bc, be);
     rt_records_free();
     di_model_free(mc);
