@@ -105,6 +105,11 @@ static di_status generate_steps(di_model *m, int32_t prompts[][GEN_MAXP], const 
     return DI_OK;
 }
 
+/* Optional: a second model (e.g. the plain CPU one) whose synchronous tokens both runs of
+ * async_compare must also match, for a model whose own synchronous steps are under test too
+ * (the fake stream's side-lane orders). */
+static di_model *g_async_ref;
+
 /* One comparison: S prompts (greedy, or seeded temperature on odd prompts), synchronous steps
  * and asynchronous ones (mode 1, or 2 with a forward between steps 5 and 4), the asynchronous
  * run first when async_first (its first steps of a bucket then run before any graph of it
@@ -112,20 +117,22 @@ static di_status generate_steps(di_model *m, int32_t prompts[][GEN_MAXP], const 
  * `label`; -1 if a run failed (di_last_error() says why). */
 static int async_compare(di_model *m, int32_t prompts[][GEN_MAXP], const int *plen, int S, float temp, int mode,
                          int async_first, const char *label) {
-    static int32_t os[GEN_PROMPTS][GEN_NEW], oa[GEN_PROMPTS][GEN_NEW];
+    static int32_t os[GEN_PROMPTS][GEN_NEW], oa[GEN_PROMPTS][GEN_NEW], orf[GEN_PROMPTS][GEN_NEW];
     memset(os, 0xff, sizeof os);
     memset(oa, 0xfe, sizeof oa);
     int ok = 1;
     if (!async_first) ok = generate_steps(m, prompts, plen, S, temp, 0, os) == DI_OK;
     ok = ok && generate_steps(m, prompts, plen, S, temp, mode, oa) == DI_OK;
     if (async_first) ok = ok && generate_steps(m, prompts, plen, S, temp, 0, os) == DI_OK;
+    if (g_async_ref) ok = ok && generate_steps(g_async_ref, prompts, plen, S, temp, 0, orf) == DI_OK;
     if (!ok) return -1;
     for (int i = 0; i < S; i++)
         for (int j = 0; j < GEN_NEW; j++) {
             int kept = j == 0 || kept_at(S, j - 1, i);
-            if (kept && os[i][j] != oa[i][j]) {
-                fprintf(stderr, "    %s, %d prompts%s, temperature %.1f: prompt %d token %d: sync %d, async %d\n", label,
-                        S, mode == 2 ? " (a forward between)" : "", (double)temp, i, j, os[i][j], oa[i][j]);
+            if (kept && (os[i][j] != oa[i][j] || (g_async_ref && orf[i][j] != os[i][j]))) {
+                fprintf(stderr, "    %s, %d prompts%s, temperature %.1f: prompt %d token %d: sync %d, async %d, "
+                        "reference %d\n", label, S, mode == 2 ? " (a forward between)" : "", (double)temp, i, j,
+                        os[i][j], oa[i][j], g_async_ref ? orf[i][j] : os[i][j]);
                 return 0;
             }
         }

@@ -19,7 +19,13 @@
  *    would return at once and the host would read stale memory);
  *  - host_alloc / host_free: malloc / free (the pinned memory);
  *  - sample: the host sampler row by row (di_step_sample_rows_host; the CUDA sampler is
- *    bit-identical to it).
+ *    bit-identical to it);
+ *  - with g_fs.lanes set, a side lane (backend.h side_begin / side_end / side_resume /
+ *    side_join; sync, download, copies and graph boundaries join it, as on CUDA): the stream
+ *    runs the side lane's ops as late as their join allows (FS_LANES_LATE) or as early as their
+ *    fork allows (FS_LANES_EARLY), the two extreme orders of two concurrent lanes, so an op that
+ *    needs the other lane's result without a join, or writes what the other lane reads,
+ *    changes the outcome.
  * Violations are counted in g_fs.violations (first message in g_fs.why) and fail the call that
  * found them. One fake per process (static state); include once per test, after test_util.h. */
 #ifndef DI_FAKE_STREAM_BACKEND_H
@@ -36,13 +42,17 @@
 typedef enum {
     FS_EMBED, FS_RMSNORM, FS_ADD_RMSNORM, FS_SILU_MUL, FS_ADD, FS_GATHER, FS_MATMUL, FS_BMM, FS_ROPE, FS_KV_WRITE,
     FS_KV_COPY, FS_MLA_PREFILL, FS_MLA_DECODE, FS_ROUTE, FS_EXPERTS, FS_LAYERNORM, FS_INDEXER, FS_SAMPLE,
-    FS_MEMSET, FS_COPY, FS_COPY_OUT
+    FS_MEMSET, FS_COPY, FS_COPY_OUT, FS_FORK, FS_JOIN /* the lane markers */
 } fs_kind;
+
+enum { FS_LANES_OFF, FS_LANES_LATE, FS_LANES_EARLY };
 
 /* One queued op: its kind, its arguments by value, and an owned buffer (upload's snapshot,
  * kv_copy_blocks' host block lists). */
 typedef struct fs_op {
     fs_kind kind;
+    int lane;              /* 1: issued on the side lane */
+    int done;              /* ran ahead of its queue position (side lane, FS_LANES_EARLY) */
     void *p[8];            /* pointer arguments in signature order */
     int i[8];              /* int arguments in signature order */
     size_t z[2];           /* size arguments */
@@ -72,6 +82,9 @@ static struct {
     long fence_last[DI_BACKEND_FENCES]; /* queue position + 1 of the last copy_out marked f; 0: none */
     long base;              /* ops dropped from the queue's front (positions stay absolute) */
     int copy_in_deferred;
+    int lanes;              /* FS_LANES_*: side lane offered, and how the stream orders it */
+    int on_side, forked;    /* ops go to the side lane; a fork not joined yet */
+    long forks;
     long captures, launches, ran, copies_in, copies_out, fence_waits;
     int violations;
     char why[256];
@@ -93,8 +106,26 @@ static inline void fs_push(fs_list *l, const fs_op *op) {
     l->ops[l->n++] = *op;
 }
 
-/* Queues op (or adds it to the graph being captured). */
-static inline void fs_issue(const fs_op *op) { fs_push(g_fs.capture ? g_fs.capture : &g_fs.queue, op); }
+/* Queues op (or adds it to the graph being captured), on the current lane. */
+static inline void fs_issue(const fs_op *op) {
+    fs_op o = *op;
+    o.lane = g_fs.on_side;
+    fs_push(g_fs.capture ? g_fs.capture : &g_fs.queue, &o);
+}
+
+/* A lane marker (FS_FORK / FS_JOIN) on the main lane. */
+static inline void fs_marker(fs_kind k) {
+    fs_op o = {.kind = k};
+    fs_push(g_fs.capture ? g_fs.capture : &g_fs.queue, &o);
+}
+
+/* Joins an unjoined side lane (what sync, download, copies and graph boundaries do on CUDA). */
+static inline void fs_rejoin(void) {
+    g_fs.on_side = 0;
+    if (!g_fs.forked) return;
+    g_fs.forked = 0;
+    fs_marker(FS_JOIN);
+}
 
 static inline void fs_sample_rows(int32_t *tokens, int32_t *status, const float *logits, int n, int V,
                                   const di_sample_row *rows) {
@@ -144,21 +175,50 @@ static inline void fs_run(fs_op *o) {
     case FS_MEMSET: memset(p[0], i[0], o->z[0]); break;
     case FS_COPY: memcpy(p[0], o->blob ? o->blob : p[1], o->z[0]); break;
     case FS_COPY_OUT: memcpy(p[0], p[1], o->z[0]); break;
+    case FS_FORK:
+    case FS_JOIN: break; /* (handled by fs_drain) */
     }
     g_fs.ran++;
 }
 
-/* Runs the queue up to absolute position `until` (exclusive), or all of it with -1. */
+static inline void fs_run_free(fs_op *o) {
+    fs_run(o);
+    o->done = 1;
+    free(o->blob);
+    o->blob = NULL;
+}
+
+/* Runs the queue up to absolute position `until` (exclusive), or all of it with -1. Main-lane
+ * ops run in queue order; side-lane ops (in their own order) at their join (FS_LANES_LATE:
+ * every side op not run yet) or at their fork (FS_LANES_EARLY: the side ops up to the next
+ * join or fork, as the ops after a later fork also wait for the main lane up to that fork).
+ * A fence or sync position always has the join before it (fs_rejoin), so nothing before
+ * `until` is left undone. */
 static inline void fs_drain(long until) {
-    while (g_fs.head < g_fs.queue.n && (until < 0 || g_fs.base + (long)g_fs.head < until)) {
-        fs_op *o = &g_fs.queue.ops[g_fs.head++];
-        fs_run(o);
-        free(o->blob);
-        o->blob = NULL;
+    fs_list *q = &g_fs.queue;
+    size_t i = g_fs.head;
+    for (; i < q->n && (until < 0 || g_fs.base + (long)i < until); i++) {
+        fs_op *o = &q->ops[i];
+        if (o->done) continue;
+        if (o->kind == FS_FORK) {
+            if (g_fs.lanes == FS_LANES_EARLY)
+                for (size_t j = i + 1; j < q->n && q->ops[j].kind != FS_JOIN && q->ops[j].kind != FS_FORK; j++)
+                    if (q->ops[j].lane && !q->ops[j].done) fs_run_free(&q->ops[j]);
+            o->done = 1;
+        } else if (o->kind == FS_JOIN) {
+            for (size_t j = g_fs.head; j < i; j++)
+                if (q->ops[j].lane && !q->ops[j].done) fs_run_free(&q->ops[j]);
+            o->done = 1;
+        } else if (!(o->lane && g_fs.lanes == FS_LANES_LATE)) {
+            fs_run_free(o);
+        }
     }
-    if (g_fs.head == g_fs.queue.n) { /* empty: restart the array, keep positions absolute */
-        g_fs.base += (long)g_fs.queue.n;
-        g_fs.queue.n = g_fs.head = 0;
+    for (size_t j = g_fs.head; j < i; j++) /* (an unjoined tail: only when the drain ran to the end) */
+        if (!q->ops[j].done) fs_run_free(&q->ops[j]);
+    g_fs.head = i;
+    if (g_fs.head == q->n) { /* empty: restart the array, keep positions absolute */
+        g_fs.base += (long)q->n;
+        q->n = g_fs.head = 0;
     }
 }
 
@@ -315,6 +375,7 @@ static void fs_copy_in(di_backend *be, void *dst, const void *src, size_t bytes)
         return;
     }
     g_fs.copies_in++;
+    fs_rejoin();
     if (!bytes) return;
     if (!g_fs.copy_in_deferred) {
         memcpy(dst, src, bytes); /* ahead of every queued op */
@@ -330,6 +391,7 @@ static void fs_copy_out(di_backend *be, void *dst, const void *src, size_t bytes
         return;
     }
     g_fs.copies_out++;
+    fs_rejoin();
     fs_op o = {.kind = FS_COPY_OUT, .p = {dst, (void *)src}, .i = {fence}, .z = {bytes}};
     fs_issue(&o);
     if (!g_fs.capture) g_fs.fence_last[fence] = g_fs.base + (long)g_fs.queue.n;
@@ -352,11 +414,13 @@ static di_status fs_fence_wait(di_backend *be, int fence) {
 static di_status fs_sync(di_backend *be) {
     (void)be;
     if (g_fs.capture) return fs_refuse_in_capture("sync");
+    fs_rejoin();
     fs_drain(-1);
     return DI_OK;
 }
 static di_status fs_download(di_backend *be, void *dst, const void *src, size_t bytes) {
     if (g_fs.capture) return fs_refuse_in_capture("download");
+    fs_rejoin();
     fs_drain(-1);
     return g_fs.orig.download(be, dst, src, bytes);
 }
@@ -372,12 +436,14 @@ static void fs_host_free(di_backend *be, void *ptr) {
 static di_status fs_graph_begin(di_backend *be) {
     (void)be;
     if (g_fs.capture) return fs_refuse_in_capture("graph_begin");
+    fs_rejoin();
     g_fs.capture = (fs_list *)calloc(1, sizeof(fs_list));
     return g_fs.capture ? DI_OK : di_error(DI_ERR_NOMEM, "fake stream: graph");
 }
 static di_status fs_graph_end(di_backend *be, void **graph) {
     (void)be;
     if (!g_fs.capture) return di_error(DI_ERR_INTERNAL, "fake stream: graph_end() without graph_begin()");
+    fs_rejoin();
     *graph = g_fs.capture;
     g_fs.capture = NULL;
     g_fs.captures++;
@@ -387,6 +453,7 @@ static di_status fs_graph_launch(di_backend *be, void *graph) {
     (void)be;
     if (g_fs.capture) return fs_refuse_in_capture("graph_launch");
     const fs_list *gl = (const fs_list *)graph;
+    fs_rejoin();
     for (size_t k = 0; k < gl->n; k++) {
         fs_push(&g_fs.queue, &gl->ops[k]); /* graph ops own no blob (no uploads in captures) */
         if (gl->ops[k].kind == FS_COPY_OUT) g_fs.fence_last[gl->ops[k].i[0]] = g_fs.base + (long)g_fs.queue.n;
@@ -400,6 +467,29 @@ static void fs_graph_free(di_backend *be, void *graph) {
     if (!gl) return;
     free(gl->ops);
     free(gl);
+}
+
+/* The side lane (backend.h), offered when g_fs.lanes is set, for steps of at most 4096 tokens. */
+static int fs_side_begin(di_backend *be, int T) {
+    (void)be;
+    if (!g_fs.lanes || T > 4096 || g_fs.on_side) return 0;
+    fs_marker(FS_FORK);
+    g_fs.forked = g_fs.on_side = 1;
+    g_fs.forks++;
+    return 1;
+}
+static void fs_side_end(di_backend *be) {
+    (void)be;
+    g_fs.on_side = 0;
+}
+static void fs_side_resume(di_backend *be) {
+    (void)be;
+    if (!g_fs.forked || g_fs.on_side) fs_violation("side_resume() without a side lane to resume");
+    else g_fs.on_side = 1;
+}
+static void fs_side_join(di_backend *be) {
+    (void)be;
+    fs_rejoin();
 }
 
 /* Patches be (a CPU backend) into the fake stream; returns it. */
@@ -438,6 +528,10 @@ static inline di_backend *fs_install(di_backend *be) {
     be->graph_end = fs_graph_end;
     be->graph_launch = fs_graph_launch;
     be->graph_free = fs_graph_free;
+    be->side_begin = fs_side_begin;
+    be->side_end = fs_side_end;
+    be->side_resume = fs_side_resume;
+    be->side_join = fs_side_join;
     return be;
 }
 

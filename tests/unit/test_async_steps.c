@@ -9,8 +9,9 @@
  * GPU test's scenario runs on it (async_steps_util.h): for each tail mode (0 / 1 / 2), each
  * order a copy lane may take (copy_in ahead of the queued ops, or in queue order reading its
  * source only then) and each way the graphs come about (a synchronous run first, captured up
- * front, the asynchronous run first), chained steps with prompts leaving the batch and a
- * forward between two steps give the tokens of steps run one by one, bit for bit; the fake sees
+ * front, the asynchronous run first), and with the side lane run late or early, chained steps
+ * with prompts leaving the batch and a forward between two steps give the tokens of steps run
+ * one by one and of the plain CPU model, bit for bit; the fake sees
  * no contract violation (a fence waited on before any copy marked it, an upload, copy or wait
  * inside a capture); graphs were captured and replayed and copies went both ways. */
 #include <stdint.h>
@@ -64,6 +65,35 @@ static di_model *load_fake(const char *dir, int defer) {
     return m;
 }
 
+/* One fake-stream configuration: the scenario on a fresh model, then the fake's own checks. */
+static void run_config(const char *preset, const char *dir, int defer, int lanes, int deferred_in, int how, int *runs,
+                       int *same) {
+    di_model *m = load_fake(dir, defer);
+    if (!m) return;
+    g_fs.copy_in_deferred = deferred_in;
+    g_fs.lanes = lanes;
+    int V = di_model_config_of(m)->vocab_size;
+    static int32_t prompts[GEN_PROMPTS][GEN_MAXP];
+    int plen[GEN_PROMPTS];
+    for (int p = 0; p < GEN_PROMPTS; p++) {
+        plen[p] = 4 + (int)(rnd() % (GEN_MAXP - 4));
+        for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(rnd() % (uint64_t)(V - 2));
+    }
+    char label[200];
+    snprintf(label, sizeof label, "%s, side lane %s, copy_in %s, %s", preset,
+             lanes == FS_LANES_OFF ? "off" : lanes == FS_LANES_LATE ? "late" : "early", deferred_in ? "in order" : "ahead",
+             how == 0 ? "sync first" : how == 1 ? "warmed up" : "async first");
+    async_model_runs(m, prompts, plen, defer, how, label, runs, same);
+    CHECK_MSG(g_fs.violations == 0, "%s: %d contract violations (first: %s)", label, g_fs.violations, g_fs.why);
+    CHECK_MSG(g_fs.captures > 0 && g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.copies_in > 0 &&
+                  g_fs.fence_waits > 0 && (lanes == FS_LANES_OFF) == (g_fs.forks == 0),
+              "%s: the asynchronous paths did not run (captures %ld, launches %ld, copies out %ld, in %ld, fence "
+              "waits %ld, side-lane forks %ld)", label, g_fs.captures, g_fs.launches, g_fs.copies_out, g_fs.copies_in,
+              g_fs.fence_waits, g_fs.forks);
+    di_model_free(m);
+    fs_release();
+}
+
 static void test_async_steps(void) {
 #ifdef __SANITIZE_ADDRESS__
     static const char *const presets[] = {"tiny-v3"}; /* the unoptimized build: one checkpoint */
@@ -71,41 +101,51 @@ static void test_async_steps(void) {
     static const char *const presets[] = {"tiny-v3", "tiny-v2-lite"};
 #endif
     const int n_presets = (int)(sizeof presets / sizeof presets[0]);
-    int runs = 0, same = 0;
+    int runs = 0, same = 0, configs = 0;
     for (int pi = 0; pi < n_presets; pi++) {
         char dir[1024];
         model_dir(presets[pi], dir, sizeof dir);
-        for (int defer = 0; defer < 3; defer++)
+        /* the reference: the plain CPU model (no fake), whose synchronous tokens every run of the
+         * fake must match (so a side-lane race cannot hide in the fake's own synchronous run) */
+        di_model_options o = {0};
+        o.device = DI_DEVICE_CPU;
+        o.n_threads = 2;
+        o.max_batch_tokens = GEN_PROMPTS * GEN_MAXP;
+        o.max_seqs = 16;
+        o.max_context = 128;
+        o.kv_blocks = GEN_PROMPTS * 2 + 1;
+        CHECK_OK(di_model_load(dir, &o, &g_async_ref));
+        for (int defer = 0; defer < 3; defer++) {
+#ifdef __SANITIZE_ADDRESS__
+            /* the unoptimized build: each copy order, each lane order, each way the graphs come
+             * about once */
+            run_config(presets[pi], dir, defer, FS_LANES_OFF, 0, 1, &runs, &same);
+            run_config(presets[pi], dir, defer, FS_LANES_OFF, 1, 2, &runs, &same);
+            run_config(presets[pi], dir, defer, FS_LANES_LATE, 0, 0, &runs, &same);
+            run_config(presets[pi], dir, defer, FS_LANES_EARLY, 1, 2, &runs, &same);
+            configs += 4;
+#else
+            /* no side lane: both copy orders x three ways the graphs come about */
             for (int deferred_in = 0; deferred_in < 2; deferred_in++)
-                for (int how = 0; how < 3; how++) {
-                    di_model *m = load_fake(dir, defer);
-                    if (!m) continue;
-                    g_fs.copy_in_deferred = deferred_in;
-                    int V = di_model_config_of(m)->vocab_size;
-                    static int32_t prompts[GEN_PROMPTS][GEN_MAXP];
-                    int plen[GEN_PROMPTS];
-                    for (int p = 0; p < GEN_PROMPTS; p++) {
-                        plen[p] = 4 + (int)(rnd() % (GEN_MAXP - 4));
-                        for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(rnd() % (uint64_t)(V - 2));
-                    }
-                    char label[160];
-                    snprintf(label, sizeof label, "%s, copy_in %s, %s", presets[pi],
-                             deferred_in ? "in order" : "ahead", how == 0 ? "sync first" : how == 1 ? "warmed up" :
-                                                                                                 "async first");
-                    async_model_runs(m, prompts, plen, defer, how, label, &runs, &same);
-                    CHECK_MSG(g_fs.violations == 0, "%s: %d contract violations (first: %s)", label, g_fs.violations,
-                              g_fs.why);
-                    CHECK_MSG(g_fs.captures > 0 && g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.copies_in > 0 &&
-                                  g_fs.fence_waits > 0,
-                              "%s: the asynchronous paths did not run (captures %ld, launches %ld, copies out %ld, "
-                              "in %ld, fence waits %ld)", label, g_fs.captures, g_fs.launches, g_fs.copies_out,
-                              g_fs.copies_in, g_fs.fence_waits);
-                    di_model_free(m);
-                    fs_release();
-                }
+                for (int how = 0; how < 3; how++, configs++)
+                    run_config(presets[pi], dir, defer, FS_LANES_OFF, deferred_in, how, &runs, &same);
+            /* the side lane run late (synchronous run first, and asynchronous first) and early */
+            run_config(presets[pi], dir, defer, FS_LANES_LATE, 0, 0, &runs, &same);
+            run_config(presets[pi], dir, defer, FS_LANES_LATE, 1, 2, &runs, &same);
+            run_config(presets[pi], dir, defer, FS_LANES_EARLY, 0, 1, &runs, &same);
+            configs += 3;
+#endif
+        }
+        di_model_free(g_async_ref);
+        g_async_ref = NULL;
     }
-    fprintf(stderr, "  async steps on the fake stream: %d/%d runs identical to synchronous steps\n", same, runs);
-    CHECK(runs == n_presets * 3 * 2 * 3 * 8);
+    fprintf(stderr, "  async steps on the fake stream: %d/%d runs identical to synchronous steps and to the plain "
+                    "CPU model\n", same, runs);
+#ifdef __SANITIZE_ADDRESS__
+    CHECK(runs == configs * 8 && configs == n_presets * 12);
+#else
+    CHECK(runs == configs * 8 && configs == n_presets * 27);
+#endif
     CHECK_EQ_INT(same, runs);
 }
 

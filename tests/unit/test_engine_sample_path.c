@@ -20,7 +20,8 @@
  * The asynchronous tests run again with the executor's model on the fake asynchronous stream
  * (fake_stream_backend.h: the CPU backend with queued ops, graphs, copy lanes and fences), so
  * that its steps take the device path of model/decode_async.c, in each tail mode
- * (DEEPINFER_DEFER_TAIL 0 / 1 / 2; mode 1 with the decode graphs captured up front): host-
+ * (DEEPINFER_DEFER_TAIL 0 / 1 / 2; mode 1 with the decode graphs captured up front and the side
+ * lane run late, mode 2 with it run early): host-
  * sampled steps between device steps, chained steps, arrivals, aborts and an injected failed
  * row must give the same tokens there too, and the fake must see no contract violation.
  * The same comparison on the GPU (device sampler, CUDA graphs) is tests/ops/test_cuda_pycoder.c. */
@@ -105,11 +106,13 @@ static di_status failing_collect(void *ctx, int32_t *tok, int32_t *st) {
 static int g_fake = -1; /* >= 0: asynchronous engines run on the fake stream with this tail mode */
 
 /* The executor's model on the fake stream (one at a time), its step state rebuilt for it with
- * DEEPINFER_DEFER_TAIL = defer (mode 1: the decode graphs captured up front, as on CUDA). */
+ * DEEPINFER_DEFER_TAIL = defer (mode 1: the decode graphs captured up front, as on CUDA);
+ * modes 1 and 2 with the side lane, run late and early. */
 static void use_fake_stream(di_executor *ex, int defer, int max_seqs) {
     di_model *m = di_executor_model_of(ex);
     di_model_step_free(m);
     fs_install(di_model_backend(m));
+    g_fs.lanes = defer == 1 ? FS_LANES_LATE : defer == 2 ? FS_LANES_EARLY : FS_LANES_OFF;
     setenv("DEEPINFER_DEFER_TAIL", defer == 2 ? "2" : defer ? "1" : "0", 1);
     CHECK_OK(di_model_step_setup(m));
     unsetenv("DEEPINFER_DEFER_TAIL");
@@ -120,9 +123,9 @@ static void use_fake_stream(di_executor *ex, int defer, int max_seqs) {
 static void fake_stream_done(const char *what) {
     CHECK_MSG(g_fs.violations == 0, "%s on the fake stream (tail mode %d): %d violations (first: %s)", what, g_fake,
               g_fs.violations, g_fs.why);
-    CHECK_MSG(g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.fence_waits > 0,
-              "%s on the fake stream: no device steps (launches %ld, copies out %ld)", what, g_fs.launches,
-              g_fs.copies_out);
+    CHECK_MSG(g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.fence_waits > 0 && (g_fake == 0) == (g_fs.forks == 0),
+              "%s on the fake stream: no device steps (launches %ld, copies out %ld, side-lane forks %ld)", what,
+              g_fs.launches, g_fs.copies_out, g_fs.forks);
     fs_release();
 }
 
