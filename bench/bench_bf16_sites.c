@@ -242,19 +242,23 @@ static void wrap(di_backend *be) {
 
 /* ---- the comparison ---- */
 
-/* max|d| / max|ref| over the kept rows of all-row logits */
-static double kept_err(json_t *c, const float *all, const float *ref, long V) {
-    json_t *rows = json_object_get(c, "rows");
-    double md = 0, mr = 0;
-    for (size_t r = 0; r < json_array_size(rows); r++) {
-        long t = (long)json_integer_value(json_array_get(rows, r));
-        for (long v = 0; v < V; v++) {
-            double d = fabs((double)all[t * V + v] - ref[(long)r * V + v]);
-            md = d > md || d != d ? d : md;
-            mr = fmax(mr, fabs(ref[(long)r * V + v]));
+/* Prefills ids on both models with the routing hooks recording; returns the (token, layer)
+ * decisions that differ and the layer count in *L. */
+static int prefill_both(di_model *mc, di_model *me, json_t *ids, float *lc, float *le, int k, int *L) {
+    const int n = (int)json_array_size(ids);
+    g_rt_calls[0] = g_rt_calls[1] = 0;
+    g_rt_inject = 0;
+    CHECK_OK(rt_prefill(mc, ids, lc));
+    CHECK_OK(rt_prefill(me, ids, le));
+    *L = g_rt_calls[0] < RT_MAXL ? g_rt_calls[0] : RT_MAXL;
+    int diff = 0;
+    for (int t = 0; t < n; t++)
+        for (int l = 0; l < *L; l++) {
+            int dl = 0;
+            for (int j = 0; j < k; j++) dl |= g_rt_idx[0][l][t * k + j] != g_rt_idx[1][l][t * k + j];
+            diff += dl;
         }
-    }
-    return md / mr;
+    return diff;
 }
 
 static void sites_name(unsigned m, char *buf, size_t n) {
@@ -285,23 +289,14 @@ static void run_sites(json_t *man, di_model *mc, di_model *me, unsigned sites) {
             free(ref); free(lc); free(le);
             continue;
         }
-        g_rt_calls[0] = g_rt_calls[1] = 0;
-        g_rt_inject = 0;
-        CHECK_OK(rt_prefill(mc, ids, lc));
-        CHECK_OK(rt_prefill(me, ids, le));
-        int L = g_rt_calls[0] < RT_MAXL ? g_rt_calls[0] : RT_MAXL;
-        for (int t = 0; t < n; t++)
-            for (int l = 0; l < L; l++) {
-                int dl = 0;
-                for (int j = 0; j < k; j++) dl |= g_rt_idx[0][l][t * k + j] != g_rt_idx[1][l][t * k + j];
-                total_diff += dl;
-            }
+        int L = 0;
+        total_diff += prefill_both(mc, me, ids, lc, le, k, &L);
         total += L * n;
         char tag[160];
         snprintf(tag, sizeof tag, "%s/%s", name, json_string_value(json_object_get(c, "name")));
         primary += rt_flip_margins(tag, n, L, k);
-        worst = fmax(worst, kept_err(c, le, ref, V));
-        worst_cpu = fmax(worst_cpu, kept_err(c, lc, ref, V));
+        worst = fmax(worst, pg_kept_err(c, le, ref, V));
+        worst_cpu = fmax(worst_cpu, pg_kept_err(c, lc, ref, V));
         free(ref); free(lc); free(le);
     }
     printf("%-32s decisions differing %4d of %d (primary flips %3d); logits vs transformers %.3e (fp32 CPU %.1e)\n",
@@ -379,17 +374,8 @@ static void run_golden(json_t *man, const unsigned *list, int n_list) {
             n_cases++;
             for (int s = 0; s < n_list; s++) {
                 g_sites = list[s];
-                g_rt_calls[0] = g_rt_calls[1] = 0;
-                g_rt_inject = 0;
-                CHECK_OK(rt_prefill(mc, ids, lc));
-                CHECK_OK(rt_prefill(me, ids, le));
-                int L = g_rt_calls[0] < RT_MAXL ? g_rt_calls[0] : RT_MAXL;
-                for (long t = 0; t < n; t++)
-                    for (int l = 0; l < L; l++) {
-                        int dl = 0;
-                        for (int j = 0; j < k; j++) dl |= g_rt_idx[0][l][t * k + j] != g_rt_idx[1][l][t * k + j];
-                        diff[s] += dl;
-                    }
+                int L = 0;
+                diff[s] += prefill_both(mc, me, ids, lc, le, k, &L);
                 if (s == 0) total += L * (int)n;
                 char tag[160];
                 sites_name(list[s], tag, sizeof tag);

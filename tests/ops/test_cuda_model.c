@@ -35,13 +35,8 @@
 #include "route_test_util.h"
 #include "async_steps_util.h"
 
-static uint64_t g_rs = 88172645463325252ull;
-static uint64_t rnd(void) {
-    g_rs ^= g_rs << 13;
-    g_rs ^= g_rs >> 7;
-    g_rs ^= g_rs << 17;
-    return g_rs;
-}
+static unsigned long long g_rs = 88172645463325252ull;
+static uint64_t rnd(void) { return test_xorshift(&g_rs); }
 
 /* checkpoint directory of a golden case (made once per preset/seed/dtype) */
 static const char *case_dir(json_t *c, char *dir, size_t n) {
@@ -319,17 +314,9 @@ static void async_checkpoints(json_t *man, int defer, int *runs, int *same) {
         di_model *m = NULL;
         CHECK_OK(di_model_load(dir, &o, &m));
         if (!m) continue;
-        int V = di_model_config_of(m)->vocab_size;
-        static int32_t prompts[GEN_PROMPTS][GEN_MAXP];
-        int plen[GEN_PROMPTS];
-        for (int p = 0; p < GEN_PROMPTS; p++) {
-            plen[p] = 4 + (int)(rnd() % (GEN_MAXP - 4));
-            for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(rnd() % (uint64_t)(V - 2));
-        }
         /* the first checkpoint with its graphs captured up front, the second with each
          * asynchronous run first, the third with each synchronous run first */
-        async_model_runs(m, prompts, plen, defer, n_done == 1 ? 1 : n_done == 2 ? 2 : 0, strrchr(dir, '/') + 1, runs,
-                         same);
+        async_model_runs(m, &g_rs, defer, n_done == 1 ? 1 : n_done == 2 ? 2 : 0, strrchr(dir, '/') + 1, runs, same);
         di_model_free(m);
     }
 }

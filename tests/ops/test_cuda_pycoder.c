@@ -120,21 +120,6 @@ static void test_golden(void) {
 
 /* ---------------------------------------------------------------- routing ---- */
 
-/* max|d| / max|ref| over the kept rows of all-row logits */
-static double kept_err(json_t *c, const float *all, const float *ref, long V) {
-    json_t *rows = json_object_get(c, "rows");
-    double md = 0, mr = 0;
-    for (size_t r = 0; r < json_array_size(rows); r++) {
-        long t = (long)json_integer_value(json_array_get(rows, r));
-        for (long v = 0; v < V; v++) {
-            double d = fabs((double)all[t * V + v] - ref[(long)r * V + v]);
-            md = d > md || d != d ? d : md;
-            mr = fmax(mr, fabs(ref[(long)r * V + v]));
-        }
-    }
-    return md / mr;
-}
-
 static void test_routing(void) {
     json_t *man = pg_manifest();
     if (!man) return;
@@ -193,7 +178,7 @@ static void test_routing(void) {
         g_rt_inject = 1;
         CHECK_OK(rt_prefill(mg, ids, li));
         g_rt_inject = 0;
-        double eg = kept_err(c, lg, ref, V), ei = kept_err(c, li, ref, V);
+        double eg = pg_kept_err(c, lg, ref, V), ei = pg_kept_err(c, li, ref, V);
         fprintf(stderr, "  %-18s n=%-4d routing decisions that differ CPU vs GPU: %d of %d (%d tokens); GPU vs "
                         "transformers %.3e, with the CPU's routing %.3e (manifest: route margin min %.2e, %lld "
                         "decisions < 1e-3)\n", name, n, diff, L * n, toks, eg, ei,

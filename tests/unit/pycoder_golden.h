@@ -151,4 +151,19 @@ static int pg_compare(json_t *man, json_t *c, const float *ref, const char *mode
     else free(got);
     return 0;
 }
+/* max|d| / max|ref| of all-row logits `all` [n, V] against case c's reference rows (its kept
+ * rows, [rows, V]); NaN if any compared value is NaN */
+static inline double pg_kept_err(json_t *c, const float *all, const float *ref, long V) {
+    json_t *rows = json_object_get(c, "rows");
+    double md = 0, mr = 0;
+    for (size_t r = 0; r < json_array_size(rows); r++) {
+        long t = (long)json_integer_value(json_array_get(rows, r));
+        for (long v = 0; v < V; v++) {
+            double d = fabs((double)all[t * V + v] - ref[(long)r * V + v]);
+            md = d > md || d != d ? d : md;
+            mr = fmax(mr, fabs(ref[(long)r * V + v]));
+        }
+    }
+    return md / mr;
+}
 #endif

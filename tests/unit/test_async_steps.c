@@ -26,13 +26,7 @@
 #include "fake_stream_backend.h"
 #include "async_steps_util.h"
 
-static uint64_t g_rs = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-    g_rs ^= g_rs << 13;
-    g_rs ^= g_rs >> 7;
-    g_rs ^= g_rs << 17;
-    return g_rs;
-}
+static unsigned long long g_rs = 0x9e3779b97f4a7c15ull; /* the prompts' random stream */
 
 /* A tiny checkpoint made once per test run in the build directory. */
 static const char *model_dir(const char *preset, char *dir, size_t n) {
@@ -44,9 +38,8 @@ static const char *model_dir(const char *preset, char *dir, size_t n) {
     return dir;
 }
 
-/* The model on the CPU with its backend turned into the fake stream and its step state rebuilt
- * for it (graphs and asynchronous steps on, DEEPINFER_DEFER_TAIL = defer). */
-static di_model *load_fake(const char *dir, int defer) {
+/* The checkpoint on the CPU, sized for the scenario. */
+static di_model *load_cpu(const char *dir) {
     di_model_options o = {0};
     o.device = DI_DEVICE_CPU;
     o.n_threads = 2;
@@ -56,6 +49,13 @@ static di_model *load_fake(const char *dir, int defer) {
     o.kv_blocks = GEN_PROMPTS * 2 + 1; /* + SCRATCH_BLOCK */
     di_model *m = NULL;
     CHECK_OK(di_model_load(dir, &o, &m));
+    return m;
+}
+
+/* The model on the CPU with its backend turned into the fake stream and its step state rebuilt
+ * for it (graphs and asynchronous steps on, DEEPINFER_DEFER_TAIL = defer). */
+static di_model *load_fake(const char *dir, int defer) {
+    di_model *m = load_cpu(dir);
     if (!m) return NULL;
     di_model_step_free(m); /* set up for the plain CPU backend: no graphs, synchronous steps */
     fs_install(di_model_backend(m));
@@ -72,18 +72,11 @@ static void run_config(const char *preset, const char *dir, int defer, int lanes
     if (!m) return;
     g_fs.copy_in_deferred = deferred_in;
     g_fs.lanes = lanes;
-    int V = di_model_config_of(m)->vocab_size;
-    static int32_t prompts[GEN_PROMPTS][GEN_MAXP];
-    int plen[GEN_PROMPTS];
-    for (int p = 0; p < GEN_PROMPTS; p++) {
-        plen[p] = 4 + (int)(rnd() % (GEN_MAXP - 4));
-        for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(rnd() % (uint64_t)(V - 2));
-    }
     char label[200];
     snprintf(label, sizeof label, "%s, side lane %s, copy_in %s, %s", preset,
              lanes == FS_LANES_OFF ? "off" : lanes == FS_LANES_LATE ? "late" : "early", deferred_in ? "in order" : "ahead",
              how == 0 ? "sync first" : how == 1 ? "warmed up" : "async first");
-    async_model_runs(m, prompts, plen, defer, how, label, runs, same);
+    async_model_runs(m, &g_rs, defer, how, label, runs, same);
     CHECK_MSG(g_fs.violations == 0, "%s: %d contract violations (first: %s)", label, g_fs.violations, g_fs.why);
     CHECK_MSG(g_fs.captures > 0 && g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.copies_in > 0 &&
                   g_fs.fence_waits > 0 && (lanes == FS_LANES_OFF) == (g_fs.forks == 0),
@@ -107,14 +100,7 @@ static void test_async_steps(void) {
         model_dir(presets[pi], dir, sizeof dir);
         /* the reference: the plain CPU model (no fake), whose synchronous tokens every run of the
          * fake must match (so a side-lane race cannot hide in the fake's own synchronous run) */
-        di_model_options o = {0};
-        o.device = DI_DEVICE_CPU;
-        o.n_threads = 2;
-        o.max_batch_tokens = GEN_PROMPTS * GEN_MAXP;
-        o.max_seqs = 16;
-        o.max_context = 128;
-        o.kv_blocks = GEN_PROMPTS * 2 + 1;
-        CHECK_OK(di_model_load(dir, &o, &g_async_ref));
+        g_async_ref = load_cpu(dir);
         for (int defer = 0; defer < 3; defer++) {
 #ifdef __SANITIZE_ADDRESS__
             /* the unoptimized build: each copy order, each lane order, each way the graphs come

@@ -46,4 +46,11 @@ static inline const char *test_src_path(const char *rel) {
     snprintf(b, sizeof buf[0], "%s/%s", root ? root : ".", rel);
     return b;
 }
+/* xorshift64: the tests' reproducible stream of pseudo-random numbers (*s != 0) */
+static inline unsigned long long test_xorshift(unsigned long long *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
 #endif
