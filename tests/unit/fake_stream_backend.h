@@ -25,7 +25,11 @@
  *    runs the side lane's ops as late as their join allows (FS_LANES_LATE) or as early as their
  *    fork allows (FS_LANES_EARLY), the two extreme orders of two concurrent lanes, so an op that
  *    needs the other lane's result without a join, or writes what the other lane reads,
- *    changes the outcome.
+ *    changes the outcome;
+ *  - fs_extensions(be) adds the CUDA backend's optional fused ops as the compositions backend.h
+ *    defines them bit for bit (rope_kv_write, mla_decode_uv, moe_experts_shared up to 4 tokens,
+ *    moe_experts_defer + add_rmsnorm_experts from 2 tokens, the result kept in a buffer of the
+ *    fake's), so the model takes the paths it takes on CUDA.
  * Violations are counted in g_fs.violations (first message in g_fs.why) and fail the call that
  * found them. One fake per process (static state); include once per test, after test_util.h. */
 #ifndef DI_FAKE_STREAM_BACKEND_H
@@ -90,6 +94,15 @@ static struct {
     char why[256];
     di_sampler *sampler;
     int sampler_vocab;
+    float *bufs[64];        /* the fused ops' temporaries (kept: captured ops point at them) */
+    size_t buf_floats[64];
+    int n_bufs;
+    float *deferred;        /* moe_experts_defer's result, for the next add_rmsnorm_experts */
+    const void *def_scratch; /* and the arguments that call must repeat */
+    const float *def_w;
+    int def_k, def_T;
+    long fused[5];          /* calls that took each fused op: rope_kv_write, mla_decode_uv,
+                             * moe_experts_shared, moe_experts_defer, add_rmsnorm_experts */
 } g_fs;
 
 static inline void fs_violation(const char *msg) {
@@ -535,6 +548,85 @@ static inline di_backend *fs_install(di_backend *be) {
     return be;
 }
 
+/* ---- the CUDA backend's fused ops as their backend.h compositions (fs_extensions) ---- */
+
+/* A temporary of at least n floats for fused op `slot` (0: deferred experts, 1: shared gate/up,
+ * 2: shared SiLU-mul); grows by allocating a new one (captured ops keep the old). */
+static inline float *fs_buf(int slot, size_t n) {
+    for (int i = g_fs.n_bufs - 1; i >= 0; i--)
+        if (i % 3 == slot && g_fs.buf_floats[i] >= n) return g_fs.bufs[i];
+    while (g_fs.n_bufs % 3 != slot) g_fs.bufs[g_fs.n_bufs++] = NULL; /* keep slot = index % 3 */
+    if (g_fs.n_bufs >= 64) abort();
+    g_fs.buf_floats[g_fs.n_bufs] = n;
+    float *b = g_fs.bufs[g_fs.n_bufs++] = (float *)malloc(n * sizeof(float));
+    if (!b) abort();
+    return b;
+}
+
+static void fs_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, void *kv, int ldkv, int kv_rope,
+                             void *cache, const int32_t *slots, int W, const int32_t *positions, int T,
+                             const di_rope_params *rp, const di_weight *kv_norm, float eps) {
+    g_fs.fused[0]++;
+    if (kv && kv_norm) be->rmsnorm(be, kv, ldkv, kv, ldkv, kv_norm, eps, T, kv_rope);
+    if (n_heads > 0) be->rope(be, q, ldq, n_heads, hsq, positions, T, rp);
+    if (kv) {
+        be->rope(be, (float *)kv + kv_rope, ldkv, 1, ldkv, positions, T, rp);
+        be->kv_write(be, cache, kv, ldkv, slots, T, W);
+    }
+}
+static void fs_mla_decode_uv(di_backend *be, void *o, int ldo, int hso, void *olat, const void *qt, const void *qpe,
+                             int ldqpe, int hsqpe, const void *cache, const di_attn_batch *ab, int seq_begin,
+                             int seq_end, const di_mla_dims *d, const di_weight *w_uv, int n_tokens) {
+    g_fs.fused[1]++;
+    be->mla_decode(be, olat, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d);
+    be->bmm(be, o, ldo, hso, olat, d->n_heads * d->kv_rank, d->kv_rank, w_uv, n_tokens);
+}
+static int fs_moe_experts_shared(di_backend *be, void *out, const void *x, const int32_t *idx, const float *w, int k,
+                                 const di_weight *gate_up, const di_weight *down, const di_weight *sh_gate_up,
+                                 const di_weight *sh_down, int T, void *scratch, size_t scratch_bytes) {
+    if (T > 4) return 0;
+    g_fs.fused[2]++;
+    const int D = gate_up->cols, Is = sh_down->cols;
+    be->moe_experts(be, out, x, idx, w, k, gate_up, down, T, scratch, scratch_bytes);
+    float *gu = fs_buf(1, (size_t)T * 2 * Is), *a = fs_buf(2, (size_t)T * Is);
+    be->matmul(be, gu, 2 * Is, x, D, sh_gate_up, T, 0);
+    be->silu_mul(be, a, gu, T, Is);
+    be->matmul(be, out, D, a, Is, sh_down, T, DI_MM_ACCUMULATE);
+    return 1;
+}
+static int fs_moe_experts_defer(di_backend *be, const void *x, const int32_t *idx, const float *w, int k,
+                                const di_weight *gate_up, const di_weight *down, int T, void *scratch,
+                                size_t scratch_bytes) {
+    if (T < 2) return 0;
+    g_fs.fused[3]++;
+    g_fs.deferred = fs_buf(0, (size_t)T * gate_up->cols);
+    g_fs.def_scratch = scratch;
+    g_fs.def_w = w;
+    g_fs.def_k = k;
+    g_fs.def_T = T;
+    be->moe_experts(be, g_fs.deferred, x, idx, w, k, gate_up, down, T, scratch, scratch_bytes);
+    return 1;
+}
+static void fs_add_rmsnorm_experts(di_backend *be, float *h, const void *scratch, const float *topk_w, int k,
+                                   void *out, float *out_f32, const di_weight *w, float eps, int T, int D) {
+    if (!g_fs.deferred || scratch != g_fs.def_scratch || topk_w != g_fs.def_w || k != g_fs.def_k || T != g_fs.def_T) {
+        fs_violation("add_rmsnorm_experts() without a moe_experts_defer() of the same scratch, weights, k and T");
+        return;
+    }
+    g_fs.fused[4]++;
+    be->add_rmsnorm(be, h, g_fs.deferred, out, out_f32, w, eps, T, D);
+    g_fs.deferred = NULL;
+}
+
+/* Adds the fused ops to a backend fs_install patched. */
+static inline void fs_extensions(di_backend *be) {
+    be->rope_kv_write = fs_rope_kv_write;
+    be->mla_decode_uv = fs_mla_decode_uv;
+    be->moe_experts_shared = fs_moe_experts_shared;
+    be->moe_experts_defer = fs_moe_experts_defer;
+    be->add_rmsnorm_experts = fs_add_rmsnorm_experts;
+}
+
 /* Frees the fake's own state; after di_model_free (whose step teardown still uses the patched
  * ops: host_free, graph_free, sync). */
 static inline void fs_release(void) {
@@ -543,5 +635,8 @@ static inline void fs_release(void) {
     g_fs.queue.ops = NULL;
     g_fs.queue.n = g_fs.queue.cap = g_fs.head = 0;
     g_fs.sampler = NULL;
+    for (int i = 0; i < g_fs.n_bufs; i++) free(g_fs.bufs[i]);
+    g_fs.n_bufs = 0;
+    g_fs.deferred = NULL;
 }
 #endif

@@ -72,12 +72,20 @@ static void run_config(const char *preset, const char *dir, int defer, int lanes
     if (!m) return;
     g_fs.copy_in_deferred = deferred_in;
     g_fs.lanes = lanes;
+    if (lanes != FS_LANES_OFF || deferred_in) fs_extensions(di_model_backend(m)); /* CUDA's fused ops too */
     char label[200];
-    snprintf(label, sizeof label, "%s, side lane %s, copy_in %s, %s", preset,
+    snprintf(label, sizeof label, "%s, side lane %s, copy_in %s, %s%s", preset,
              lanes == FS_LANES_OFF ? "off" : lanes == FS_LANES_LATE ? "late" : "early", deferred_in ? "in order" : "ahead",
-             how == 0 ? "sync first" : how == 1 ? "warmed up" : "async first");
+             how == 0 ? "sync first" : how == 1 ? "warmed up" : "async first",
+             lanes != FS_LANES_OFF || deferred_in ? ", fused ops" : "");
     async_model_runs(m, &g_rs, defer, how, label, runs, same);
     CHECK_MSG(g_fs.violations == 0, "%s: %d contract violations (first: %s)", label, g_fs.violations, g_fs.why);
+    if (lanes != FS_LANES_OFF || deferred_in) /* each fused op taken: with the side lane the deferred
+                                               * experts, without it the shared ones */
+        CHECK_MSG(g_fs.fused[0] > 0 && g_fs.fused[1] > 0 &&
+                      (lanes != FS_LANES_OFF ? g_fs.fused[3] > 0 && g_fs.fused[4] == g_fs.fused[3] : g_fs.fused[2] > 0),
+                  "%s: fused ops taken: rope_kv_write %ld, mla_decode_uv %ld, shared %ld, defer %ld / %ld", label,
+                  g_fs.fused[0], g_fs.fused[1], g_fs.fused[2], g_fs.fused[3], g_fs.fused[4]);
     CHECK_MSG(g_fs.captures > 0 && g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.copies_in > 0 &&
                   g_fs.fence_waits > 0 && (lanes == FS_LANES_OFF) == (g_fs.forks == 0),
               "%s: the asynchronous paths did not run (captures %ld, launches %ld, copies out %ld, in %ld, fence "
