@@ -21,7 +21,7 @@
  * (fake_stream_backend.h: the CPU backend with queued ops, graphs, copy lanes and fences), so
  * that its steps take the device path of model/decode_async.c, in each tail mode
  * (DEEPINFER_DEFER_TAIL 0 / 1 / 2; mode 1 with the decode graphs captured up front and the side
- * lane run late, mode 2 with it run early): host-
+ * lane run late, mode 2 with it run early, both with the fused ops): host-
  * sampled steps between device steps, chained steps, arrivals, aborts and an injected failed
  * row must give the same tokens there too, and the fake must see no contract violation.
  * The same comparison on the GPU (device sampler, CUDA graphs) is tests/ops/test_cuda_pycoder.c. */
@@ -113,6 +113,7 @@ static void use_fake_stream(di_executor *ex, int defer, int max_seqs) {
     di_model_step_free(m);
     fs_install(di_model_backend(m));
     g_fs.lanes = defer == 1 ? FS_LANES_LATE : defer == 2 ? FS_LANES_EARLY : FS_LANES_OFF;
+    if (defer) fs_extensions(di_model_backend(m)); /* and CUDA's fused ops */
     setenv("DEEPINFER_DEFER_TAIL", defer == 2 ? "2" : defer ? "1" : "0", 1);
     CHECK_OK(di_model_step_setup(m));
     unsetenv("DEEPINFER_DEFER_TAIL");
@@ -123,7 +124,8 @@ static void use_fake_stream(di_executor *ex, int defer, int max_seqs) {
 static void fake_stream_done(const char *what) {
     CHECK_MSG(g_fs.violations == 0, "%s on the fake stream (tail mode %d): %d violations (first: %s)", what, g_fake,
               g_fs.violations, g_fs.why);
-    CHECK_MSG(g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.fence_waits > 0 && (g_fake == 0) == (g_fs.forks == 0),
+    CHECK_MSG(g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.fence_waits > 0 && (g_fake == 0) == (g_fs.forks == 0) &&
+                  (g_fake == 0) == (g_fs.fused[0] == 0),
               "%s on the fake stream: no device steps (launches %ld, copies out %ld, side-lane forks %ld)", what,
               g_fs.launches, g_fs.copies_out, g_fs.forks);
     fs_release();
