@@ -8,8 +8,8 @@
  *    the "stream" runs them in order only when the host waits (download, sync, fence_wait), as
  *    a GPU that is always behind the host would;
  *  - graph_begin / graph_end capture the ops issued in between into a graph; graph_launch
- *    queues a copy of them; upload, copy_in, download, sync and fence_wait inside a capture
- *    are contract violations (the CUDA backend refuses them too);
+ *    queues a copy of them; upload, copy_in, download, sync, fence_wait and kv_copy_blocks
+ *    inside a capture are contract violations (the CUDA backend refuses the first five);
  *  - copy_in runs at once, ahead of the queued ops (a copy lane does not wait for them; the
  *    backend.h contract says no queued op touches its destination), or, with
  *    g_fs.copy_in_deferred, in queue order reading its source only then (the contract keeps
@@ -302,6 +302,10 @@ static void fs_kv_write(di_backend *be, void *cache, const void *kv, int ldkv, c
 static void fs_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,
                               const int32_t *src, const int32_t *dst, int n) {
     (void)be;
+    if (g_fs.capture) { /* its host block lists are the caller's now, not at each replay */
+        (void)fs_refuse_in_capture("kv_copy_blocks");
+        return;
+    }
     fs_op o = {.kind = FS_KV_COPY, .p = {cache}, .i = {n_layers, W, n}, .z = {layer_stride}};
     o.blob = malloc((size_t)(2 * n + 1) * sizeof(int32_t)); /* host arrays: copied now */
     if (!o.blob) abort();
