@@ -38,6 +38,10 @@ static di_status scratch_forward(di_model *m) {
 }
 static int kept_at(int S, int step, int i) { return step < 10 || i == 0 || (step < 20 ? i != 1 : i % 2 == 0); }
 
+/* Optional: called after each asynchronous decode step's launch (and the previous step's
+ * collect) with the step index (a test measuring what one step costs). */
+static void (*g_async_step_hook)(int step);
+
 static di_status generate_steps(di_model *m, int32_t prompts[][GEN_MAXP], const int *plen, int S, float temp,
                                 int async, int32_t out[][GEN_NEW]) {
     int nb = (GEN_MAXP + GEN_NEW + 63) / 64;
@@ -94,6 +98,7 @@ static di_status generate_steps(di_model *m, int32_t prompts[][GEN_MAXP], const 
                 DI_TRY(di_model_sample_collect(m, tok, st));
                 for (int k = 0; k < n_prev; k++) out[prev[k]][step] = tok[k];
             }
+            if (g_async_step_hook) g_async_step_hook(step);
         }
         memcpy(prev, list, (size_t)n * sizeof(int32_t));
         n_prev = n;

@@ -90,6 +90,7 @@ static struct {
     int on_side, forked;    /* ops go to the side lane; a fork not joined yet */
     long forks;
     long captures, launches, ran, copies_in, copies_out, fence_waits;
+    long uploads, downloads, syncs, allocs, host_allocs; /* host <-> device traffic and allocations */
     int violations;
     char why[256];
     di_sampler *sampler;
@@ -379,6 +380,7 @@ static void fs_upload(di_backend *be, void *dst, const void *src, size_t bytes) 
         (void)fs_refuse_in_capture("upload");
         return;
     }
+    g_fs.uploads++;
     fs_op o = {.kind = FS_COPY, .p = {dst}, .z = {bytes}};
     o.blob = malloc(bytes); /* staged now: the caller may reuse src at once */
     if (!o.blob) abort();
@@ -431,18 +433,21 @@ static di_status fs_fence_wait(di_backend *be, int fence) {
 static di_status fs_sync(di_backend *be) {
     (void)be;
     if (g_fs.capture) return fs_refuse_in_capture("sync");
+    g_fs.syncs++;
     fs_rejoin();
     fs_drain(-1);
     return DI_OK;
 }
 static di_status fs_download(di_backend *be, void *dst, const void *src, size_t bytes) {
     if (g_fs.capture) return fs_refuse_in_capture("download");
+    g_fs.downloads++;
     fs_rejoin();
     fs_drain(-1);
     return g_fs.orig.download(be, dst, src, bytes);
 }
 static di_status fs_host_alloc(di_backend *be, size_t bytes, void **out) {
     (void)be;
+    g_fs.host_allocs++;
     *out = malloc(bytes ? bytes : 1);
     return *out ? DI_OK : di_error(DI_ERR_NOMEM, "fake stream: host_alloc(%zu)", bytes);
 }
@@ -484,6 +489,11 @@ static void fs_graph_free(di_backend *be, void *graph) {
     if (!gl) return;
     free(gl->ops);
     free(gl);
+}
+
+static di_status fs_alloc(di_backend *be, size_t bytes, void **out) {
+    g_fs.allocs++;
+    return g_fs.orig.alloc(be, bytes, out);
 }
 
 /* The side lane (backend.h), offered when g_fs.lanes is set, for steps of at most 4096 tokens. */
@@ -536,6 +546,7 @@ static inline di_backend *fs_install(di_backend *be) {
     be->upload = fs_upload;
     be->download = fs_download;
     be->sync = fs_sync;
+    be->alloc = fs_alloc;
     be->host_alloc = fs_host_alloc;
     be->host_free = fs_host_free;
     be->copy_in = fs_copy_in;

@@ -13,7 +13,9 @@
  * with prompts leaving the batch and a forward between two steps give the tokens of steps run
  * one by one and of the plain CPU model, bit for bit; the fake sees
  * no contract violation (a fence waited on before any copy marked it, an upload, copy or wait
- * inside a capture); graphs were captured and replayed and copies went both ways. */
+ * inside a capture); graphs were captured and replayed and copies went both ways. And a
+ * steady-state asynchronous step costs the host one metadata copy, one graph launch and one
+ * fence wait: no upload, download, sync, allocation or capture. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -143,4 +145,68 @@ static void test_async_steps(void) {
     CHECK_EQ_INT(same, runs);
 }
 
-TEST_MAIN(test_async_steps)
+/* What a steady-state asynchronous decode step costs the host (issue 6: "a step loop with no
+ * device allocation and no needless host-device synchronisation"): between steps 4 and
+ * GEN_NEW - 2 of a second generation (the graphs captured in the first), each step is one
+ * metadata copy in, one graph launch and one fence wait for the previous step's tokens; no
+ * upload, download, sync, allocation or capture. */
+static struct { long in, launches, waits, up, down, syncs, allocs, host_allocs, captures; } g_cost[2];
+static int g_cost_on;
+static void cost_hook(int step) {
+    if (!g_cost_on || (step != 4 && step != GEN_NEW - 2)) return;
+    int k = step != 4;
+    g_cost[k].in = g_fs.copies_in;
+    g_cost[k].launches = g_fs.launches;
+    g_cost[k].waits = g_fs.fence_waits;
+    g_cost[k].up = g_fs.uploads;
+    g_cost[k].down = g_fs.downloads;
+    g_cost[k].syncs = g_fs.syncs;
+    g_cost[k].allocs = g_fs.allocs;
+    g_cost[k].host_allocs = g_fs.host_allocs;
+    g_cost[k].captures = g_fs.captures;
+}
+
+static void test_step_cost(void) {
+    char dir[1024];
+    model_dir("tiny-v3", dir, sizeof dir);
+    g_async_step_hook = cost_hook;
+    for (int defer = 0; defer < 3; defer++) {
+        di_model *m = load_fake(dir, defer);
+        if (!m) continue;
+        g_fs.lanes = defer ? FS_LANES_LATE : FS_LANES_OFF;
+        if (defer) fs_extensions(di_model_backend(m));
+        static int32_t prompts[GEN_PROMPTS][GEN_MAXP], out[GEN_PROMPTS][GEN_NEW];
+        int plen[GEN_PROMPTS];
+        for (int p = 0; p < GEN_PROMPTS; p++) {
+            plen[p] = 8 + p;
+            for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(test_xorshift(&g_rs) % 500);
+        }
+        g_cost_on = 0;
+        CHECK_OK(generate_steps(m, prompts, plen, GEN_PROMPTS, 0.0f, 1, out)); /* captures the graphs */
+        g_cost_on = 1;
+        CHECK_OK(generate_steps(m, prompts, plen, GEN_PROMPTS, 0.9f, 1, out));
+        g_cost_on = 0;
+        const long n = GEN_NEW - 2 - 4;
+        fprintf(stderr, "  tail mode %d: over %ld steady steps: copies in %ld, graph launches %ld, fence waits %ld, "
+                        "uploads %ld, downloads %ld, syncs %ld, allocations %ld + %ld pinned, captures %ld\n", defer, n,
+                g_cost[1].in - g_cost[0].in, g_cost[1].launches - g_cost[0].launches, g_cost[1].waits - g_cost[0].waits,
+                g_cost[1].up - g_cost[0].up, g_cost[1].down - g_cost[0].down, g_cost[1].syncs - g_cost[0].syncs,
+                g_cost[1].allocs - g_cost[0].allocs, g_cost[1].host_allocs - g_cost[0].host_allocs,
+                g_cost[1].captures - g_cost[0].captures);
+        CHECK_EQ_INT(g_cost[1].in - g_cost[0].in, n);
+        CHECK_EQ_INT(g_cost[1].launches - g_cost[0].launches, n);
+        CHECK_EQ_INT(g_cost[1].waits - g_cost[0].waits, n);
+        CHECK_EQ_INT(g_cost[1].up - g_cost[0].up, 0);
+        CHECK_EQ_INT(g_cost[1].down - g_cost[0].down, 0);
+        CHECK_EQ_INT(g_cost[1].syncs - g_cost[0].syncs, 0);
+        CHECK_EQ_INT(g_cost[1].allocs - g_cost[0].allocs, 0);
+        CHECK_EQ_INT(g_cost[1].host_allocs - g_cost[0].host_allocs, 0);
+        CHECK_EQ_INT(g_cost[1].captures - g_cost[0].captures, 0);
+        CHECK(g_fs.violations == 0);
+        di_model_free(m);
+        fs_release();
+    }
+    g_async_step_hook = NULL;
+}
+
+TEST_MAIN(test_async_steps, test_step_cost)
