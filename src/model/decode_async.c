@@ -42,9 +42,9 @@ di_status di_model_step_flush(di_model *m) {
 int di_model_sample_in_flight(const di_model *m) { return m && m->step ? m->step->n_q : 0; }
 
 int di_model_step_tail_mode(const di_model *m, long issued[4]) {
-    _Static_assert(N_AGRAPHS == 4, "di_model_step_tail_mode: four graph kinds");
+    _Static_assert(G_STEP == 4, "di_model_step_tail_mode: the four in-graph-tail kinds");
     const di_step_state *s = m ? m->step : NULL;
-    for (int k = 0; k < N_AGRAPHS; k++) issued[k] = s ? s->issued[k] : 0;
+    for (int k = 0; k < G_STEP; k++) issued[k] = s ? s->issued[k] : 0;
     return s ? s->tail_mode : 0;
 }
 

@@ -12,8 +12,9 @@
  * and stat fields, which are exactly where the next step (parity 1 - p) reads its input ids.
  * A step is a body (embed .. final norm, left in m->x) and a tail (lm_head and sampler; for
  * asynchronous steps with an in-graph tail also the tokens' copy to the host under a fence):
- * the synchronous graph holds both; the graphs of decode_async.c's tail modes (G_BODY,
- * G_FUSED, G_TAIL, G_FULL) are built here from the same pieces (run_body, run_tail).
+ * the step graph (G_STEP) holds both; the graphs of decode_async.c's tail modes (G_BODY,
+ * G_FUSED, G_TAIL, G_FULL) are built from the same pieces (run_body, run_sample, run_tail) and
+ * issued, captured or run eagerly by the same code (di_step_issue).
  * The first step of a (bucket, parity) runs eagerly (creating every lazily built plan), the
  * next captures the graph. Invariants: a graph depends only on (B, parity), never on contexts
  * or tokens (the ops read those from device memory); everything here is allocated in
@@ -102,9 +103,8 @@ void di_model_step_free(di_model *m) {
     }
     for (int i = 0; i < N_BUCKETS; i++)
         for (int k = 0; k < 2; k++) {
-            if (s->graph[i][k] && be->graph_free) be->graph_free(be, s->graph[i][k]);
-            for (int g = 0; g < N_AGRAPHS; g++)
-                if (s->agraph[g][i][k] && be->graph_free) be->graph_free(be, s->agraph[g][i][k]);
+            for (int g = 0; g < N_GRAPH_KINDS; g++)
+                if (s->graph[g][i][k] && be->graph_free) be->graph_free(be, s->graph[g][i][k]);
         }
     be->free(be, s->d_tokens);
     be->free(be, s->d_status);
@@ -317,8 +317,8 @@ static void run_tail(di_model *m, int bi, int q) {
     m->be->copy_out(m->be, m->step->h_tail[q], m->step->d_meta[1 - q], bytes, FENCE_TAIL + q);
 }
 
-/* The ops of deferred-tail graph `kind` of (bi, p) */
-static void emit_async(di_model *m, int kind, int bi, int p) {
+/* The ops of graph `kind` of (bi, p) */
+static void emit(di_model *m, int kind, int bi, int p) {
     if (kind == G_TAIL) {
         run_tail(m, bi, p);
         return;
@@ -326,25 +326,25 @@ static void emit_async(di_model *m, int kind, int bi, int p) {
     if (kind == G_FUSED) run_tail(m, bi, 1 - p);
     run_body(m, bi, p);
     if (kind == G_FULL) run_tail(m, bi, p);
+    if (kind == G_STEP) run_sample(m, bi, p);
 }
 
 /* Whether the ops of graph `kind` of (bi, p) have all run eagerly once (their lazily built
- * plans exist), so the graph may be captured; G_FULL's ops are those of the synchronous step's
- * graph too (body and sampling of (bi, p)) */
+ * plans exist), so the graph may be captured (G_FULL and G_STEP: body and sampling of (bi, p)) */
 static int ops_warm(const di_step_state *s, int kind, int bi, int p) {
     if (kind == G_TAIL) return s->warm_tail[bi][p];
-    if (kind == G_FULL) return s->warm_body[bi][p] && s->warm_tail[bi][p];
+    if (kind == G_FULL || kind == G_STEP) return s->warm_body[bi][p] && s->warm_tail[bi][p];
     return s->warm_body[bi][p] && (kind == G_BODY || s->warm_tail[bi][1 - p]);
 }
 
 /* Captures graph `kind` of (bi, p) (nothing runs); on a failed capture graphs are turned off.
  * Errors: graph_begin's (an earlier asynchronous error it reports, which must not be lost) */
-static di_status capture_async(di_model *m, int kind, int bi, int p) {
+static di_status capture(di_model *m, int kind, int bi, int p) {
     di_step_state *s = m->step;
-    void **g = &s->agraph[kind][bi][p];
+    void **g = &s->graph[kind][bi][p];
     if (*g || !s->graphs_on || !ops_warm(s, kind, bi, p)) return DI_OK;
     DI_TRY(m->be->graph_begin(m->be));
-    emit_async(m, kind, bi, p);
+    emit(m, kind, bi, p);
     if (m->be->graph_end(m->be, g) != DI_OK) {
         *g = NULL;
         s->graphs_on = 0; /* capture failed (nothing ran): later steps run eagerly */
@@ -357,48 +357,31 @@ static di_status capture_async(di_model *m, int kind, int bi, int p) {
  * its ops run eagerly */
 di_status di_step_issue(di_model *m, int kind, int bi, int p) {
     di_step_state *s = m->step;
-    void *g = s->agraph[kind][bi][p];
+    void *g = s->graph[kind][bi][p];
     s->issued[kind]++;
     if (!g) {
-        DI_TRY(capture_async(m, kind, bi, p));
-        g = s->agraph[kind][bi][p];
+        DI_TRY(capture(m, kind, bi, p));
+        g = s->graph[kind][bi][p];
     }
     if (g) { /* G_FUSED once: a replay would rerun the previous step's tail on this body's norm */
         for (int r = 0; r < (kind == G_FUSED ? 1 : s->replays); r++) DI_TRY(m->be->graph_launch(m->be, g));
         return DI_OK;
     }
-    emit_async(m, kind, bi, p);
+    emit(m, kind, bi, p);
     if (kind != G_TAIL) s->warm_body[bi][p] = 1;
     if (kind != G_BODY) s->warm_tail[bi][kind == G_FUSED ? 1 - p : p] = 1;
     return DI_OK;
 }
 
 /* Queues a decode step padded to bucket bi (put_meta), replayed from (or captured into) the
- * graph of (bi, parity), body and sampling; the parity then flips. *parity: the parity used. */
+ * step graph of (bi, parity), body and sampling; the parity then flips. *parity: the parity
+ * used. */
 di_status di_step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
                         const int32_t *at, int *parity) {
-    di_backend *be = m->be;
     di_step_state *s = m->step;
     int p = s->parity;
     di_step_put_meta(m, b, rows, bi, chained, at, p);
-    void **g = &s->graph[bi][p];
-    if (!*g && ops_warm(s, G_FULL, bi, p)) { /* body + sampling ran */
-        DI_TRY(be->graph_begin(be));         /* (an earlier asynchronous error it reports) */
-        run_body(m, bi, p);
-        run_sample(m, bi, p);
-        if (be->graph_end(be, g) != DI_OK) {
-            *g = NULL;
-            s->graphs_on = 0; /* capture failed (nothing ran): later steps run eagerly */
-            di_error_clear();
-        }
-    }
-    if (*g) {
-        for (int r = 0; r < s->replays; r++) DI_TRY(be->graph_launch(be, *g));
-    } else {
-        run_body(m, bi, p);
-        run_sample(m, bi, p);
-        s->warm_body[bi][p] = s->warm_tail[bi][p] = 1;
-    }
+    DI_TRY(di_step_issue(m, G_STEP, bi, p));
     s->parity = 1 - p;
     *parity = p;
     return DI_OK;
@@ -451,7 +434,7 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
     int n = 0;
     for (int bi = 0; bi < N_BUCKETS && di_step_buckets[bi] <= s->max_bucket; bi++) {
         /* both parities: an eager step and a capture each */
-        for (int rep = 0; rep < 4 && !(s->graph[bi][0] && s->graph[bi][1]) && s->graphs_on; rep++) {
+        for (int rep = 0; rep < 4 && !(s->graph[G_STEP][bi][0] && s->graph[G_STEP][bi][1]) && s->graphs_on; rep++) {
             int p = 0;
             di_status st2 = di_step_graph(m, &b, &no_row, bi, 0, NULL, &p);
             if (st2 == DI_OK) st2 = fetch_graph(m, p, bi, 0, &tok, &st);
@@ -459,14 +442,14 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
                 return di_error_context(st2, "warming up the decode graph of %d sequences", di_step_buckets[bi]);
         }
         for (int p = 0; p < 2 && s->tail_mode; p++) /* the in-graph-tail graphs: captured only */
-            for (int kind = 0; kind < N_AGRAPHS; kind++)
+            for (int kind = 0; kind < G_STEP; kind++)
                 if ((kind == G_FULL) == (s->tail_mode == 2)) {
-                    di_status sc = capture_async(m, kind, bi, p);
+                    di_status sc = capture(m, kind, bi, p);
                     if (sc != DI_OK)
                         return di_error_context(sc, "capturing the decode graphs of %d sequences",
                                                 di_step_buckets[bi]);
                 }
-        n += s->graph[bi][0] && s->graph[bi][1];
+        n += s->graph[G_STEP][bi][0] && s->graph[G_STEP][bi][1];
         if (di_step_buckets[bi] >= max_batch) break;
     }
     if (m->be->sync) DI_TRY(m->be->sync(m->be));

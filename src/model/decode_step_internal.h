@@ -57,10 +57,11 @@ typedef struct pending_step {
     int lost;                       /* its tail could not be issued or its wait failed: no results */
 } pending_step;
 
-/* The graphs of asynchronous steps with an in-graph tail, per (bucket, parity p): body(p)
- * alone, the previous step's tail(1 - p) then body(p) (fused), tail(p) alone (deferred tails);
- * body(p) then tail(p) (full: DEEPINFER_DEFER_TAIL=2). */
-enum { G_BODY, G_FUSED, G_TAIL, G_FULL, N_AGRAPHS };
+/* The graphs of a step, per (bucket, parity p): body(p) alone, the previous step's tail(1 - p)
+ * then body(p) (fused), tail(p) alone (deferred tails); body(p) then tail(p) (full:
+ * DEEPINFER_DEFER_TAIL=2); body(p) then sampling(p), the tokens left on the device (the step
+ * graph of di_step_graph: synchronous steps and tail mode 0). */
+enum { G_BODY, G_FUSED, G_TAIL, G_FULL, G_STEP, N_GRAPH_KINDS };
 enum { FENCE_TAIL = 2 }; /* fences FENCE_TAIL + q: the tail of parity q (0, 1: slots) */
 _Static_assert(FENCE_TAIL + 2 <= DI_BACKEND_FENCES, "fences of the deferred tails");
 
@@ -74,12 +75,11 @@ typedef struct di_step_state {
                                            * when async_on */
     unsigned char *h_out[2];        /* pinned tokens + status of a device step in flight (async_on) */
     unsigned char *h_res;           /* tokens + status of a synchronous graph step */
-    void *graph[N_BUCKETS][2];
     int tail_mode;                  /* asynchronous steps' tails (DEEPINFER_DEFER_TAIL, needs async_on):
                                      * 0 in the step's graph, the tokens' copy after it; 1 deferred;
                                      * 2 in the step's graph with the copy inside it */
-    void *agraph[N_AGRAPHS][N_BUCKETS][2];
-    long issued[N_AGRAPHS];         /* graphs of each kind issued (replayed or run eagerly): a test hook */
+    void *graph[N_GRAPH_KINDS][N_BUCKETS][2];
+    long issued[N_GRAPH_KINDS];     /* graphs of each kind issued (replayed or run eagerly): a test hook */
     unsigned char warm_body[N_BUCKETS][2], warm_tail[N_BUCKETS][2]; /* ran eagerly once (a graph of
                                      * them may then be captured: its lazily built plans exist) */
     unsigned char *h_tail[2];       /* pinned tokens + status of the tail of parity q */
