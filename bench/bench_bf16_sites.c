@@ -40,9 +40,10 @@
 #include "core/dtype.h"
 #include "model/model.h"
 
+enum { I_NORM, I_MM, I_ROPE, I_ATTN, I_KVD, I_P, I_SILU, I_EXPI, I_EXPO, N_SITES }; /* site indices */
 enum {
-    S_NORM = 1 << 0, S_MM = 1 << 1, S_ROPE = 1 << 2, S_ATTN = 1 << 3, S_KVD = 1 << 4, S_P = 1 << 5,
-    S_SILU = 1 << 6, S_EXPI = 1 << 7, S_EXPO = 1 << 8, N_SITES = 9, S_ALL = (1 << N_SITES) - 1
+    S_NORM = 1 << I_NORM, S_MM = 1 << I_MM, S_ROPE = 1 << I_ROPE, S_ATTN = 1 << I_ATTN, S_KVD = 1 << I_KVD,
+    S_P = 1 << I_P, S_SILU = 1 << I_SILU, S_EXPI = 1 << I_EXPI, S_EXPO = 1 << I_EXPO, S_ALL = (1 << N_SITES) - 1
 };
 static const char *const site_names[N_SITES] = {"norm", "mm", "rope", "attn", "kvd", "p", "silu", "expi", "expo"};
 
@@ -50,11 +51,10 @@ static unsigned g_sites;   /* the sites the wrapped backend rounds now */
 static di_backend g_orig;  /* the wrapped backend's own ops */
 
 static int g_mant = 7;     /* explicit mantissa bits kept (--mantissa; bf16: 7) */
+static int g_range_only;   /* --range: every site's code path, nothing rounded */
 
 /* x rounded to g_mant explicit mantissa bits, to nearest even (bf16 at 7; fp16's precision,
- * without its range, at 10); NaN and infinities unchanged */
-static int g_range_only; /* --range: every site's code path, nothing rounded */
-
+ * without its range, at 10); NaN and infinities unchanged; x itself with --range */
 static float bf(float x) {
     if (g_range_only) return x;
     if (g_mant == 7) return di_bf16_to_f32(di_f32_to_bf16(x));
@@ -68,9 +68,10 @@ static float bf(float x) {
     return x;
 }
 static double g_absmax[N_SITES]; /* --range: the largest |value| seen at each site (unrounded) */
-static int g_site_now;            /* the site round_rows is called for */
 
-static void round_rows_site(int site, float *p, int rows, int cols, int ld) {
+/* rows x cols values at p (row stride ld), the output of site `site` (I_*): their largest
+ * magnitude noted, then rounded (bf) when the site is on */
+static void round_rows(int site, float *p, int rows, int cols, int ld) {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) {
             float *x = &p[(size_t)r * ld + c];
@@ -78,53 +79,47 @@ static void round_rows_site(int site, float *p, int rows, int cols, int ld) {
             if (g_sites & (1u << site)) *x = bf(*x);
         }
 }
-#define round_rows(p, rows, cols, ld) round_rows_site(g_site_now, p, rows, cols, ld)
 
 /* ---- the wrapped ops (the CPU backend: device pointers are host f32 arrays) ---- */
 
 static void w_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w, float eps,
                       int T, int D) {
     g_orig.rmsnorm(be, out, ldo, x, ldx, w, eps, T, D);
-    g_site_now = 0; round_rows(out, T, D, ldo);
+    round_rows(I_NORM, out, T, D, ldo);
 }
 static void w_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, float *out_f32, const di_weight *w,
                           float eps, int T, int D) {
     g_orig.add_rmsnorm(be, h, delta, out, out_f32, w, eps, T, D);
-    g_site_now = 0; round_rows(out, T, D, D);
+    round_rows(I_NORM, out, T, D, D);
 }
 static void w_silu_mul(di_backend *be, void *out, const void *gu, int T, int I) {
     g_orig.silu_mul(be, out, gu, T, I);
-    g_site_now = 6; round_rows(out, T, I, I);
+    round_rows(I_SILU, out, T, I, I);
 }
 static void w_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx, const di_weight *W, int T,
                      unsigned flags) {
     g_orig.matmul(be, y, ldy, x, ldx, W, T, flags);
-    if (!(flags & DI_MM_OUT_F32)) g_site_now = 1, round_rows(y, T, W->rows, ldy);
+    if (!(flags & DI_MM_OUT_F32)) round_rows(I_MM, y, T, W->rows, ldy);
 }
 static void w_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx, const di_weight *W,
                   int T) {
     g_orig.bmm(be, y, ldy, hsy, x, ldx, hsx, W, T);
-    g_site_now = 1;
     for (int t = 0; t < T; t++)
-        for (int h = 0; h < W->n; h++) round_rows((float *)y + (size_t)t * ldy + (size_t)h * hsy, 1, W->rows, 0);
+        for (int h = 0; h < W->n; h++) round_rows(I_MM, (float *)y + (size_t)t * ldy + (size_t)h * hsy, 1, W->rows, 0);
 }
 static void w_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions, int T,
                    const di_rope_params *rp) {
     g_orig.rope(be, x, ldx, n_heads, hs, positions, T, rp);
-    g_site_now = 2;
     for (int t = 0; t < T; t++)
-        for (int h = 0; h < n_heads; h++) round_rows((float *)x + (size_t)t * ldx + (size_t)h * hs, 1, rp->dim, 0);
+        for (int h = 0; h < n_heads; h++) round_rows(I_ROPE, (float *)x + (size_t)t * ldx + (size_t)h * hs, 1, rp->dim, 0);
 }
 static void w_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
                          const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,
                          const di_mla_dims *d) {
     g_orig.mla_decode(be, out, qt, qpe, ldqpe, hsqpe, cache, ab, seq_begin, seq_end, d);
-    {
-        g_site_now = 3;
-        int t0 = ab->seq_start[seq_begin], t1 = ab->seq_start[seq_end];
-        round_rows((float *)out + (size_t)t0 * d->n_heads * d->kv_rank, t1 - t0, d->n_heads * d->kv_rank,
-                   d->n_heads * d->kv_rank);
-    }
+    int t0 = ab->seq_start[seq_begin], t1 = ab->seq_start[seq_end];
+    round_rows(I_ATTN, (float *)out + (size_t)t0 * d->n_heads * d->kv_rank, t1 - t0, d->n_heads * d->kv_rank,
+               d->n_heads * d->kv_rank);
 }
 
 /* Naive MLA prefill (the CPU op's math, backend.h) with the decompressed K / V (kvd) and the
@@ -141,7 +136,7 @@ static void naive_prefill(di_backend *be, float *out, const float *q, int ldq, c
         memcpy(c + (size_t)j * r, cache + (size_t)slot * Wc, (size_t)r * 4);
     }
     g_orig.matmul(be, kv, H * (dn + dv), c, r, W_kvb, ctx, 0);
-    g_site_now = 4; round_rows(kv, ctx, H * (dn + dv), H * (dn + dv));
+    round_rows(I_KVD, kv, ctx, H * (dn + dv), H * (dn + dv));
     for (int t = t0; t < t1; t++) {
         const int pos = ab->positions[t];
         for (int h = 0; h < H; h++) {
@@ -183,12 +178,9 @@ static void w_mla_prefill(di_backend *be, void *out, const void *q, int ldq, con
     } else {
         g_orig.mla_prefill(be, out, q, ldq, cache, W_kvb, ab, seq_begin, seq_end, d, scratch, scratch_bytes);
     }
-    {
-        g_site_now = 3;
-        int t0 = ab->seq_start[seq_begin], t1 = ab->seq_start[seq_end];
-        round_rows((float *)out + (size_t)t0 * d->n_heads * d->v_dim, t1 - t0, d->n_heads * d->v_dim,
-                   d->n_heads * d->v_dim);
-    }
+    int t0 = ab->seq_start[seq_begin], t1 = ab->seq_start[seq_end];
+    round_rows(I_ATTN, (float *)out + (size_t)t0 * d->n_heads * d->v_dim, t1 - t0, d->n_heads * d->v_dim,
+               d->n_heads * d->v_dim);
 }
 
 /* The routed experts pair by pair through the CPU's matmul on one expert's rows (a view of the
@@ -215,12 +207,12 @@ static void w_moe_experts(di_backend *be, void *out, const void *x, const int32_
             wg.scale = wd.scale = NULL;
             g_orig.matmul(be, gu, 2 * I, (const float *)x + (size_t)t * D, D, &wg, 1, 0);
             g_orig.silu_mul(be, a, gu, 1, I);
-            g_site_now = 7; round_rows(a, 1, I, I);
+            round_rows(I_EXPI, a, 1, I, I);
             g_orig.matmul(be, y, D, a, I, &wd, 1, 0);
-            g_site_now = 8; round_rows(y, 1, D, D);
+            round_rows(I_EXPO, y, 1, D, D);
             for (int i = 0; i < D; i++) o[i] += topk_w[(size_t)t * k + j] * y[i];
         }
-        g_site_now = 8; round_rows(o, 1, D, D);
+        round_rows(I_EXPO, o, 1, D, D);
     }
     free(gu);
     free(a);
@@ -309,7 +301,7 @@ static void run_sites(json_t *man, di_model *mc, di_model *me, unsigned sites) {
 static void print_range(const char *what) {
     printf("%s: largest |value| per site:", what);
     for (int i = 0; i < N_SITES; i++)
-        if (i != 5) printf(" %s %.4g", site_names[i], g_absmax[i]);
+        if (i != I_P) printf(" %s %.4g", site_names[i], g_absmax[i]);
     printf(" (p <= 1)\n");
 }
 

@@ -144,22 +144,26 @@ static int async_compare(di_model *m, int32_t prompts[][GEN_MAXP], const int *pl
     return 1;
 }
 
+/* GEN_PROMPTS random prompts of 4..GEN_MAXP-1 ids in 2..V-1, from the xorshift state rs. */
+static void async_make_prompts(int32_t prompts[][GEN_MAXP], int *plen, int V, unsigned long long *rs) {
+    for (int p = 0; p < GEN_PROMPTS; p++) {
+        plen[p] = 4 + (int)(test_xorshift(rs) % (GEN_MAXP - 4));
+        for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(test_xorshift(rs) % (unsigned long long)(V - 2));
+    }
+}
+
 /* The scenario on one loaded model (DEEPINFER_DEFER_TAIL was `defer` when it loaded): 1, 3 and
  * GEN_PROMPTS prompts greedy and with temperature, the last size again with a forward between
  * two steps; how = 0: each synchronous run first, 1: the decode graphs captured up front
  * (di_model_warmup_decode, as the engine does), 2: each asynchronous run first (the first
  * steps of a bucket run eagerly: the eager body, tail and fused paths). Then the mode must be
  * in effect: the graph kinds it issues, and no others, were issued (di_model_step_tail_mode).
- * The prompts: GEN_PROMPTS random ones of 4..GEN_MAXP-1 ids, from the caller's xorshift state rs.
- * Adds the runs and the identical ones to *runs / *same (8 runs). */
+ * The prompts: async_make_prompts from the caller's xorshift state rs. Adds the runs and the identical ones to *runs / *same (8 runs). */
 static void async_model_runs(di_model *m, unsigned long long *rs, int defer, int how, const char *label, int *runs,
                              int *same) {
     static int32_t prompts[GEN_PROMPTS][GEN_MAXP];
-    int plen[GEN_PROMPTS], V = di_model_config_of(m)->vocab_size;
-    for (int p = 0; p < GEN_PROMPTS; p++) {
-        plen[p] = 4 + (int)(test_xorshift(rs) % (GEN_MAXP - 4));
-        for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(test_xorshift(rs) % (unsigned long long)(V - 2));
-    }
+    int plen[GEN_PROMPTS];
+    async_make_prompts(prompts, plen, di_model_config_of(m)->vocab_size, rs);
     if (how == 1) {
         int nc = 0;
         CHECK_OK(di_model_warmup_decode(m, GEN_PROMPTS, &nc));

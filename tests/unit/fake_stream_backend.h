@@ -95,8 +95,8 @@ static struct {
     char why[256];
     di_sampler *sampler;
     int sampler_vocab;
-    float *bufs[64];        /* the fused ops' temporaries (kept: captured ops point at them) */
-    size_t buf_floats[64];
+    struct { float *p; size_t floats; int slot; } bufs[64]; /* the fused ops' temporaries (kept:
+                                                              * captured ops point at them) */
     int n_bufs;
     float *deferred;        /* moe_experts_defer's result, for the next add_rmsnorm_experts */
     const void *def_scratch; /* and the arguments that call must repeat */
@@ -566,15 +566,20 @@ static inline di_backend *fs_install(di_backend *be) {
 /* ---- the CUDA backend's fused ops as their backend.h compositions (fs_extensions) ---- */
 
 /* A temporary of at least n floats for fused op `slot` (0: deferred experts, 1: shared gate/up,
- * 2: shared SiLU-mul); grows by allocating a new one (captured ops keep the old). */
+ * 2: shared SiLU-mul): the slot's newest if large enough, else a new one (captured ops keep
+ * pointing at the old). */
 static inline float *fs_buf(int slot, size_t n) {
     for (int i = g_fs.n_bufs - 1; i >= 0; i--)
-        if (i % 3 == slot && g_fs.buf_floats[i] >= n) return g_fs.bufs[i];
-    while (g_fs.n_bufs % 3 != slot) g_fs.bufs[g_fs.n_bufs++] = NULL; /* keep slot = index % 3 */
-    if (g_fs.n_bufs >= 64) abort();
-    g_fs.buf_floats[g_fs.n_bufs] = n;
-    float *b = g_fs.bufs[g_fs.n_bufs++] = (float *)malloc(n * sizeof(float));
+        if (g_fs.bufs[i].slot == slot) {
+            if (g_fs.bufs[i].floats >= n) return g_fs.bufs[i].p;
+            break;
+        }
+    if (g_fs.n_bufs >= 64) abort(); /* a test helper: more sizes than any test uses */
+    float *b = (float *)malloc(n * sizeof(float));
     if (!b) abort();
+    g_fs.bufs[g_fs.n_bufs].p = b;
+    g_fs.bufs[g_fs.n_bufs].floats = n;
+    g_fs.bufs[g_fs.n_bufs++].slot = slot;
     return b;
 }
 
@@ -650,7 +655,7 @@ static inline void fs_release(void) {
     g_fs.queue.ops = NULL;
     g_fs.queue.n = g_fs.queue.cap = g_fs.head = 0;
     g_fs.sampler = NULL;
-    for (int i = 0; i < g_fs.n_bufs; i++) free(g_fs.bufs[i]);
+    for (int i = 0; i < g_fs.n_bufs; i++) free(g_fs.bufs[i].p);
     g_fs.n_bufs = 0;
     g_fs.deferred = NULL;
 }

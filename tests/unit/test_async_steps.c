@@ -177,10 +177,7 @@ static void test_step_cost(void) {
         if (defer) fs_extensions(di_model_backend(m));
         static int32_t prompts[GEN_PROMPTS][GEN_MAXP], out[GEN_PROMPTS][GEN_NEW];
         int plen[GEN_PROMPTS];
-        for (int p = 0; p < GEN_PROMPTS; p++) {
-            plen[p] = 8 + p;
-            for (int j = 0; j < plen[p]; j++) prompts[p][j] = 2 + (int)(test_xorshift(&g_rs) % 500);
-        }
+        async_make_prompts(prompts, plen, di_model_config_of(m)->vocab_size, &g_rs);
         g_cost_on = 0;
         CHECK_OK(generate_steps(m, prompts, plen, GEN_PROMPTS, 0.0f, 1, out)); /* captures the graphs */
         g_cost_on = 1;
