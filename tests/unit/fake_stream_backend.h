@@ -647,6 +647,18 @@ static inline void fs_extensions(di_backend *be) {
     be->add_rmsnorm_experts = fs_add_rmsnorm_experts;
 }
 
+/* A loaded CPU model onto the fake stream: its backend patched (fs_install) and its step state
+ * rebuilt for it (graphs and asynchronous steps on, DEEPINFER_DEFER_TAIL = defer); the step
+ * state load made was for the plain CPU backend (no graphs, synchronous steps). */
+static inline di_status fs_model_install(di_model *m, int defer) {
+    di_model_step_free(m);
+    fs_install(di_model_backend(m));
+    setenv("DEEPINFER_DEFER_TAIL", defer == 2 ? "2" : defer ? "1" : "0", 1);
+    di_status s = di_model_step_setup(m);
+    unsetenv("DEEPINFER_DEFER_TAIL");
+    return s;
+}
+
 /* Frees the fake's own state; after di_model_free (whose step teardown still uses the patched
  * ops: host_free, graph_free, sync). */
 static inline void fs_release(void) {

@@ -58,12 +58,7 @@ static di_model *load_cpu(const char *dir) {
  * for it (graphs and asynchronous steps on, DEEPINFER_DEFER_TAIL = defer). */
 static di_model *load_fake(const char *dir, int defer) {
     di_model *m = load_cpu(dir);
-    if (!m) return NULL;
-    di_model_step_free(m); /* set up for the plain CPU backend: no graphs, synchronous steps */
-    fs_install(di_model_backend(m));
-    setenv("DEEPINFER_DEFER_TAIL", defer == 2 ? "2" : defer ? "1" : "0", 1);
-    CHECK_OK(di_model_step_setup(m));
-    unsetenv("DEEPINFER_DEFER_TAIL");
+    if (m) CHECK_OK(fs_model_install(m, defer));
     return m;
 }
 

@@ -110,13 +110,9 @@ static int g_fake = -1; /* >= 0: asynchronous engines run on the fake stream wit
  * modes 1 and 2 with the side lane, run late and early. */
 static void use_fake_stream(di_executor *ex, int defer, int max_seqs) {
     di_model *m = di_executor_model_of(ex);
-    di_model_step_free(m);
-    fs_install(di_model_backend(m));
+    CHECK_OK(fs_model_install(m, defer));
     g_fs.lanes = defer == 1 ? FS_LANES_LATE : defer == 2 ? FS_LANES_EARLY : FS_LANES_OFF;
     if (defer) fs_extensions(di_model_backend(m)); /* and CUDA's fused ops */
-    setenv("DEEPINFER_DEFER_TAIL", defer == 2 ? "2" : defer ? "1" : "0", 1);
-    CHECK_OK(di_model_step_setup(m));
-    unsetenv("DEEPINFER_DEFER_TAIL");
     if (defer == 1) CHECK_OK(di_model_warmup_decode(m, max_seqs, NULL));
 }
 
