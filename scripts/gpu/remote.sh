@@ -54,7 +54,7 @@
 #          host-sampling runs of the engine step), ENGINE_MODEL / ENGINE_DEVICE (default: the
 #          v2lite-8l made here, cuda; a tiny model and cpu dry-run the step on any machine),
 #          PYCODER_TIMEOUT / ENGINE_TIMEOUT (seconds per step of those groups; 120 / 90),
-#          PYCODER_GROUPS / ATTN_GROUPS / OPS_GROUPS (subsets of those tests' groups),
+#          PYCODER_GROUPS / ATTN_GROUPS / OPS_GROUPS / MODEL_GROUPS (subsets of those tests' groups),
 #          HF_TIMEOUT (seconds of the hf step; 240), E2E_BASE (staged tree of e2ebase)
 # Output: $OUT/summary.txt (one line per step with its exit code and time), $OUT/tests.log,
 # $OUT/bench.log, $OUT/sanitizer.log (compute-sanitizer rerun of a step that faulted).
@@ -162,11 +162,7 @@ for s in $steps; do
         done
         ;;
     model)
-        run_step model.v32 tests.log "$G/bin/test_cuda_model" v32
-        run_step model.golden tests.log "$G/bin/test_cuda_model" golden
-        run_step model.generate tests.log "$G/bin/test_cuda_model" generate
-        run_step model.async tests.log "$G/bin/test_cuda_model" async
-        run_step model.routing tests.log "$G/bin/test_cuda_model" routing
+        for g in ${MODEL_GROUPS:-v32 golden generate async routing}; do run_step "model.$g" tests.log "$G/bin/test_cuda_model" "$g"; done
         ;;
     modelvariants)
         # the decode-sensitive model checks (greedy generations, with the CPU's routing injected
