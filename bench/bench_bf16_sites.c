@@ -111,7 +111,8 @@ static void w_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const 
                    const di_rope_params *rp) {
     g_orig.rope(be, x, ldx, n_heads, hs, positions, T, rp);
     for (int t = 0; t < T; t++)
-        for (int h = 0; h < n_heads; h++) round_rows(I_ROPE, (float *)x + (size_t)t * ldx + (size_t)h * hs, 1, rp->dim, 0);
+        for (int h = 0; h < n_heads; h++)
+            round_rows(I_ROPE, (float *)x + (size_t)t * ldx + (size_t)h * hs, 1, rp->dim, 0);
 }
 static void w_mla_decode(di_backend *be, void *out, const void *qt, const void *qpe, int ldqpe, int hsqpe,
                          const void *cache, const di_attn_batch *ab, int seq_begin, int seq_end,

@@ -158,7 +158,8 @@ static void async_make_prompts(int32_t prompts[][GEN_MAXP], int *plen, int V, un
  * (di_model_warmup_decode, as the engine does), 2: each asynchronous run first (the first
  * steps of a bucket run eagerly: the eager body, tail and fused paths). Then the mode must be
  * in effect: the graph kinds it issues, and no others, were issued (di_model_step_tail_mode).
- * The prompts: async_make_prompts from the caller's xorshift state rs. Adds the runs and the identical ones to *runs / *same (8 runs). */
+ * The prompts: async_make_prompts from the caller's xorshift state rs. Adds the runs and the
+ * identical ones to *runs / *same (8 runs). */
 static void async_model_runs(di_model *m, unsigned long long *rs, int defer, int how, const char *label, int *runs,
                              int *same) {
     static int32_t prompts[GEN_PROMPTS][GEN_MAXP];

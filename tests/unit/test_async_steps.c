@@ -67,18 +67,17 @@ static void run_config(const char *preset, const char *dir, int defer, int lanes
                        int *same) {
     di_model *m = load_fake(dir, defer);
     if (!m) return;
+    const int fused = lanes != FS_LANES_OFF || deferred_in; /* CUDA's fused ops too */
     g_fs.copy_in_deferred = deferred_in;
     g_fs.lanes = lanes;
-    if (lanes != FS_LANES_OFF || deferred_in) fs_extensions(di_model_backend(m)); /* CUDA's fused ops too */
+    if (fused) fs_extensions(di_model_backend(m));
     char label[200];
     snprintf(label, sizeof label, "%s, side lane %s, copy_in %s, %s%s", preset,
              lanes == FS_LANES_OFF ? "off" : lanes == FS_LANES_LATE ? "late" : "early", deferred_in ? "in order" : "ahead",
-             how == 0 ? "sync first" : how == 1 ? "warmed up" : "async first",
-             lanes != FS_LANES_OFF || deferred_in ? ", fused ops" : "");
+             how == 0 ? "sync first" : how == 1 ? "warmed up" : "async first", fused ? ", fused ops" : "");
     async_model_runs(m, &g_rs, defer, how, label, runs, same);
     CHECK_MSG(g_fs.violations == 0, "%s: %d contract violations (first: %s)", label, g_fs.violations, g_fs.why);
-    if (lanes != FS_LANES_OFF || deferred_in) /* each fused op taken: with the side lane the deferred
-                                               * experts, without it the shared ones */
+    if (fused) /* each fused op taken: with the side lane the deferred experts, without it the shared ones */
         CHECK_MSG(g_fs.fused[0] > 0 && g_fs.fused[1] > 0 &&
                       (lanes != FS_LANES_OFF ? g_fs.fused[3] > 0 && g_fs.fused[4] == g_fs.fused[3] : g_fs.fused[2] > 0),
                   "%s: fused ops taken: rope_kv_write %ld, mla_decode_uv %ld, shared %ld, defer %ld / %ld", label,
