@@ -7,62 +7,30 @@
  * takes that row's position in the bucket (the others are padding), its input id is already in
  * its metadata buffer (the previous step's sampler wrote it), and the rest of its metadata goes
  * in on the backend's copy lane while the previous step still runs; its tokens come back on
- * the other copy lane under a fence. Tail modes (DEEPINFER_DEFER_TAIL, opt-in until measured
- * on the GPU, docs/cuda.md):
- *   0 (default): the step's graph holds body and tail, the tokens' copy is issued after it;
- *   1 deferred: a launched step's graph runs only its body; its tail (lm_head, sampler, the
- *     tokens' copy and fence, captured in the graph) opens the next chained step's graph
- *     (G_FUSED), or runs alone (G_TAIL) when the next launch cannot take it, at its collect,
- *     or before any other forward (di_model_step_flush). So a replayed graph starts with the
- *     ~125 us lm_head instead of the embed: the ~10 us after a graph's start before its other
- *     nodes run (docs/PERF.md, "the step-start gap") are covered by it. The tokens still leave
- *     mid-graph, right after the sampler, so the host plans the next step while the body runs;
- *   2: body and tail in the step's graph with the tokens' copy and fence inside it (G_FULL),
- *     so nothing is recorded on the main lane between two graphs (the gap's other suspect).
+ * the other copy lane under a fence, issued after the step's graph. (Deferring the lm_head +
+ * sampler into the next step's graph, or capturing the tokens' copy inside the graph, was
+ * measured and lost: docs/PERF.md, 2026-12-05.)
  * Invariants: at most two steps are in flight; meta[p] is rewritten only when the step that
- * last read it has been collected (its tail included); at most one tail is pending, that of
- * the last launched step, and m->x holds its final norm until it is issued. */
+ * last read it has been collected. */
 #include <string.h>
 
 #include "core/status.h"
 #include "model/decode_step_internal.h"
 
-/* Issues the pending tail, if any, alone (its step's tokens then come under its fence); if
- * that fails, the step's results are lost (its collect reports the error). */
-di_status di_model_step_flush(di_model *m) {
-    di_step_state *s = m->step;
-    if (!s || s->tail_slot < 0) return DI_OK;
-    pending_step *t = &s->q[s->tail_slot];
-    s->tail_slot = -1;
-    di_status st = di_step_issue(m, G_TAIL, t->bucket, t->parity);
-    if (st != DI_OK) t->lost = 1;
-    return st;
-}
-
 int di_model_sample_in_flight(const di_model *m) { return m && m->step ? m->step->n_q : 0; }
 
-int di_model_step_tail_mode(const di_model *m, long issued[4]) {
-    _Static_assert(G_STEP == 4, "di_model_step_tail_mode: the four in-graph-tail kinds");
-    const di_step_state *s = m ? m->step : NULL;
-    for (int k = 0; k < G_STEP; k++) issued[k] = s ? s->issued[k] : 0;
-    return s ? s->tail_mode : 0;
-}
-
-/* Waits for device step p (issuing its tail first if it is still pending) and moves its
- * results into the host arrays of its slot. */
+/* Waits for device step p and moves its results into the host arrays of its slot. */
 static di_status settle(di_model *m, pending_step *p) {
     di_step_state *s = m->step;
     if (!p->device) return DI_OK;
-    di_status st = DI_OK;
-    if (p->tail && s->tail_slot == p->slot) st = di_model_step_flush(m);
-    if (st == DI_OK && p->lost) st = di_error(DI_ERR_BACKEND, "the step's sampling could not be queued or waited for");
-    if (st == DI_OK) st = m->be->fence_wait(m->be, p->tail ? FENCE_TAIL + p->parity : p->slot);
+    di_status st = p->lost ? di_error(DI_ERR_BACKEND, "the step's results could not be waited for") : DI_OK;
+    if (st == DI_OK) st = m->be->fence_wait(m->be, p->slot);
     if (st != DI_OK) { /* no results: its collect (settling it again) reports an error, not stale tokens */
         p->lost = 1;
         return st;
     }
     p->device = 0;
-    const unsigned char *res = p->tail ? s->h_tail[p->parity] : s->h_out[p->slot];
+    const unsigned char *res = s->h_out[p->slot];
     const int32_t *tok = (const int32_t *)res, *code = (const int32_t *)(res + p->stat_off);
     for (int i = 0; i < p->n; i++) {
         s->res_tok[p->slot][i] = tok[p->at[i]];
@@ -110,10 +78,6 @@ di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di
     /* a chained device step continues a device step in its bucket, each row at the position of
      * the row that feeds it (its id is in place there); otherwise the ids go from the host */
     int in_place = device && chain && prev->device && prev->parity == 1 - s->parity;
-    /* the previous step's pending tail opens this step's graph when it continues it in place;
-     * anything else needs it issued first (it reads m->x and writes meta[s->parity]'s ids) */
-    int fuse = in_place && s->tail_mode == 1 && s->tail_slot == (int)(prev - s->q);
-    if (!fuse) DI_TRY(di_model_step_flush(m));
     if (chain && !in_place) {
         DI_TRY(settle(m, prev));
         for (int j = 0; j < n; j++) {
@@ -128,23 +92,13 @@ di_status di_model_sample_launch(di_model *m, const di_batch *batch_in, const di
         if (in_place) bi = prev->bucket;
         for (int j = 0; j < n; j++) at[j] = in_place ? prev->at[chain[j]] : j;
         step_layout L = layout_of(di_step_buckets[bi], m->max_blocks_per_seq);
-        if (s->tail_mode) { /* deferred: the body now (after the previous step's tail when fused),
-                             * the tail later; full: both, the tokens' copy inside the graph */
-            int par = s->parity;
-            di_step_put_meta(m, &b, rows, bi, in_place, at, par);
-            DI_TRY(di_step_issue(m, s->tail_mode == 2 ? G_FULL : fuse ? G_FUSED : G_BODY, bi, par));
-            s->parity = 1 - par;
-            if (s->tail_mode == 1) s->tail_slot = slot;
-            *p = (pending_step){n, 1, slot, L.stat, bi, par, at, 1, 0};
-        } else {
-            int par = 0;
-            DI_TRY(di_step_graph(m, &b, rows, bi, in_place, at, &par));
-            m->be->copy_out(m->be, s->h_out[slot], s->d_meta[1 - par], out_bytes(&L, di_step_buckets[bi]), slot);
-            *p = (pending_step){n, 1, slot, L.stat, bi, par, at, 0, 0};
-        }
+        int par = 0;
+        DI_TRY(di_step_graph(m, &b, rows, bi, in_place, at, &par));
+        m->be->copy_out(m->be, s->h_out[slot], s->d_meta[1 - par], out_bytes(&L, di_step_buckets[bi]), slot);
+        *p = (pending_step){n, 1, slot, L.stat, bi, par, at, 0};
     } else {
         DI_TRY(di_step_run(m, batch, rows, s->res_tok[slot], s->res_stat[slot], ids));
-        *p = (pending_step){n, 0, slot, 0, -1, 0, at, 0, 0};
+        *p = (pending_step){n, 0, slot, 0, -1, 0, at, 0};
     }
     s->n_q++;
     return DI_OK;

@@ -10,12 +10,9 @@
  * launched. Graph steps alternate between two metadata buffers (the parity): a step of
  * parity p reads meta[p] and its sampler writes the tokens and status into meta[1 - p]'s ids
  * and stat fields, which are exactly where the next step (parity 1 - p) reads its input ids.
- * A step is a body (embed .. final norm, left in m->x) and a tail (lm_head and sampler; for
- * asynchronous steps with an in-graph tail also the tokens' copy to the host under a fence):
- * the step graph (G_STEP) holds both; the graphs of decode_async.c's tail modes (G_BODY,
- * G_FUSED, G_TAIL, G_FULL) are built from the same pieces (run_body, run_sample, run_tail) and
- * issued, captured or run eagerly by the same code (di_step_issue).
- * The first step of a (bucket, parity) runs eagerly (creating every lazily built plan), the
+ A step graph holds the body (embed .. final norm, left in m->x) and the sampling
+ * (lm_head and sampler); the tokens stay on the device (decode_async.c copies them out after
+ * the graph). The first step of a (bucket, parity) runs eagerly (creating every lazily built plan), the
  * next captures the graph. Invariants: a graph depends only on (B, parity), never on contexts
  * or tokens (the ops read those from device memory); everything here is allocated in
  * di_model_step_setup at load. */
@@ -37,7 +34,6 @@ di_status di_model_step_setup(di_model *m) {
     }
     di_step_state *s = calloc(1, sizeof *s);
     if (!s) return di_error(DI_ERR_NOMEM, "out of memory (step state)");
-    s->tail_slot = -1;
     m->step = s;
     int mb = 0;
     for (int i = 0; i < N_BUCKETS; i++)
@@ -69,14 +65,11 @@ di_status di_model_step_setup(di_model *m) {
     DI_TRY(be->alloc(be, T * sizeof(di_sample_row), (void **)&s->d_rows));
     step_layout L = layout_of((int)B, m->max_blocks_per_seq);
     s->async_on = s->graphs_on && be->host_alloc && be->copy_in && be->copy_out && be->fence_wait;
-    const char *dt = getenv("DEEPINFER_DEFER_TAIL"); /* opt-in until measured on the GPU */
-    s->tail_mode = s->async_on && dt && (dt[0] == '1' || dt[0] == '2') ? dt[0] - '0' : 0;
     for (int k = 0; k < 2; k++) {
         DI_TRY(be->alloc(be, L.total, (void **)&s->d_meta[k]));
         if (s->async_on) {
             DI_TRY(be->host_alloc(be, L.total, (void **)&s->h_meta[k]));
             DI_TRY(be->host_alloc(be, L.pos, (void **)&s->h_out[k]));
-            DI_TRY(be->host_alloc(be, L.pos, (void **)&s->h_tail[k]));
         } else {
             s->h_meta[k] = calloc(1, L.total);
             if (!s->h_meta[k]) return di_error(DI_ERR_NOMEM, "out of memory (step staging)");
@@ -97,15 +90,12 @@ void di_model_step_free(di_model *m) {
         for (int i = 0; i < s->n_q; i++) {
             int slot = (s->q_head + i) % 2;
             const pending_step *p = &s->q[slot];
-            if (!p->device || (p->tail && s->tail_slot == slot)) continue; /* (a tail never issued) */
-            if (be->fence_wait(be, p->tail ? FENCE_TAIL + p->parity : p->slot) != DI_OK) di_error_clear();
+            if (p->device && be->fence_wait(be, p->slot) != DI_OK) di_error_clear();
         }
     }
     for (int i = 0; i < N_BUCKETS; i++)
-        for (int k = 0; k < 2; k++) {
-            for (int g = 0; g < N_GRAPH_KINDS; g++)
-                if (s->graph[g][i][k] && be->graph_free) be->graph_free(be, s->graph[g][i][k]);
-        }
+        for (int k = 0; k < 2; k++)
+            if (s->graph[i][k] && be->graph_free) be->graph_free(be, s->graph[i][k]);
     be->free(be, s->d_tokens);
     be->free(be, s->d_status);
     be->free(be, s->d_rows);
@@ -114,7 +104,6 @@ void di_model_step_free(di_model *m) {
         if (s->async_on) {
             be->host_free(be, s->h_meta[k]);
             be->host_free(be, s->h_out[k]);
-            be->host_free(be, s->h_tail[k]);
         } else {
             free(s->h_meta[k]);
         }
@@ -301,50 +290,24 @@ static void run_body(di_model *m, int bi, int p) {
 
 /* The sampling of the bucket-bi step of parity p (its final norm in m->x) with the rows of
  * meta[p]; tokens and status go to meta[1 - p]'s ids and stat (where the next step reads its
- * ids). The tokens + status bytes of meta[1 - p]. */
-static size_t run_sample(di_model *m, int bi, int p) {
+ * ids). */
+static void run_sample(di_model *m, int bi, int p) {
     step_layout L = layout_of(di_step_buckets[bi], m->max_blocks_per_seq);
     unsigned char *out = m->step->d_meta[1 - p];
     logits_and_sample(m, di_step_buckets[bi], (const di_sample_row *)(m->step->d_meta[p] + L.rows),
                       (int32_t *)(out + L.ids), (int32_t *)(out + L.stat));
-    return out_bytes(&L, di_step_buckets[bi]);
 }
 
-/* tail(bi, q): run_sample, then its tokens + status copied to h_tail[q] under fence
- * FENCE_TAIL + q (inside a graph: the copy and the fence are graph nodes) */
-static void run_tail(di_model *m, int bi, int q) {
-    size_t bytes = run_sample(m, bi, q);
-    m->be->copy_out(m->be, m->step->h_tail[q], m->step->d_meta[1 - q], bytes, FENCE_TAIL + q);
-}
-
-/* The ops of graph `kind` of (bi, p) */
-static void emit(di_model *m, int kind, int bi, int p) {
-    if (kind == G_TAIL) {
-        run_tail(m, bi, p);
-        return;
-    }
-    if (kind == G_FUSED) run_tail(m, bi, 1 - p);
-    run_body(m, bi, p);
-    if (kind == G_FULL) run_tail(m, bi, p);
-    if (kind == G_STEP) run_sample(m, bi, p);
-}
-
-/* Whether the ops of graph `kind` of (bi, p) have all run eagerly once (their lazily built
- * plans exist), so the graph may be captured (G_FULL and G_STEP: body and sampling of (bi, p)) */
-static int ops_warm(const di_step_state *s, int kind, int bi, int p) {
-    if (kind == G_TAIL) return s->warm_tail[bi][p];
-    if (kind == G_FULL || kind == G_STEP) return s->warm_body[bi][p] && s->warm_tail[bi][p];
-    return s->warm_body[bi][p] && (kind == G_BODY || s->warm_tail[bi][1 - p]);
-}
-
-/* Captures graph `kind` of (bi, p) (nothing runs); on a failed capture graphs are turned off.
- * Errors: graph_begin's (an earlier asynchronous error it reports, which must not be lost) */
-static di_status capture(di_model *m, int kind, int bi, int p) {
+/* Captures the step graph of (bi, p) (nothing runs) once its ops have run eagerly; on a failed
+ * capture graphs are turned off. Errors: graph_begin's (an earlier asynchronous error it
+ * reports, which must not be lost) */
+static di_status capture(di_model *m, int bi, int p) {
     di_step_state *s = m->step;
-    void **g = &s->graph[kind][bi][p];
-    if (*g || !s->graphs_on || !ops_warm(s, kind, bi, p)) return DI_OK;
+    void **g = &s->graph[bi][p];
+    if (*g || !s->graphs_on || !s->warm[bi][p]) return DI_OK;
     DI_TRY(m->be->graph_begin(m->be));
-    emit(m, kind, bi, p);
+    run_body(m, bi, p);
+    run_sample(m, bi, p);
     if (m->be->graph_end(m->be, g) != DI_OK) {
         *g = NULL;
         s->graphs_on = 0; /* capture failed (nothing ran): later steps run eagerly */
@@ -353,23 +316,19 @@ static di_status capture(di_model *m, int kind, int bi, int p) {
     return DI_OK;
 }
 
-/* Queues graph `kind` of (bi, p): replayed, captured first when its ops have run once, else
- * its ops run eagerly */
-di_status di_step_issue(di_model *m, int kind, int bi, int p) {
+/* Queues the step of (bi, p): its graph replayed, captured first when its ops have run once,
+ * else its ops run eagerly */
+static di_status issue(di_model *m, int bi, int p) {
     di_step_state *s = m->step;
-    void *g = s->graph[kind][bi][p];
-    s->issued[kind]++;
-    if (!g) {
-        DI_TRY(capture(m, kind, bi, p));
-        g = s->graph[kind][bi][p];
-    }
-    if (g) { /* G_FUSED once: a replay would rerun the previous step's tail on this body's norm */
-        for (int r = 0; r < (kind == G_FUSED ? 1 : s->replays); r++) DI_TRY(m->be->graph_launch(m->be, g));
+    if (!s->graph[bi][p]) DI_TRY(capture(m, bi, p));
+    void *g = s->graph[bi][p];
+    if (g) {
+        for (int r = 0; r < s->replays; r++) DI_TRY(m->be->graph_launch(m->be, g));
         return DI_OK;
     }
-    emit(m, kind, bi, p);
-    if (kind != G_TAIL) s->warm_body[bi][p] = 1;
-    if (kind != G_BODY) s->warm_tail[bi][kind == G_FUSED ? 1 - p : p] = 1;
+    run_body(m, bi, p);
+    run_sample(m, bi, p);
+    s->warm[bi][p] = 1;
     return DI_OK;
 }
 
@@ -381,7 +340,7 @@ di_status di_step_graph(di_model *m, const di_batch *b, const di_sample_row *row
     di_step_state *s = m->step;
     int p = s->parity;
     di_step_put_meta(m, b, rows, bi, chained, at, p);
-    DI_TRY(di_step_issue(m, G_STEP, bi, p));
+    DI_TRY(issue(m, bi, p));
     s->parity = 1 - p;
     *parity = p;
     return DI_OK;
@@ -434,22 +393,14 @@ di_status di_model_warmup_decode(di_model *m, int max_batch, int *n_captured) {
     int n = 0;
     for (int bi = 0; bi < N_BUCKETS && di_step_buckets[bi] <= s->max_bucket; bi++) {
         /* both parities: an eager step and a capture each */
-        for (int rep = 0; rep < 4 && !(s->graph[G_STEP][bi][0] && s->graph[G_STEP][bi][1]) && s->graphs_on; rep++) {
+        for (int rep = 0; rep < 4 && !(s->graph[bi][0] && s->graph[bi][1]) && s->graphs_on; rep++) {
             int p = 0;
             di_status st2 = di_step_graph(m, &b, &no_row, bi, 0, NULL, &p);
             if (st2 == DI_OK) st2 = fetch_graph(m, p, bi, 0, &tok, &st);
             if (st2 != DI_OK)
                 return di_error_context(st2, "warming up the decode graph of %d sequences", di_step_buckets[bi]);
         }
-        for (int p = 0; p < 2 && s->tail_mode; p++) /* the in-graph-tail graphs: captured only */
-            for (int kind = 0; kind < G_STEP; kind++)
-                if ((kind == G_FULL) == (s->tail_mode == 2)) {
-                    di_status sc = capture(m, kind, bi, p);
-                    if (sc != DI_OK)
-                        return di_error_context(sc, "capturing the decode graphs of %d sequences",
-                                                di_step_buckets[bi]);
-                }
-        n += s->graph[G_STEP][bi][0] && s->graph[G_STEP][bi][1];
+        n += s->graph[bi][0] && s->graph[bi][1];
         if (di_step_buckets[bi] >= max_batch) break;
     }
     if (m->be->sync) DI_TRY(m->be->sync(m->be));

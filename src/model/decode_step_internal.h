@@ -43,27 +43,18 @@ static inline step_layout layout_of(int B, int mb) {
 static inline size_t out_bytes(const step_layout *L, int B) { return L->stat + (size_t)B * sizeof(int32_t); }
 
 /* A launched step not collected yet: its results arrive by copy_out under fence `slot`
- * into h_out[slot] (device), or under fence FENCE_TAIL + parity into h_tail[parity] (device,
- * tail with an in-graph copy: DEEPINFER_DEFER_TAIL 1 / 2), or were stored in res_tok /
- * res_stat[slot] at launch (host). */
+ * into h_out[slot] (device), or were stored in res_tok / res_stat[slot] at launch (host). */
 typedef struct pending_step {
     int n;                          /* rows to report */
     int device;
     int slot;                       /* 0 / 1: ring position, the fence and result buffers */
-    size_t stat_off;                /* device: byte offset of the status in h_out[slot] / h_tail */
+    size_t stat_off;                /* device: byte offset of the status in h_out[slot] */
     int bucket, parity;             /* device: the graph step (a chained step must match it) */
     int32_t *at;                    /* device: the bucket position of each row (s->at[slot]) */
-    int tail;                       /* device: results in h_tail[parity] (in-graph tail copy) */
-    int lost;                       /* its tail could not be issued or its wait failed: no results */
+    int lost;                       /* its wait failed: no results */
 } pending_step;
 
-/* The graphs of a step, per (bucket, parity p): body(p) alone, the previous step's tail(1 - p)
- * then body(p) (fused), tail(p) alone (deferred tails); body(p) then tail(p) (full:
- * DEEPINFER_DEFER_TAIL=2); body(p) then sampling(p), the tokens left on the device (the step
- * graph of di_step_graph: synchronous steps and tail mode 0). */
-enum { G_BODY, G_FUSED, G_TAIL, G_FULL, G_STEP, N_GRAPH_KINDS };
-enum { FENCE_TAIL = 2 }; /* fences FENCE_TAIL + q: the tail of parity q (0, 1: slots) */
-_Static_assert(FENCE_TAIL + 2 <= DI_BACKEND_FENCES, "fences of the deferred tails");
+_Static_assert(2 <= DI_BACKEND_FENCES, "a fence per in-flight slot");
 
 typedef struct di_step_state {
     int max_bucket;                 /* largest bucket this model can replay */
@@ -75,15 +66,9 @@ typedef struct di_step_state {
                                            * when async_on */
     unsigned char *h_out[2];        /* pinned tokens + status of a device step in flight (async_on) */
     unsigned char *h_res;           /* tokens + status of a synchronous graph step */
-    int tail_mode;                  /* asynchronous steps' tails (DEEPINFER_DEFER_TAIL, needs async_on):
-                                     * 0 in the step's graph, the tokens' copy after it; 1 deferred;
-                                     * 2 in the step's graph with the copy inside it */
-    void *graph[N_GRAPH_KINDS][N_BUCKETS][2];
-    long issued[N_GRAPH_KINDS];     /* graphs of each kind issued (replayed or run eagerly): a test hook */
-    unsigned char warm_body[N_BUCKETS][2], warm_tail[N_BUCKETS][2]; /* ran eagerly once (a graph of
-                                     * them may then be captured: its lazily built plans exist) */
-    unsigned char *h_tail[2];       /* pinned tokens + status of the tail of parity q */
-    int tail_slot;                  /* q[] slot of the step whose tail is not issued yet, -1: none */
+    void *graph[N_BUCKETS][2];      /* the step graph of (bucket, parity): body and sampling */
+    unsigned char warm[N_BUCKETS][2]; /* the step ran eagerly once (its graph may then be captured:
+                                     * its lazily built plans exist) */
     int parity;                     /* of the next graph step */
     pending_step q[2];              /* launched, not collected: q[(head + i) % 2], i < n_q */
     int q_head, n_q;
@@ -107,7 +92,6 @@ int di_step_bucket_of(const di_step_state *s, int n);
 int di_step_graph_eligible(const di_model *m, const di_batch *b);
 void di_step_put_meta(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
                       const int32_t *at, int p);
-di_status di_step_issue(di_model *m, int kind, int bi, int p);
 di_status di_step_graph(di_model *m, const di_batch *b, const di_sample_row *rows, int bi, int chained,
                         const int32_t *at, int *parity);
 di_status di_step_check(di_model *m, const di_batch *batch, const di_sample_row *rows, int need_tokens,

@@ -293,7 +293,6 @@ di_status di_model_forward_ex(di_model *m, const di_batch *batch, float *logits,
     if (!m || !batch) return di_error(DI_ERR_INVALID_ARG, "di_model_forward: NULL argument");
     DI_TRY(di_model_validate_batch(m, batch));
     if (batch->n_logits && !logits) return di_error(DI_ERR_INVALID_ARG, "di_model_forward: logits output is NULL");
-    DI_TRY(di_model_step_flush(m));
     return di_deepseek_forward(m, batch, logits, hidden);
 }
 
@@ -309,7 +308,6 @@ di_status di_model_mtp_forward(di_model *m, int k, const di_batch *batch, const 
                         k, m->n_mtp);
     DI_TRY(di_model_validate_batch(m, batch));
     if (batch->n_logits && !logits) return di_error(DI_ERR_INVALID_ARG, "di_model_mtp_forward: logits output is NULL");
-    DI_TRY(di_model_step_flush(m));
     return di_deepseek_mtp_forward(m, k, batch, hidden_in, logits, hidden_out);
 }
 

@@ -125,17 +125,13 @@ di_status di_model_forward_sample_rows(di_model *m, const di_batch *batch, const
  * unchained launch requires no step in flight. Where the backend lacks asynchronous copies or
  * graphs, or the step is not a graph-replayed decode step, launch runs the step synchronously
  * and collect returns its stored results, so the calls work everywhere with the same results.
- * Errors of launch: the step was not queued (the previous step's deferred tail may have been
- * queued or settled: its results stay collectable, or its collect reports the error); errors
- * of collect: that step's results are lost (later ones stay in flight). */
+ * Errors of launch: the step was not queued (the previous step, when this one was to
+ * continue it but could not in place, may have been settled: its results stay collectable,
+ * or its collect reports the error); errors of collect: that step's results are lost (later ones stay in flight). */
 di_status di_model_sample_launch(di_model *m, const di_batch *batch, const di_sample_row *rows, const int32_t *chain);
 di_status di_model_sample_collect(di_model *m, int32_t *tokens, int32_t *status);
 /* Steps launched and not collected (0, 1 or 2). */
 int di_model_sample_in_flight(const di_model *m);
-/* Test hook: the asynchronous steps' tail mode in effect (DEEPINFER_DEFER_TAIL: 0, 1, 2; 0
- * without asynchronous copies or graphs) and, in issued, how many graphs of each kind (body,
- * previous tail + body, tail, body + tail with the tokens' copy) were issued since the load. */
-int di_model_step_tail_mode(const di_model *m, long issued[4]);
 
 /* Runs and captures the decode-step CUDA graphs of every batch-size bucket up to the one
  * that holds max_batch sequences (each bucket: one eager step, then the capture), on padding

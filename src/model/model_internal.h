@@ -116,9 +116,6 @@ di_status di_model_validate_batch(const di_model *m, const di_batch *b);
  * set up at the end of load, freed before the backend. */
 di_status di_model_step_setup(di_model *m);
 void di_model_step_free(di_model *m);
-/* Issues the deferred tail of the last launched step, if any (decode_async.c): every forward
- * other than a sampling launch calls it first, as that tail reads m->x. */
-di_status di_model_step_flush(di_model *m);
 /* decode_step.c: the backend sample op's semantics on the host (backend.h): rows j < n of
  * logits [n, V] (host) sampled by smp with rows[j]'s parameters into tokens, status (a
  * DI_SAMPLE_* code per row; NULL: a failed row's error is returned instead). */

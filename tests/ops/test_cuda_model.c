@@ -290,9 +290,8 @@ static void test_generate(void) {
 }
 
 /* ---------------------------------------------------------------- async ---- */
-/* The async scenario (async_steps_util.h) on the first three golden checkpoints with
- * DEEPINFER_DEFER_TAIL = defer (read at model load). */
-static void async_checkpoints(json_t *man, int defer, int *runs, int *same) {
+/* The async scenario (async_steps_util.h) on the first three golden checkpoints. */
+static void async_checkpoints(json_t *man, int *runs, int *same) {
     char done[32][4096];
     int n_done = 0;
     size_t ci;
@@ -310,13 +309,12 @@ static void async_checkpoints(json_t *man, int defer, int *runs, int *same) {
         o.max_seqs = 16;
         o.max_context = 128;
         o.kv_blocks = GEN_PROMPTS * 2 + 1; /* + SCRATCH_BLOCK */
-        setenv("DEEPINFER_DEFER_TAIL", defer == 2 ? "2" : defer ? "1" : "0", 1);
         di_model *m = NULL;
         CHECK_OK(di_model_load(dir, &o, &m));
         if (!m) continue;
         /* the first checkpoint with its graphs captured up front, the second with each
          * asynchronous run first, the third with each synchronous run first */
-        async_model_runs(m, &g_rs, defer, n_done == 1 ? 1 : n_done == 2 ? 2 : 0, strrchr(dir, '/') + 1, runs, same);
+        async_model_runs(m, &g_rs, n_done == 1 ? 1 : n_done == 2 ? 2 : 0, strrchr(dir, '/') + 1, runs, same);
         di_model_free(m);
     }
 }
@@ -325,20 +323,12 @@ static void test_async(void) {
     json_t *man = NULL;
     CHECK_OK(di_json_load_file(test_src_path("tests/data/golden/golden.json"), &man));
     if (!man) return;
-    const char *e = getenv("DEEPINFER_DEFER_TAIL");
-    char *env0 = e ? strdup(e) : NULL;
     int runs = 0, same = 0;
-    /* the three step flavours (decode_step.c): the tail (lm_head + sampler) in the step's own
-     * graph with the tokens' copy after it, deferred into the next step's graph, and in the
-     * step's graph with the copy inside it */
-    for (int defer = 0; defer < 3; defer++) async_checkpoints(man, defer, &runs, &same);
-    if (env0) setenv("DEEPINFER_DEFER_TAIL", env0, 1);
-    else unsetenv("DEEPINFER_DEFER_TAIL");
-    free(env0);
-    fprintf(stderr, "  async: %d/%d runs identical to synchronous steps (DEEPINFER_DEFER_TAIL 0 / 1 / 2 x 3 "
+    async_checkpoints(man, &runs, &same);
+    fprintf(stderr, "  async: %d/%d runs identical to synchronous steps (3 "
                     "checkpoints x 1 / 3 / %d / %d prompts with a forward between two steps x greedy / temperature; "
                     "prompts leaving the batch while chained)\n", same, runs, GEN_PROMPTS, GEN_PROMPTS);
-    CHECK(runs == 72);
+    CHECK(runs == 24);
     json_decref(man);
 }
 

@@ -469,7 +469,7 @@ static void test_graph_fill(void) {
     di_backend_free(be);
 }
 
-/* copy_out inside a capture (the deferred tails of decode_step.c): the copy and its fence are
+/* copy_out inside a capture (a backend capability, backend.h): the copy and its fence are
  * graph nodes, so each replay copies what the ops before it wrote into pinned memory and
  * fence_wait returns once it has landed. The ops captured after it are not ordered after the
  * copy (backend.h), so the second add writes another buffer z (adding into y would race with

@@ -1,6 +1,6 @@
 /* fake_stream_backend.h - the CPU backend made to behave like an asynchronous GPU stream, so that
- * the code only the CUDA backend exercises otherwise (decode-step graphs, asynchronous steps and
- * their tail modes: model/decode_step.c, model/decode_async.c) runs in the CPU test suite.
+ * the code only the CUDA backend exercises otherwise (decode-step graphs and asynchronous steps:
+ * model/decode_step.c, model/decode_async.c) runs in the CPU test suite.
  *
  * fs_install(be) patches a CPU backend's op table in place:
  *  - compute ops, memset and upload are queued, not run (arguments copied by value, including
@@ -648,15 +648,12 @@ static inline void fs_extensions(di_backend *be) {
 }
 
 /* A loaded CPU model onto the fake stream: its backend patched (fs_install) and its step state
- * rebuilt for it (graphs and asynchronous steps on, DEEPINFER_DEFER_TAIL = defer); the step
- * state load made was for the plain CPU backend (no graphs, synchronous steps). */
-static inline di_status fs_model_install(di_model *m, int defer) {
+ * rebuilt for it (graphs and asynchronous steps on); the step state load made was for the
+ * plain CPU backend (no graphs, synchronous steps). */
+static inline di_status fs_model_install(di_model *m) {
     di_model_step_free(m);
     fs_install(di_model_backend(m));
-    setenv("DEEPINFER_DEFER_TAIL", defer == 2 ? "2" : defer ? "1" : "0", 1);
-    di_status s = di_model_step_setup(m);
-    unsetenv("DEEPINFER_DEFER_TAIL");
-    return s;
+    return di_model_step_setup(m);
 }
 
 /* Frees the fake's own state; after di_model_free (whose step teardown still uses the patched

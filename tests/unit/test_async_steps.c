@@ -2,12 +2,11 @@
  *
  * Only the CUDA backend has graphs, asynchronous copies and a device sampler, so the code that
  * uses them (model/decode_step.c, model/decode_async.c: graph capture per bucket and parity,
- * chained launches, the tail modes of DEEPINFER_DEFER_TAIL) otherwise runs only on the GPU.
+ * chained launches) otherwise runs only on the GPU.
  * Here the CPU backend is wrapped as a fake asynchronous stream (fake_stream_backend.h: every op
  * queued and run only when the host waits, as on a GPU that is always behind; graphs captured
  * and replayed; copies on lanes with fences; the host sampler as the device sampler) and the
- * GPU test's scenario runs on it (async_steps_util.h): for each tail mode (0 / 1 / 2), each
- * order a copy lane may take (copy_in ahead of the queued ops, or in queue order reading its
+ * GPU test's scenario runs on it (async_steps_util.h): for each order a copy lane may take (copy_in ahead of the queued ops, or in queue order reading its
  * source only then) and each way the graphs come about (a synchronous run first, captured up
  * front, the asynchronous run first), and with the side lane run late or early, chained steps
  * with prompts leaving the batch and a forward between two steps give the tokens of steps run
@@ -55,17 +54,17 @@ static di_model *load_cpu(const char *dir) {
 }
 
 /* The model on the CPU with its backend turned into the fake stream and its step state rebuilt
- * for it (graphs and asynchronous steps on, DEEPINFER_DEFER_TAIL = defer). */
-static di_model *load_fake(const char *dir, int defer) {
+ * for it (graphs and asynchronous steps on). */
+static di_model *load_fake(const char *dir) {
     di_model *m = load_cpu(dir);
-    if (m) CHECK_OK(fs_model_install(m, defer));
+    if (m) CHECK_OK(fs_model_install(m));
     return m;
 }
 
 /* One fake-stream configuration: the scenario on a fresh model, then the fake's own checks. */
-static void run_config(const char *preset, const char *dir, int defer, int lanes, int deferred_in, int how, int *runs,
+static void run_config(const char *preset, const char *dir, int lanes, int deferred_in, int how, int *runs,
                        int *same) {
-    di_model *m = load_fake(dir, defer);
+    di_model *m = load_fake(dir);
     if (!m) return;
     const int fused = lanes != FS_LANES_OFF || deferred_in; /* CUDA's fused ops too */
     g_fs.copy_in_deferred = deferred_in;
@@ -75,7 +74,7 @@ static void run_config(const char *preset, const char *dir, int defer, int lanes
     snprintf(label, sizeof label, "%s, side lane %s, copy_in %s, %s%s", preset,
              lanes == FS_LANES_OFF ? "off" : lanes == FS_LANES_LATE ? "late" : "early", deferred_in ? "in order" : "ahead",
              how == 0 ? "sync first" : how == 1 ? "warmed up" : "async first", fused ? ", fused ops" : "");
-    async_model_runs(m, &g_rs, defer, how, label, runs, same);
+    async_model_runs(m, &g_rs, how, label, runs, same);
     CHECK_MSG(g_fs.violations == 0, "%s: %d contract violations (first: %s)", label, g_fs.violations, g_fs.why);
     if (fused) /* each fused op taken: with the side lane the deferred experts, without it the shared ones */
         CHECK_MSG(g_fs.fused[0] > 0 && g_fs.fused[1] > 0 &&
@@ -105,36 +104,36 @@ static void test_async_steps(void) {
         /* the reference: the plain CPU model (no fake), whose synchronous tokens every run of the
          * fake must match (so a side-lane race cannot hide in the fake's own synchronous run) */
         g_async_ref = load_cpu(dir);
-        for (int defer = 0; defer < 3; defer++) {
 #ifdef __SANITIZE_ADDRESS__
-            /* the unoptimized build: each copy order, each lane order, each way the graphs come
-             * about once */
-            run_config(presets[pi], dir, defer, FS_LANES_OFF, 0, 1, &runs, &same);
-            run_config(presets[pi], dir, defer, FS_LANES_OFF, 1, 2, &runs, &same);
-            run_config(presets[pi], dir, defer, FS_LANES_LATE, 0, 0, &runs, &same);
-            run_config(presets[pi], dir, defer, FS_LANES_EARLY, 1, 2, &runs, &same);
-            configs += 4;
+        /* the unoptimized build: each copy order, each lane order, each way the graphs come
+         * about once */
+        run_config(presets[pi], dir, FS_LANES_OFF, 0, 1, &runs, &same);
+        run_config(presets[pi], dir, FS_LANES_OFF, 1, 2, &runs, &same);
+        run_config(presets[pi], dir, FS_LANES_LATE, 0, 0, &runs, &same);
+        run_config(presets[pi], dir, FS_LANES_EARLY, 1, 2, &runs, &same);
+        configs += 4;
 #else
-            /* no side lane: both copy orders x three ways the graphs come about */
-            for (int deferred_in = 0; deferred_in < 2; deferred_in++)
-                for (int how = 0; how < 3; how++, configs++)
-                    run_config(presets[pi], dir, defer, FS_LANES_OFF, deferred_in, how, &runs, &same);
-            /* the side lane run late (synchronous run first, and asynchronous first) and early */
-            run_config(presets[pi], dir, defer, FS_LANES_LATE, 0, 0, &runs, &same);
-            run_config(presets[pi], dir, defer, FS_LANES_LATE, 1, 2, &runs, &same);
-            run_config(presets[pi], dir, defer, FS_LANES_EARLY, 0, 1, &runs, &same);
-            configs += 3;
+        /* no side lane: both copy orders x three ways the graphs come about */
+        for (int deferred_in = 0; deferred_in < 2; deferred_in++)
+            for (int how = 0; how < 3; how++, configs++)
+                run_config(presets[pi], dir, FS_LANES_OFF, deferred_in, how, &runs, &same);
+        /* the side lane run late (synchronous run first, and asynchronous first) and early;
+         * each also with the other copy order */
+        run_config(presets[pi], dir, FS_LANES_LATE, 0, 0, &runs, &same);
+        run_config(presets[pi], dir, FS_LANES_LATE, 1, 2, &runs, &same);
+        run_config(presets[pi], dir, FS_LANES_EARLY, 0, 1, &runs, &same);
+        run_config(presets[pi], dir, FS_LANES_EARLY, 1, 2, &runs, &same);
+        configs += 4;
 #endif
-        }
         di_model_free(g_async_ref);
         g_async_ref = NULL;
     }
     fprintf(stderr, "  async steps on the fake stream: %d/%d runs identical to synchronous steps and to the plain "
                     "CPU model\n", same, runs);
 #ifdef __SANITIZE_ADDRESS__
-    CHECK(runs == configs * 8 && configs == n_presets * 12);
+    CHECK(runs == configs * 8 && configs == n_presets * 4);
 #else
-    CHECK(runs == configs * 8 && configs == n_presets * 27);
+    CHECK(runs == configs * 8 && configs == n_presets * 10);
 #endif
     CHECK_EQ_INT(same, runs);
 }
@@ -164,11 +163,11 @@ static void test_step_cost(void) {
     char dir[1024];
     model_dir("tiny-v3", dir, sizeof dir);
     g_async_step_hook = cost_hook;
-    for (int defer = 0; defer < 3; defer++) {
-        di_model *m = load_fake(dir, defer);
+    for (int lanes = 0; lanes < 2; lanes++) { /* without and with the side lane and the fused ops */
+        di_model *m = load_fake(dir);
         if (!m) continue;
-        g_fs.lanes = defer ? FS_LANES_LATE : FS_LANES_OFF;
-        if (defer) fs_extensions(di_model_backend(m));
+        g_fs.lanes = lanes ? FS_LANES_LATE : FS_LANES_OFF;
+        if (lanes) fs_extensions(di_model_backend(m));
         static int32_t prompts[GEN_PROMPTS][GEN_MAXP], out[GEN_PROMPTS][GEN_NEW];
         int plen[GEN_PROMPTS];
         async_make_prompts(prompts, plen, di_model_config_of(m)->vocab_size, &g_rs);
@@ -178,8 +177,8 @@ static void test_step_cost(void) {
         CHECK_OK(generate_steps(m, prompts, plen, GEN_PROMPTS, 0.9f, 1, out));
         g_cost_on = 0;
         const long n = GEN_NEW - 2 - 4;
-        fprintf(stderr, "  tail mode %d: over %ld steady steps: copies in %ld, graph launches %ld, fence waits %ld, "
-                        "uploads %ld, downloads %ld, syncs %ld, allocations %ld + %ld pinned, captures %ld\n", defer, n,
+        fprintf(stderr, "  side lane %s: over %ld steady steps: copies in %ld, graph launches %ld, fence waits %ld, "
+                        "uploads %ld, downloads %ld, syncs %ld, allocations %ld + %ld pinned, captures %ld\n", lanes ? "on" : "off", n,
                 g_cost[1].in - g_cost[0].in, g_cost[1].launches - g_cost[0].launches, g_cost[1].waits - g_cost[0].waits,
                 g_cost[1].up - g_cost[0].up, g_cost[1].down - g_cost[0].down, g_cost[1].syncs - g_cost[0].syncs,
                 g_cost[1].allocs - g_cost[0].allocs, g_cost[1].host_allocs - g_cost[0].host_allocs,

@@ -19,9 +19,9 @@
  *     arriving and aborted while a chained step is in flight.
  * The asynchronous tests run again with the executor's model on the fake asynchronous stream
  * (fake_stream_backend.h: the CPU backend with queued ops, graphs, copy lanes and fences), so
- * that its steps take the device path of model/decode_async.c, in each tail mode
- * (DEEPINFER_DEFER_TAIL 0 / 1 / 2; mode 1 with the decode graphs captured up front and the side
- * lane run late, mode 2 with it run early, both with the fused ops): host-
+ * that its steps take the device path of model/decode_async.c, in three configurations (plain;
+ * the decode graphs captured up front and the side lane run late; the side lane run early;
+ * both with the side lane also with CUDA's fused ops): host-
  * sampled steps between device steps, chained steps, arrivals, aborts and an injected failed
  * row must give the same tokens there too, and the fake must see no contract violation.
  * The same comparison on the GPU (device sampler, CUDA graphs) is tests/ops/test_cuda_pycoder.c. */
@@ -103,22 +103,22 @@ static di_status failing_collect(void *ctx, int32_t *tok, int32_t *st) {
     return DI_OK;
 }
 
-static int g_fake = -1; /* >= 0: asynchronous engines run on the fake stream with this tail mode */
+static int g_fake = -1; /* >= 0: asynchronous engines run on the fake stream in this configuration */
 
-/* The executor's model on the fake stream (one at a time), its step state rebuilt for it with
- * DEEPINFER_DEFER_TAIL = defer (mode 1: the decode graphs captured up front, as on CUDA);
- * modes 1 and 2 with the side lane, run late and early. */
-static void use_fake_stream(di_executor *ex, int defer, int max_seqs) {
+/* The executor's model on the fake stream (one at a time), its step state rebuilt for it;
+ * configuration 0: plain, 1: the decode graphs captured up front (as on CUDA) and the side lane
+ * run late, 2: the side lane run early; 1 and 2 with CUDA's fused ops. */
+static void use_fake_stream(di_executor *ex, int config, int max_seqs) {
     di_model *m = di_executor_model_of(ex);
-    CHECK_OK(fs_model_install(m, defer));
-    g_fs.lanes = defer == 1 ? FS_LANES_LATE : defer == 2 ? FS_LANES_EARLY : FS_LANES_OFF;
-    if (defer) fs_extensions(di_model_backend(m)); /* and CUDA's fused ops */
-    if (defer == 1) CHECK_OK(di_model_warmup_decode(m, max_seqs, NULL));
+    CHECK_OK(fs_model_install(m));
+    g_fs.lanes = config == 1 ? FS_LANES_LATE : config == 2 ? FS_LANES_EARLY : FS_LANES_OFF;
+    if (config) fs_extensions(di_model_backend(m));
+    if (config == 1) CHECK_OK(di_model_warmup_decode(m, max_seqs, NULL));
 }
 
 /* After an engine on the fake stream is freed: no contract violation, device steps ran. */
 static void fake_stream_done(const char *what) {
-    CHECK_MSG(g_fs.violations == 0, "%s on the fake stream (tail mode %d): %d violations (first: %s)", what, g_fake,
+    CHECK_MSG(g_fs.violations == 0, "%s on the fake stream (configuration %d): %d violations (first: %s)", what, g_fake,
               g_fs.violations, g_fs.why);
     CHECK_MSG(g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.fence_waits > 0 && (g_fake == 0) == (g_fs.forks == 0) &&
                   (g_fake == 0) == (g_fs.fused[0] == 0),
@@ -384,7 +384,8 @@ int main(void) {
     RUN(test_async_same_tokens);
     RUN(test_async_arrivals_and_aborts);
     for (g_fake = 0; g_fake < 3; g_fake++) { /* the asynchronous tests on the fake stream */
-        fprintf(stderr, "-- on the fake asynchronous stream, DEEPINFER_DEFER_TAIL=%d\n", g_fake);
+        fprintf(stderr, "-- on the fake asynchronous stream, configuration %d (side lane %s)\n", g_fake,
+                g_fake == 0 ? "off" : g_fake == 1 ? "late, graphs warmed up" : "early");
         RUN(test_same_tokens_mixed_async);
         RUN(test_failed_row_aborts_one_request_async);
         RUN(test_async_same_tokens);
