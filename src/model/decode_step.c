@@ -10,12 +10,12 @@
  * launched. Graph steps alternate between two metadata buffers (the parity): a step of
  * parity p reads meta[p] and its sampler writes the tokens and status into meta[1 - p]'s ids
  * and stat fields, which are exactly where the next step (parity 1 - p) reads its input ids.
- A step graph holds the body (embed .. final norm, left in m->x) and the sampling
- * (lm_head and sampler); the tokens stay on the device (decode_async.c copies them out after
- * the graph). The first step of a (bucket, parity) runs eagerly (creating every lazily built plan), the
- * next captures the graph. Invariants: a graph depends only on (B, parity), never on contexts
- * or tokens (the ops read those from device memory); everything here is allocated in
- * di_model_step_setup at load. */
+ * A step graph holds the body (embed .. final norm, left in m->x) and the sampling (lm_head
+ * and sampler); the tokens stay on the device (decode_async.c copies them out after the
+ * graph). The first step of a (bucket, parity) runs eagerly (creating every lazily built
+ * plan), the next captures the graph. Invariants: a graph depends only on (B, parity), never
+ * on contexts or tokens (the ops read those from device memory); everything here is allocated
+ * in di_model_step_setup at load. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

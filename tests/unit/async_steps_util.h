@@ -155,9 +155,10 @@ static void async_make_prompts(int32_t prompts[][GEN_MAXP], int *plen, int V, un
 /* The scenario on one loaded model: 1, 3 and GEN_PROMPTS prompts greedy and with temperature,
  * the last size again with a forward between two steps; how = 0: each synchronous run first,
  * 1: the decode graphs captured up front (di_model_warmup_decode, as the engine does), 2: each
- * asynchronous run first (the first steps of a bucket run eagerly). The prompts: async_make_prompts from the caller's xorshift state rs. Adds the runs and the
+ * asynchronous run first (the first steps of a bucket run eagerly). The prompts:
+ * async_make_prompts from the caller's xorshift state rs. Adds the runs and the
  * identical ones to *runs / *same (8 runs). */
-static void async_model_runs(di_model *m, unsigned long long *rs, int how, const char *label, int *runs, int *same) {
+static void async_model_runs(di_model *m, unsigned long long *rs, int how, const char *what, int *runs, int *same) {
     static int32_t prompts[GEN_PROMPTS][GEN_MAXP];
     int plen[GEN_PROMPTS];
     async_make_prompts(prompts, plen, di_model_config_of(m)->vocab_size, rs);
@@ -167,7 +168,6 @@ static void async_model_runs(di_model *m, unsigned long long *rs, int how, const
         CHECK(nc > 0);
     }
     static const int sizes[4] = {1, 3, GEN_PROMPTS, GEN_PROMPTS};
-    const char *what = label;
     for (int k = 0; k < 4; k++)
         for (int t = 0; t < 2; t++) {
             int mode = k == 3 ? 2 : 1; /* the last size with a forward in between */

@@ -6,12 +6,12 @@
  * Here the CPU backend is wrapped as a fake asynchronous stream (fake_stream_backend.h: every op
  * queued and run only when the host waits, as on a GPU that is always behind; graphs captured
  * and replayed; copies on lanes with fences; the host sampler as the device sampler) and the
- * GPU test's scenario runs on it (async_steps_util.h): for each order a copy lane may take (copy_in ahead of the queued ops, or in queue order reading its
- * source only then) and each way the graphs come about (a synchronous run first, captured up
- * front, the asynchronous run first), and with the side lane run late or early, chained steps
- * with prompts leaving the batch and a forward between two steps give the tokens of steps run
- * one by one and of the plain CPU model, bit for bit; the fake sees
- * no contract violation (a fence waited on before any copy marked it, an upload, copy or wait
+ * GPU test's scenario runs on it (async_steps_util.h): for each order a copy lane may take
+ * (copy_in ahead of the queued ops, or in queue order reading its source only then) and each
+ * way the graphs come about (a synchronous run first, captured up front, the asynchronous run
+ * first), and with the side lane run late or early, chained steps with prompts leaving the
+ * batch and a forward between two steps give the tokens of steps run one by one and of the
+ * plain CPU model, bit for bit; the fake sees no contract violation (a fence waited on before any copy marked it, an upload, copy or wait
  * inside a capture); graphs were captured and replayed and copies went both ways. And a
  * steady-state asynchronous step costs the host one metadata copy, one graph launch and one
  * fence wait: no upload, download, sync, allocation or capture. */
@@ -178,7 +178,8 @@ static void test_step_cost(void) {
         g_cost_on = 0;
         const long n = GEN_NEW - 2 - 4;
         fprintf(stderr, "  side lane %s: over %ld steady steps: copies in %ld, graph launches %ld, fence waits %ld, "
-                        "uploads %ld, downloads %ld, syncs %ld, allocations %ld + %ld pinned, captures %ld\n", lanes ? "on" : "off", n,
+                        "uploads %ld, downloads %ld, syncs %ld, allocations %ld + %ld pinned, captures %ld\n",
+                lanes ? "on" : "off", n,
                 g_cost[1].in - g_cost[0].in, g_cost[1].launches - g_cost[0].launches, g_cost[1].waits - g_cost[0].waits,
                 g_cost[1].up - g_cost[0].up, g_cost[1].down - g_cost[0].down, g_cost[1].syncs - g_cost[0].syncs,
                 g_cost[1].allocs - g_cost[0].allocs, g_cost[1].host_allocs - g_cost[0].host_allocs,
