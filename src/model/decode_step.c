@@ -298,6 +298,12 @@ static void run_sample(di_model *m, int bi, int p) {
                       (int32_t *)(out + L.ids), (int32_t *)(out + L.stat));
 }
 
+/* The ops of the step of (bi, p): body, then sampling */
+static void run_step(di_model *m, int bi, int p) {
+    run_body(m, bi, p);
+    run_sample(m, bi, p);
+}
+
 /* Captures the step graph of (bi, p) (nothing runs) once its ops have run eagerly; on a failed
  * capture graphs are turned off. Errors: graph_begin's (an earlier asynchronous error it
  * reports, which must not be lost) */
@@ -306,8 +312,7 @@ static di_status capture(di_model *m, int bi, int p) {
     void **g = &s->graph[bi][p];
     if (*g || !s->graphs_on || !s->warm[bi][p]) return DI_OK;
     DI_TRY(m->be->graph_begin(m->be));
-    run_body(m, bi, p);
-    run_sample(m, bi, p);
+    run_step(m, bi, p);
     if (m->be->graph_end(m->be, g) != DI_OK) {
         *g = NULL;
         s->graphs_on = 0; /* capture failed (nothing ran): later steps run eagerly */
@@ -326,8 +331,7 @@ static di_status issue(di_model *m, int bi, int p) {
         for (int r = 0; r < s->replays; r++) DI_TRY(m->be->graph_launch(m->be, g));
         return DI_OK;
     }
-    run_body(m, bi, p);
-    run_sample(m, bi, p);
+    run_step(m, bi, p);
     s->warm[bi][p] = 1;
     return DI_OK;
 }

@@ -11,10 +11,11 @@
  * way the graphs come about (a synchronous run first, captured up front, the asynchronous run
  * first), and with the side lane run late or early, chained steps with prompts leaving the
  * batch and a forward between two steps give the tokens of steps run one by one and of the
- * plain CPU model, bit for bit; the fake sees no contract violation (a fence waited on before any copy marked it, an upload, copy or wait
- * inside a capture); graphs were captured and replayed and copies went both ways. And a
- * steady-state asynchronous step costs the host one metadata copy, one graph launch and one
- * fence wait: no upload, download, sync, allocation or capture. */
+ * plain CPU model, bit for bit; the fake sees no contract violation (a fence waited on before
+ * any copy marked it, an upload, copy or wait inside a capture); graphs were captured and
+ * replayed and copies went both ways. And a steady-state asynchronous step costs the host one
+ * metadata copy, one graph launch and one fence wait: no upload, download, sync, allocation or
+ * capture. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -72,11 +73,12 @@ static void run_config(const char *preset, const char *dir, int lanes, int defer
     if (fused) fs_extensions(di_model_backend(m));
     char label[200];
     snprintf(label, sizeof label, "%s, side lane %s, copy_in %s, %s%s", preset,
-             lanes == FS_LANES_OFF ? "off" : lanes == FS_LANES_LATE ? "late" : "early", deferred_in ? "in order" : "ahead",
-             how == 0 ? "sync first" : how == 1 ? "warmed up" : "async first", fused ? ", fused ops" : "");
+             lanes == FS_LANES_OFF ? "off" : lanes == FS_LANES_LATE ? "late" : "early",
+             deferred_in ? "in order" : "ahead", how == 0 ? "sync first" : how == 1 ? "warmed up" : "async first",
+             fused ? ", fused ops" : "");
     async_model_runs(m, &g_rs, how, label, runs, same);
     CHECK_MSG(g_fs.violations == 0, "%s: %d contract violations (first: %s)", label, g_fs.violations, g_fs.why);
-    if (fused) /* each fused op taken: with the side lane the deferred experts, without it the shared ones */
+    if (fused) /* each fused op taken: with the side lane the deferred experts, else the shared ones */
         CHECK_MSG(g_fs.fused[0] > 0 && g_fs.fused[1] > 0 &&
                       (lanes != FS_LANES_OFF ? g_fs.fused[3] > 0 && g_fs.fused[4] == g_fs.fused[3] : g_fs.fused[2] > 0),
                   "%s: fused ops taken: rope_kv_write %ld, mla_decode_uv %ld, shared %ld, defer %ld / %ld", label,
