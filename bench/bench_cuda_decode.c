@@ -225,7 +225,7 @@ int main(int argc, char **argv) {
      * that both paths are measured at every T */
     setenv("DEEPINFER_CUDA_MOE_SMALL", "4", 0);
     di_backend *be = NULL;
-    if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be) != DI_OK) {
+    if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &be) != DI_OK) {
         fprintf(stderr, "bench_cuda_decode: %s\n", di_last_error());
         return 1;
     }

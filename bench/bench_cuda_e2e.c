@@ -5,6 +5,8 @@
  *
  *   bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128]
  *                  [--prefill 512,8192|none] [--ceilings 0|1] [--trace K] [--async 0|1] [--warmup 0|1]
+ *                  [--dtype bf16|f32]   (f32: the fp32 op table, the reference mode; its bounds are still
+ *                                        computed for bf16 weights)
  *
  * Decode at batch B: B random prompts of --prompt tokens prefilled together, then --gen new
  * tokens each (the first from the prefill, the rest from decode steps of B tokens); tok/s =
@@ -255,6 +257,7 @@ static double bench_prefill(di_model *m, int L) {
 int main(int argc, char **argv) {
     const char *dir = NULL;
     int Bs[8] = {1, 16, 64, 256}, nB = 4, Ls[8] = {512, 8192}, nL = 2, P = 128, G = 128, ceilings = 1, warm = 1;
+    int precision = DI_PRECISION_DEFAULT;
     const char *as = getenv("DEEPINFER_ASYNC_STEPS"); /* the engine's switch sets the default too */
     if (as && *as) g_async = as[0] != '0';
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -268,12 +271,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--async")) g_async = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--trace-async")) g_trace_async = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--warmup")) warm = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--dtype")) precision = di_precision_from_name(argv[i + 1]);
     }
-    if (!dir || P < 1 || G < 4 || g_trace_steps < 0 || (g_trace_steps > 0 && g_trace_steps > G - 8) ||
+    if (!dir || precision < 0 || P < 1 || G < 4 || g_trace_steps < 0 || (g_trace_steps > 0 && g_trace_steps > G - 8) ||
         g_trace_async < 0 || g_trace_async > G - 8 || (g_trace_async > 0 && (g_trace_steps > 0 || !g_async))) {
         fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128] "
                         "[--prefill 512,8192|none] [--ceilings 0|1] [--trace K (0..gen-8)] [--async 0|1] [--trace-async K] "
-                        "[--warmup 0|1]\n");
+                        "[--warmup 0|1] [--dtype bf16|f32]\n");
         return 2;
     }
     if (g_trace_steps > 0 || g_trace_async > 0) {
@@ -285,7 +289,7 @@ int main(int argc, char **argv) {
 #endif
     }
     di_backend *be = NULL;
-    if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be) != DI_OK) {
+    if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &be) != DI_OK) {
         fprintf(stderr, "bench_cuda_e2e: %s\n", di_last_error());
         return 1;
     }
@@ -301,6 +305,7 @@ int main(int argc, char **argv) {
     int nbs = (P + G + 63) / 64;
     di_model_options o = {0};
     o.device = DI_DEVICE_CUDA;
+    o.precision = (di_precision)precision;
     o.max_batch_tokens = maxB * P > maxL ? maxB * P : maxL;
     o.max_seqs = maxB;
     o.max_context = (maxL > P + G ? maxL : P + G) + 64;

@@ -371,7 +371,7 @@ static void bench_sample(di_backend *be) {
 int main(int argc, char **argv) {
     int quick = argc > 1 && !strcmp(argv[1], "quick");
     di_backend *be = NULL;
-    if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be) != DI_OK) {
+    if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &be) != DI_OK) {
         fprintf(stderr, "bench_cuda_ops: %s\n", di_last_error());
         return 1;
     }
@@ -399,7 +399,7 @@ int main(int argc, char **argv) {
         for (int m = 0; m < 2; m++) {
             setenv("DEEPINFER_CUDA_MLA_WGMMA", modes[m], 1);
             di_backend *alt = NULL;
-            di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &alt);
+            di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &alt);
             unsetenv("DEEPINFER_CUDA_MLA_WGMMA");
             if (alt && alt->reserve(alt, &r) == DI_OK) mladec_lines(alt, m ? "[wgmma=2]" : "[wgmma=0]");
             di_backend_free(alt);
@@ -434,7 +434,7 @@ int main(int argc, char **argv) {
            f8 / 1e12, f84 / 1e12);
     setenv("DEEPINFER_FP8_ACT_QUANT", "1", 1);
     di_backend *aqb = NULL;
-    di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &aqb);
+    di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &aqb);
     unsetenv("DEEPINFER_FP8_ACT_QUANT");
     if (aqb && aqb->reserve(aqb, &r) == DI_OK) {
         double q8 = b_gemm_rate(aqb, 8192, 8192, 8192, 1), q84 = b_gemm_rate(aqb, 4096, 7168, 7168, 1);
@@ -457,9 +457,9 @@ int main(int argc, char **argv) {
      * cuBLASLt above), mma only (DEEPINFER_CUDA_GEMV=0), cuBLASLt for every plain GEMM */
     di_backend *mma = NULL, *lt = NULL;
     setenv("DEEPINFER_CUDA_GEMV", "0", 1);
-    di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &mma);
+    di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &mma);
     setenv("DEEPINFER_CUDA_LT_MIN_ROWS", "1", 1);
-    di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &lt);
+    di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &lt);
     unsetenv("DEEPINFER_CUDA_GEMV");
     unsetenv("DEEPINFER_CUDA_LT_MIN_ROWS");
     if (mma) mma->reserve(mma, &r);

@@ -90,10 +90,21 @@ void di_sampling_params_init(di_sampling_params *p);
 /* Checks ranges (vocab_size bounds token ids; 0 = unchecked); error names the field. */
 di_status di_sampling_params_validate(const di_sampling_params *p, int vocab_size);
 
+/* Precision of activations and the KV cache (weights: see docs/cuda.md "Precision"). */
+typedef enum di_precision {
+    DI_PRECISION_DEFAULT = 0,    /* the device's: CPU f32, CUDA bf16 */
+    DI_PRECISION_BF16 = 1,       /* CUDA only */
+    DI_PRECISION_F32 = 2         /* fp32 activations, KV cache and weights (CPU; CUDA's
+                                    reference mode) */
+} di_precision;
+
 typedef struct di_engine_params {
     const char *model_dir;       /* config.json + *.safetensors (+ tokenizer.json) */
     const char *tokenizer_dir;   /* NULL: model_dir */
     int device;                  /* 0 = CPU, 1 = CUDA */
+    int precision;               /* activations and KV cache, a di_precision: 0 = the device's
+                                    default (CPU f32, CUDA bf16); DI_PRECISION_F32 on CUDA
+                                    computes like the CPU (slower; for reproducing references) */
     int n_threads;               /* CPU threads (0 = DEEPINFER_THREADS or all cores) */
     int max_batch_tokens;        /* token budget per step (default 2048) */
     int max_seqs;                /* most running sequences (default 256) */

@@ -9,6 +9,8 @@
 # usage (from the repository root):  bash .gpu/src/scripts/gpu/remote.sh [STEP ...]
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
 #          engine compare hf e2ebase pbreakdown pkernel
+#          f32 (the fp32 op table: test_cuda_f32 F32_GROUPS, then test_cuda_model golden-f32 and
+#              generate-f32, F32_MODEL_GROUPS)
 #          moelt (decode with each DEEPINFER_CUDA_MOE_LT value; MOELT_VALUES, MOELT_BATCHES,
 #              MOELT_NCU: values whose batch-16 step also runs under ncu)
 #          benchv32 (bench_cuda_ops v32: V3.2 indexer / sparse MLA times)
@@ -152,6 +154,14 @@ for s in $steps; do
         ;;
     ops)
         for g in ${OPS_GROUPS:-rows gemm bmm graph lanes}; do run_step "ops.$g" tests.log "$G/bin/test_cuda_ops" "$g"; done
+        ;;
+    f32)
+        # the fp32 op table (`--dtype f32`): op parity with the CPU at fp32 tolerances, then the
+        # golden logits and greedy generations through it
+        for g in ${F32_GROUPS:-rows gemm route experts decode prefill indexer graph}; do
+            run_step "f32.$g" tests.log "$G/bin/test_cuda_f32" "$g"
+        done
+        for g in ${F32_MODEL_GROUPS:-golden-f32 generate-f32}; do run_step "model.$g" tests.log "$G/bin/test_cuda_model" "$g"; done
         ;;
     attn)
         for g in ${ATTN_GROUPS:-decode prefill route experts defer sample indexer}; do run_step "attn.$g" tests.log "$G/bin/test_cuda_attn" "$g"; done

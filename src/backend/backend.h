@@ -522,18 +522,23 @@ typedef struct di_backend_options {
     di_device device;
     int n_threads;            /* CPU: 0 = DEEPINFER_THREADS or all cores */
     int device_index;         /* CUDA device ordinal */
+    int precision;            /* a di_precision: 0 = the device's default (CPU f32, CUDA bf16);
+                               * DI_PRECISION_F32 on CUDA: the fp32 op table (cuda_f32.cu) */
 } di_backend_options;
 
 /* Creates a backend; DI_ERR_UNSUPPORTED with a clear message if the device is not built in. */
 di_status di_backend_create(const di_backend_options *opts, di_backend **out);
 void di_backend_free(di_backend *be);   /* NULL ok */
+/* "auto" -> DI_PRECISION_DEFAULT, "bf16" -> BF16, "f32" / "fp32" / "float32" -> F32; -1 otherwise
+ * (the CLI's --dtype). */
+int di_precision_from_name(const char *name);
 /* Bytes per activation element. */
 size_t di_backend_act_size(const di_backend *be);
 
 /* The CPU backend (always built). */
 di_status di_backend_cpu_create(int n_threads, di_backend **out);
 #ifdef DI_HAVE_CUDA
-di_status di_backend_cuda_create(int device_index, di_backend **out);
+di_status di_backend_cuda_create(int device_index, int precision, di_backend **out);
 #endif
 
 #ifdef __cplusplus

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h" /* di_precision_from_name */
 #include "core/json_util.h"
 #include "core/status.h"
 #include "core/timer.h"
@@ -61,6 +62,8 @@ static void usage(FILE *f) {
             "  --max-model-len N        context limit (default: the model's)\n"
             "  --no-prefix-cache        disable prefix caching\n"
             "  --device cpu|cuda        (default cpu)\n"
+            "  --dtype auto|bf16|f32    activations and KV cache (auto: f32 on cpu, bf16 on cuda;\n"
+            "                           f32 on cuda computes like the CPU, for reproducing references)\n"
             "  --threads N              CPU threads (default: DEEPINFER_THREADS or all cores)\n"
             "  --engine-seed N          seeds requests without a seed (default 0)\n");
 }
@@ -162,7 +165,11 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--max-model-len")) { bad = parse_long(a, v, 2, 1 << 30, &n); o->ep.max_model_len = (int)n; }
         else if (!strcmp(a, "--threads")) { bad = parse_long(a, v, 1, 4096, &n); o->ep.n_threads = (int)n; }
         else if (!strcmp(a, "--engine-seed")) { bad = parse_long(a, v, 0, LONG_MAX, &n); o->ep.seed = (uint64_t)n; }
-        else if (!strcmp(a, "--device")) {
+        else if (!strcmp(a, "--dtype")) {
+            int p = di_precision_from_name(v);
+            if (p < 0) return fail_usage("--dtype: expected auto, bf16 or f32, got '%s'%s", v, "");
+            o->ep.precision = p;
+        } else if (!strcmp(a, "--device")) {
             if (!strcmp(v, "cpu")) o->ep.device = 0;
             else if (!strcmp(v, "cuda")) o->ep.device = 1;
             else return fail_usage("--device: expected cpu or cuda, got '%s'%s", v, "");

@@ -2,7 +2,7 @@
  * model and writes float32 little-endian logits, row-major [n_ids, vocab_size].
  *
  *   deepinfer logits --model DIR --ids 3,17,42 [--mode prefill|decode] [--device cpu|cuda]
- *                    [--threads N] --out FILE [--generate N]
+ *                    [--dtype auto|bf16|f32] [--threads N] --out FILE [--generate N]
  *
  * prefill: all ids in one forward pass (naive MLA). decode: the ids one at a time through the
  * paged latent KV cache (weight-absorbed MLA), one step per token. --generate N then continues
@@ -22,11 +22,14 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: deepinfer logits --model DIR --ids ID,ID,... [--mode prefill|decode]\n"
-            "                        [--device cpu|cuda] [--threads N] --out FILE [--generate N]\n\n"
+            "                        [--device cpu|cuda] [--dtype auto|bf16|f32] [--threads N]\n"
+            "                        --out FILE [--generate N]\n\n"
             "Writes the logits of every position as float32 little-endian, row-major\n"
             "[n_ids, vocab_size], to FILE.\n"
             "  --mode prefill  all ids in one forward pass (default)\n"
             "  --mode decode   one id per step through the latent KV cache (absorbed attention)\n"
+            "  --dtype D       activations and KV cache: auto (default: f32 on cpu, bf16 on cuda),\n"
+            "                  bf16 (cuda) or f32 (cuda: computes like the CPU)\n"
             "  --threads N     CPU threads (default: DEEPINFER_THREADS or all cores)\n"
             "  --generate N    then greedily generate up to N tokens (stops at EOS) and print\n"
             "                  their ids, comma-separated, on stdout\n");
@@ -147,7 +150,7 @@ static di_status generate(di_model *m, const float *last_logits, int n, int n_ge
 }
 
 int di_cmd_logits(int argc, char **argv) {
-    const char *model = NULL, *ids_s = NULL, *mode = "prefill", *device = "cpu", *out = NULL;
+    const char *model = NULL, *ids_s = NULL, *mode = "prefill", *device = "cpu", *out = NULL, *dtype = "auto";
     int threads = 0, n_gen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -165,6 +168,7 @@ int di_cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--ids")) ids_s = v;
         else if (!strcmp(a, "--mode")) mode = v;
         else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--dtype")) dtype = v;
         else if (!strcmp(a, "--out")) out = v;
         else if (!strcmp(a, "--threads")) {
             char *end;
@@ -207,11 +211,17 @@ int di_cmd_logits(int argc, char **argv) {
         fprintf(stderr, "deepinfer logits: --device: expected 'cpu' or 'cuda', got '%s'\n", device);
         return 2;
     }
+    int precision = di_precision_from_name(dtype);
+    if (precision < 0) {
+        fprintf(stderr, "deepinfer logits: --dtype: expected 'auto', 'bf16' or 'f32', got '%s'\n", dtype);
+        return 2;
+    }
     int32_t *ids = NULL;
     int n = 0;
     if (parse_ids(ids_s, &ids, &n) != 0) return 2;
     di_model_options opts = {0};
     opts.device = dev;
+    opts.precision = (di_precision)precision;
     opts.n_threads = threads;
     opts.max_batch_tokens = decode ? 1 : n;
     opts.max_seqs = 1;

@@ -98,6 +98,7 @@ di_status di_engine_create(const di_engine_params *p, di_engine **out) {
         return di_error(DI_ERR_INVALID_ARG, "engine: device %d: expected 0 (cpu) or 1 (cuda)", p->device);
     di_model_options mo = {0};
     mo.device = (di_device)p->device;
+    mo.precision = (di_precision)p->precision;
     mo.n_threads = p->n_threads;
     mo.max_batch_tokens = p->max_batch_tokens > 0 ? p->max_batch_tokens : 2048;
     mo.max_seqs = p->max_seqs > 0 ? p->max_seqs : 256;

@@ -174,7 +174,7 @@ static di_status load(di_model *m, const char *dir) {
     if (!ctx) ctx = c->max_position_embeddings > 4096 ? c->max_position_embeddings : 4096;
     m->max_blocks_per_seq = (int)ceil_div((size_t)ctx, DI_KV_BLOCK_SIZE);
     setup_params(m);
-    di_backend_options bo = {m->opts.device, m->opts.n_threads, 0};
+    di_backend_options bo = {m->opts.device, m->opts.n_threads, 0, m->opts.precision};
     DI_TRY(di_backend_create(&bo, &m->be));
     if (m->v32 && (!m->be->layernorm || !m->be->indexer_topk || !m->be->indexer_scratch_bytes))
         return di_error(DI_ERR_UNSUPPORTED, "%s: DeepSeek-V3.2 sparse attention (the indexer) is not implemented on "

@@ -24,6 +24,7 @@
 
 typedef struct di_model_options {
     di_device device;
+    di_precision precision;   /* activations / KV cache (0: the device's default) */
     int n_threads;            /* CPU backend threads; 0 = DEEPINFER_THREADS or all cores */
     int max_batch_tokens;     /* the workspace is sized for this many tokens per step (0 = 2048) */
     int max_seqs;             /* most sequences in one step (0 = 256) */

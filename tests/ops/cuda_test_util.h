@@ -236,15 +236,15 @@ static inline float *t_rope_inv_freq(int dr) {
 static inline di_backend *g_backend_with(const char *var, const char *val) {
     setenv(var, val, 1);
     di_backend *be = NULL;
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be));
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &be));
     unsetenv(var);
     return be;
 }
 
 /* Creates both backends; returns 0 if there is no CUDA device (the caller fails the test). */
 static inline int t_backends(void) {
-    if (di_backend_create(&(di_backend_options){DI_DEVICE_CPU, 0, 0}, &g_cpu) != DI_OK) return 0;
-    di_status s = di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &g_gpu);
+    if (di_backend_create(&(di_backend_options){DI_DEVICE_CPU, 0, 0, 0}, &g_cpu) != DI_OK) return 0;
+    di_status s = di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &g_gpu);
     if (s != DI_OK) {
         fprintf(stderr, "no CUDA backend: %s\n", di_last_error());
         return 0;

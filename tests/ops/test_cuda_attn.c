@@ -283,7 +283,7 @@ static di_backend *decode_backend(const char *wgmma, const char *early) {
     if (wgmma) setenv("DEEPINFER_CUDA_MLA_WGMMA", wgmma, 1);
     if (early) setenv("DEEPINFER_CUDA_MLA_EARLY", early, 1);
     di_backend *be = NULL;
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &be));
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &be));
     unsetenv("DEEPINFER_CUDA_MLA_WGMMA");
     unsetenv("DEEPINFER_CUDA_MLA_EARLY");
     if (be) {
@@ -897,7 +897,7 @@ static void test_small(void) {
      * (enabled up to 4 tokens here; the default dispatch takes it at one token only) */
     setenv("DEEPINFER_CUDA_MOE_SMALL", "4", 1);
     di_backend *small = NULL, *save = g_gpu;
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &small));
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &small));
     g_small_late = g_backend_with("DEEPINFER_CUDA_DOWN_EARLY", "0"); /* with MOE_SMALL=4 too */
     unsetenv("DEEPINFER_CUDA_MOE_SMALL");
     if (!small) return;

@@ -3,9 +3,12 @@
  *             committed transformers logits of every case in tests/data/golden/golden.json,
  *             max|d|/max|ref| <= 2e-2 (bf16); fp8 cases run with activation quantization on
  *             and off (DEEPINFER_FP8_ACT_QUANT);
+ *   golden-f32: the same with `--dtype f32` (the fp32 op table) against the manifest's own
+ *             tolerance (the CPU's bound);
  *   generate: greedy generation of 32 new tokens for random prompts on every golden
  *             checkpoint, CPU (host sampler) vs CUDA (device sampler, decode-step graphs),
  *             one prompt at a time and all prompts in one batch; >= 95% of prompts identical;
+ *   generate-f32: the same with the GPU model on the fp32 op table;
  *   compare DIR: logits of a larger model (e.g. v2lite-8l) CPU vs CUDA, prefill + decode;
  *   v32:      DeepSeek-V3.2 (tiny-v32, index_topk 64) CPU vs CUDA over a 100-token prefill and
  *             8 decode steps: every GPU selection must be the top-k of its own inputs (fp64
@@ -15,7 +18,7 @@
  *   async:    decode steps launched chained to the one in flight (di_model_sample_launch),
  *             with prompts leaving the batch, give the tokens of steps run one by one, bit for bit;
  *
- *   test_cuda_model [golden] [generate] [async] [routing] [v32] [compare DIR]      (run from the source root with
+ *   test_cuda_model [golden] [golden-f32] [generate] [generate-f32] [async] [routing] [v32] [compare DIR]      (run from the source root with
  *   DI_BIN = the deepinfer CLI and DI_BUILD_DIR = a scratch directory for checkpoints) */
 #include <math.h>
 #include <stdio.h>
@@ -58,14 +61,18 @@ static const char *case_dir(json_t *c, char *dir, size_t n) {
 
 /* ---------------------------------------------------------------- golden ---- */
 
-static void test_golden(void) {
+/* f32: the GPU runs `--dtype f32` (the fp32 op table) against the manifest's own tolerance (the
+ * CPU's bound, ~1e-4), fp8 cases once (no activation quantization in fp32); otherwise bf16 and
+ * 2e-2. */
+static void test_golden(int f32) {
     const char *bin = getenv("DI_BIN"), *build = getenv("DI_BUILD_DIR");
     CHECK_MSG(bin && build, "DI_BIN and DI_BUILD_DIR must be set");
     if (!bin || !build) return;
     json_t *man = NULL;
     CHECK_OK(di_json_load_file(test_src_path("tests/data/golden/golden.json"), &man));
     if (!man) return;
-    const double tol = 2e-2;
+    json_t *mtol = json_object_get(man, "tolerance");
+    const double tol = f32 ? (mtol ? json_number_value(mtol) : 1e-4) : 2e-2;
     size_t ci;
     json_t *c;
     int n_cmp = 0, n_cases = 0;
@@ -98,14 +105,15 @@ static void test_golden(void) {
         }
         char *idstr = test_ids_csv(ids);
         int fp8 = dtype && !strcmp(dtype, "fp8");
-        for (int aq = fp8 ? 0 : 1; aq <= 1; aq++)
+        for (int aq = fp8 ? 0 : 1; aq <= (f32 && fp8 ? 0 : 1); aq++)
             for (int m = 0; m < 2; m++) {
                 const char *mode = m ? "decode" : "prefill";
                 char out[4400], cmd[20000];
-                snprintf(out, sizeof out, "%s/golden/%s.cuda.%s.bin", build, name, mode);
+                snprintf(out, sizeof out, "%s/golden/%s.cuda%s.%s.bin", build, name, f32 ? "-f32" : "", mode);
                 remove(out);
-                snprintf(cmd, sizeof cmd, "DEEPINFER_FP8_ACT_QUANT=%d '%s' logits --device cuda --model '%s' --ids %s --mode %s --out '%s'",
-                         aq, bin, dir, idstr, mode, out);
+                snprintf(cmd, sizeof cmd,
+                         "DEEPINFER_FP8_ACT_QUANT=%d '%s' logits --device cuda --dtype %s --model '%s' --ids %s --mode %s --out '%s'",
+                         aq, bin, f32 ? "f32" : "bf16", dir, idstr, mode, out);
                 int rc = test_run(cmd);
                 CHECK_MSG(rc == 0, "%s/%s: deepinfer logits --device cuda failed (exit %d)", name, mode, rc);
                 float *got = NULL;
@@ -130,10 +138,11 @@ static void test_golden(void) {
                     double rel = maxd / maxref;
                     int gate = !fp8 || aq == 0; /* the 2e-2 bound is for weight-only semantics */
                     fprintf(stderr, "  %-18s %-7s %-10s n=%-4ld max|d|/max|ref| %.3e  ||d||/||ref|| %.3e  argmax %ld/%ld%s\n",
-                            name, mode, fp8 ? (aq ? "act-quant" : "weight-only") : "", n_ids, rel, sqrt(dd / rr),
-                            (long)top_ok, n_ids, rel <= tol ? "" : (gate ? "  FAIL" : "  (over 2e-2)"));
+                            name, mode, f32 ? "f32" : fp8 ? (aq ? "act-quant" : "weight-only") : "", n_ids, rel,
+                            sqrt(dd / rr), (long)top_ok, n_ids, rel <= tol ? "" : (gate ? "  FAIL" : "  (over 2e-2)"));
                     if (gate) {
-                        CHECK_MSG(rel <= tol, "%s/%s: max|d|/max|ref| = %.3g > %.0e", name, mode, rel, tol);
+                        CHECK_MSG(rel <= tol, "%s/%s%s: max|d|/max|ref| = %.3g > %.0e", name, mode, f32 ? " (f32)" : "",
+                                  rel, tol);
                         if (rel > worst) worst = rel;
                         n_cmp++;
                     }
@@ -143,8 +152,8 @@ static void test_golden(void) {
         free(idstr);
         free(ref);
     }
-    fprintf(stderr, "  golden: %d comparisons over %d cases, worst max|d|/max|ref| %.3e (bound 2e-2)\n", n_cmp, n_cases,
-            worst);
+    fprintf(stderr, "  golden%s: %d comparisons over %d cases, worst max|d|/max|ref| %.3e (bound %.0e)\n", f32 ? " f32" : "",
+            n_cmp, n_cases, worst, tol);
     CHECK(n_cmp == 2 * n_cases && n_cases >= 10);
     json_decref(man);
 }
@@ -205,9 +214,12 @@ static di_status generate(di_model *m, int32_t prompts[][GEN_MAXP], const int *p
  * (reported as a check failure). */
 static int load_both(const char *dir, di_model_options o, di_model **mc, di_model **mg) {
     *mc = *mg = NULL;
+    di_precision gpu_precision = o.precision;
     o.device = DI_DEVICE_CPU;
+    o.precision = DI_PRECISION_DEFAULT;
     CHECK_OK(di_model_load(dir, &o, mc));
     o.device = DI_DEVICE_CUDA;
+    o.precision = gpu_precision;
     CHECK_OK(di_model_load(dir, &o, mg));
     if (*mc && *mg) return 1;
     di_model_free(*mc);
@@ -219,7 +231,8 @@ static int load_both(const char *dir, di_model_options o, di_model **mc, di_mode
 /* The checkpoint of golden case c (into dir) on the CPU (*mc) and the GPU (*mg); 0 when it is
  * not to be run: mkmodel failed, already in done[0 .. *n_done) (recorded there, at most
  * 32), or a load failed (reported). */
-static int load_pair(json_t *c, char done[][4096], int *n_done, char *dir, di_model **mc, di_model **mg) {
+static int load_pair(json_t *c, char done[][4096], int *n_done, char *dir, di_model **mc, di_model **mg,
+                     di_precision gpu_precision) {
     *mc = *mg = NULL;
     if (!case_dir(c, dir, 4096)) return 0;
     int seen = 0;
@@ -231,10 +244,12 @@ static int load_pair(json_t *c, char done[][4096], int *n_done, char *dir, di_mo
     o.max_seqs = 16;
     o.max_context = 128;
     o.kv_blocks = GEN_PROMPTS * 2;
+    o.precision = gpu_precision;
     return load_both(dir, o, mc, mg);
 }
 
-static void test_generate(void) {
+/* f32: the GPU model runs the fp32 op table (DI_PRECISION_F32). */
+static void test_generate(int f32) {
     json_t *man = NULL;
     CHECK_OK(di_json_load_file(test_src_path("tests/data/golden/golden.json"), &man));
     if (!man) return;
@@ -245,7 +260,7 @@ static void test_generate(void) {
     json_array_foreach(json_object_get(man, "cases"), ci, c) {
         char dir[4096];
         di_model *mc, *mg;
-        if (!load_pair(c, done, &n_done, dir, &mc, &mg)) continue;
+        if (!load_pair(c, done, &n_done, dir, &mc, &mg, f32 ? DI_PRECISION_F32 : DI_PRECISION_DEFAULT)) continue;
         int V = di_model_config_of(mc)->vocab_size;
         static int32_t prompts[GEN_PROMPTS][GEN_MAXP], oc[GEN_PROMPTS][GEN_NEW], og[GEN_PROMPTS][GEN_NEW],
             ob[GEN_PROMPTS][GEN_NEW];
@@ -282,8 +297,8 @@ static void test_generate(void) {
         di_model_free(mc);
         di_model_free(mg);
     }
-    fprintf(stderr, "  generate: %d/%d prompts identical CPU vs CUDA over %d new tokens (%.1f%%; bound 95%%), "
-                    "%d/%d single vs batched on CUDA\n", same_cpu, total, GEN_NEW, total ? 100.0 * same_cpu / total : 0.0,
+    fprintf(stderr, "  generate%s: %d/%d prompts identical CPU vs CUDA over %d new tokens (%.1f%%; bound 95%%), "
+                    "%d/%d single vs batched on CUDA\n", f32 ? " f32" : "", same_cpu, total, GEN_NEW, total ? 100.0 * same_cpu / total : 0.0,
             same_batch, total);
     CHECK(total > 0 && same_cpu * 100 >= 95 * total);
     json_decref(man);
@@ -610,7 +625,7 @@ static void test_generate_routed(void) {
     json_array_foreach(json_object_get(man, "cases"), ci, c) {
         char dir[4096];
         di_model *mc, *mg;
-        if (!load_pair(c, done, &n_done, dir, &mc, &mg)) continue;
+        if (!load_pair(c, done, &n_done, dir, &mc, &mg, DI_PRECISION_DEFAULT)) continue;
         di_backend *bc = di_model_backend(mc), *bg = di_model_backend(mg);
         rt_hooks_install(bc, bg);
         ix_hooks_install(bc, bg); /* V3.2: the CPU's index selections too */
@@ -875,13 +890,25 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "golden");
     if (all) {
         fprintf(stderr, "-- golden\n");
-        test_golden();
+        test_golden(0);
+    }
+    all = argc < 2;
+    for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "golden-f32");
+    if (all) {
+        fprintf(stderr, "-- golden-f32\n");
+        test_golden(1);
     }
     all = argc < 2;
     for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "generate");
     if (all) {
         fprintf(stderr, "-- generate\n");
-        test_generate();
+        test_generate(0);
+    }
+    all = argc < 2;
+    for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "generate-f32");
+    if (all) {
+        fprintf(stderr, "-- generate-f32\n");
+        test_generate(1);
     }
     all = argc < 2;
     for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "async");

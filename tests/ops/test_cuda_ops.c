@@ -335,7 +335,7 @@ static void test_gemm(void) {
      * are uploaded after reserve(): the activation buffers grow with the widest fp8 weight. */
     setenv("DEEPINFER_FP8_ACT_QUANT", "1", 1);
     di_backend *aq = NULL;
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0}, &aq));
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &aq));
     unsetenv("DEEPINFER_FP8_ACT_QUANT");
     if (aq) {
         di_backend_reserve r = {8192, 256, 129280, {16, 128, 64, 128, 512, 0.1f}};

@@ -256,6 +256,10 @@ static void test_errors(void) {
     expect_error(args, 1, "prompt_token_ids");
     snprintf(args, sizeof args, "--model %s --prompt-ids 1,2 --temperature hot", g_dir);
     expect_error(args, 2, "--temperature");
+    snprintf(args, sizeof args, "--model %s --prompt-ids 1,2 --dtype half", g_dir);
+    expect_error(args, 2, "--dtype");
+    snprintf(args, sizeof args, "--model %s --prompt-ids 1,2 --dtype bf16", g_dir);
+    expect_error(args, 1, "bf16");
     expect_error("--prompt-ids 1,2", 2, "--model");
     snprintf(args, sizeof args, "--model %s", g_dir);
     expect_error(args, 2, "--prompt");

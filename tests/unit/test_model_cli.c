@@ -74,6 +74,17 @@ static void test_output_matches_library(void) {
         }
         free(data);
     }
+    /* --dtype f32 (spelled float32) is the CPU's own precision: the same bits as the library */
+    {
+        char args[4096], out[600], *data = NULL;
+        size_t n = 0;
+        snprintf(out, sizeof out, "%s/out_f32.bin", g_tmp);
+        snprintf(args, sizeof args, "--model %s --ids 0,17,511,42,42 --dtype float32 --threads 2 --out %s", g_model, out);
+        CHECK_EQ_INT(run_cli(args), 0);
+        CHECK_OK(di_read_file(out, &data, &n, 0));
+        CHECK_MSG(data && n == (size_t)5 * V * 4 && memcmp(data, want, n) == 0, "--dtype f32 logits differ");
+        free(data);
+    }
     free(want);
     di_model_free(m);
 }
@@ -138,6 +149,11 @@ static void test_bad_invocations(void) {
     CHECK(run_cli(a) != 0 && err_has("--bogus"));
     snprintf(a, sizeof a, "--model %s --ids 1 --generate -1 --out %s/x.bin", g_model, g_tmp);
     CHECK(run_cli(a) != 0 && err_has("--generate"));
+    /* --dtype: an unknown name is a usage error; bf16 on the CPU is refused by name */
+    snprintf(a, sizeof a, "--model %s --ids 1 --dtype fp16 --out %s/x.bin", g_model, g_tmp);
+    CHECK(run_cli(a) == 2 && err_has("--dtype") && err_has("fp16"));
+    snprintf(a, sizeof a, "--model %s --ids 1 --dtype bf16 --out %s/x.bin", g_model, g_tmp);
+    CHECK(run_cli(a) != 0 && err_has("bf16") && err_has("CPU"));
 #ifndef DI_HAVE_CUDA
     snprintf(a, sizeof a, "--model %s --ids 1 --device cuda --out %s/x.bin", g_model, g_tmp);
     CHECK(run_cli(a) != 0 && err_has("cuda"));

@@ -337,7 +337,7 @@ static void teardown(void) {
     di_backend_free(g_be1);
     di_backend_free(g_be3);
     di_backend_free(NULL);
-    di_backend_options cu = {DI_DEVICE_CUDA, 0, 0};
+    di_backend_options cu = {DI_DEVICE_CUDA, 0, 0, 0};
     di_backend *be = NULL;
 #ifndef DI_HAVE_CUDA
     CHECK(di_backend_create(&cu, &be) == DI_ERR_UNSUPPORTED);

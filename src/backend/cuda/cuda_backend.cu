@@ -1,6 +1,7 @@
 /* cuda_backend.cu - the CUDA backend (Hopper sm_90a): creation, the op table, device memory
  * and pinned staging, weight upload (bf16, or fp8 e4m3 + 128x128 block scales kept as in the
- * checkpoint; parts checked and converted on the host by backend_host.c), the step workspace
+ * checkpoint; all f32 for the f32 op table of cuda_f32.cu; parts checked and converted on the
+ * host by backend_host.c), the step workspace
  * (reserve) and CUDA-graph capture hooks.
  *
  * Owner: cuda. Invariants: ops are enqueued on the main stream, or between side_begin and
@@ -432,11 +433,52 @@ static di_status upload_converted(di_backend *be, int n, int n_parts, const di_h
     return DI_OK;
 }
 
+/* The f32 op table's weights: every matrix converted to fp32 on the host (FP8 dequantized
+ * with its block scales, as the CPU backend stores them), transposed if asked. */
+static di_status upload_f32(di_backend *be, int n, int n_parts, const di_host_matrix *parts, int rows, int cols,
+                            di_weight_layout layout, di_weight *out) {
+    cuda_state *st = cst(be);
+    size_t per = (size_t)rows * cols;
+    int tr = layout == DI_WEIGHT_TRANSPOSED;
+    char *dev = NULL;
+    DI_TRY(c_alloc(be, per * (size_t)n * sizeof(float), (void **)&dev));
+    float *f = (float *)malloc(per * sizeof(float)), *t = tr ? (float *)malloc(per * sizeof(float)) : NULL;
+    if (!f || (tr && !t)) {
+        free(f);
+        free(t);
+        c_free(be, dev);
+        return di_error(DI_ERR_NOMEM, "tensor '%s': out of host memory converting", parts[0].name);
+    }
+    di_status s = DI_OK;
+    for (int i = 0; i < n && s == DI_OK; i++) {
+        di_host_matrices_to_f32(f, &parts[(size_t)i * n_parts], n_parts);
+        if (tr)
+            for (int r = 0; r < rows; r++)
+                for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = f[(size_t)r * cols + c];
+        s = upload_dev(st, dev + (size_t)i * per * sizeof(float), tr ? t : f, per * sizeof(float), parts[0].name);
+    }
+    free(f);
+    free(t);
+    if (s != DI_OK) {
+        c_free(be, dev);
+        return s;
+    }
+    out->n = n;
+    out->rows = tr ? cols : rows;
+    out->cols = tr ? rows : cols;
+    out->dtype = DI_DTYPE_F32;
+    out->data = dev;
+    out->bytes = per * (size_t)n * sizeof(float);
+    if (out->cols > st->max_cols) st->max_cols = out->cols;
+    return DI_OK;
+}
+
 static di_status c_weight_upload(di_backend *be, int n, int n_parts, const di_host_matrix *parts,
                                  di_weight_layout layout, di_weight *out) {
     memset(out, 0, sizeof *out);
     int rows, cols;
     DI_TRY(di_weight_parts_check(n, n_parts, parts, &rows, &cols));
+    if (cst(be)->f32) return upload_f32(be, n, n_parts, parts, rows, cols, layout, out);
     if (!(n == 1 && rows == 1) && keep_fp8(n, n_parts, parts, layout))
         return upload_fp8(be, n, n_parts, parts, rows, cols, out);
     return upload_converted(be, n, n_parts, parts, rows, cols, layout, out);
@@ -575,7 +617,7 @@ static void c_destroy(di_backend *be) {
     free(be);
 }
 
-extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) {
+extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_backend **out) {
     *out = NULL;
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
@@ -753,6 +795,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, di_backend **out) 
     be->graph_end = c_graph_end;
     be->graph_launch = c_graph_launch;
     be->graph_free = c_graph_free;
+    if (precision == DI_PRECISION_F32) cuda_f32_install(be);
     *out = be;
     return DI_OK;
 }

@@ -45,15 +45,16 @@ static __device__ double block_sum_d(double v, double *red) {
     return s;
 }
 
-/* One block per row; out may alias x (each thread reads its elements before any write). */
-__global__ void k_layernorm(bf16 *out, long ldo, const bf16 *x, long ldx, const float *w, const float *b, float eps,
-                            int D) {
+/* One block per row; out may alias x (each thread reads its elements before any write). T: the
+ * activation type (bf16, or float for the f32 op table). */
+template <typename T>
+__global__ void k_layernorm(T *out, long ldo, const T *x, long ldx, const float *w, const float *b, float eps, int D) {
     __shared__ double red[32];
     extern __shared__ float row[]; /* [D] */
-    const bf16 *xr = x + (long)blockIdx.x * ldx;
+    const T *xr = x + (long)blockIdx.x * ldx;
     double s = 0.0;
     for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        float v = __bfloat162float(xr[i]);
+        float v = ld_f(xr + i);
         row[i] = v;
         s += v;
     }
@@ -65,8 +66,8 @@ __global__ void k_layernorm(bf16 *out, long ldo, const bf16 *x, long ldx, const 
     }
     double var = block_sum_d(v2, red) / D;
     float inv = (float)(1.0 / sqrt(var + (double)eps)), mf = (float)mean;
-    bf16 *o = out + (long)blockIdx.x * ldo;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = __float2bfloat16_rn((row[i] - mf) * inv * w[i] + b[i]);
+    T *o = out + (long)blockIdx.x * ldo;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) st_f(o + i, (row[i] - mf) * inv * w[i] + b[i]);
 }
 
 void cuda_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, const di_weight *w,
@@ -76,9 +77,12 @@ void cuda_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, 
     if (T <= 0) return;
     int th = 32;
     while (th < 256 && th < D) th *= 2;
-    k_layernorm<<<T, th, (size_t)D * sizeof(float), st->stream>>>((bf16 *)out, ldo, (const bf16 *)x, ldx,
-                                                                   (const float *)w->data, (const float *)b->data,
-                                                                   eps, D);
+    if (st->f32)
+        k_layernorm<float><<<T, th, (size_t)D * sizeof(float), st->stream>>>(
+            (float *)out, ldo, (const float *)x, ldx, (const float *)w->data, (const float *)b->data, eps, D);
+    else
+        k_layernorm<bf16><<<T, th, (size_t)D * sizeof(float), st->stream>>>(
+            (bf16 *)out, ldo, (const bf16 *)x, ldx, (const float *)w->data, (const float *)b->data, eps, D);
     CUDA_LAUNCHED(st, "layernorm");
 }
 
@@ -86,7 +90,7 @@ void cuda_layernorm(di_backend *be, void *out, int ldo, const void *x, int ldx, 
 
 typedef struct ix_args {
     int32_t *sel_pos, *sel_count;
-    const bf16 *q, *kc;
+    const void *q, *kc; /* bf16 (or f32 for the f32 op table: the generic kernel only) */
     const float *w;
     const int32_t *seq_start, *ctx_len, *block_table;
     int max_blocks, seq_begin, seq_end, nh, hd, topk;
@@ -127,6 +131,7 @@ static __device__ int ix_block_scan(int v, int *tot, int *wsum) {
     return pre + x - v;
 }
 
+template <typename T>
 __global__ void __launch_bounds__(IX_THREADS) k_indexer_topk(ix_args a) {
     extern __shared__ float ism[]; /* q [nh][hd + 1], w·weight_scale [nh], one key row per warp [IX_WARPS][hd] */
     __shared__ int hist[256];
@@ -145,7 +150,8 @@ __global__ void __launch_bounds__(IX_THREADS) k_indexer_topk(ix_args a) {
         return;
     }
     float *qs = ism, *ws = qs + nh * ldq, *kw = ws + nh + warp * hd;
-    for (int i = tid; i < nh * hd; i += IX_THREADS) qs[(i / hd) * ldq + i % hd] = __bfloat162float(a.q[(long)t * nh * hd + i]);
+    const T *aq = (const T *)a.q, *akc = (const T *)a.kc;
+    for (int i = tid; i < nh * hd; i += IX_THREADS) qs[(i / hd) * ldq + i % hd] = ld_f(aq + (long)t * nh * hd + i);
     for (int h = tid; h < nh; h += IX_THREADS) ws[h] = a.w[(long)t * nh + h] * a.wscale;
     __syncthreads();
 
@@ -153,8 +159,8 @@ __global__ void __launch_bounds__(IX_THREADS) k_indexer_topk(ix_args a) {
     float *score = a.scores + (long)blockIdx.x * a.ld;
     for (int s = warp; s < n; s += IX_WARPS) {
         int blk = a.block_table[(long)seq * a.max_blocks + s / DI_KV_BLOCK_SIZE];
-        const bf16 *k = a.kc + ((long)blk * DI_KV_BLOCK_SIZE + s % DI_KV_BLOCK_SIZE) * hd;
-        for (int j = lane; j < hd; j += 32) kw[j] = __bfloat162float(k[j]);
+        const T *k = akc + ((long)blk * DI_KV_BLOCK_SIZE + s % DI_KV_BLOCK_SIZE) * hd;
+        for (int j = lane; j < hd; j += 32) kw[j] = ld_f(k + j);
         __syncwarp();
         float acc = 0.f;
         for (int h = lane; h < nh; h += 32) {
@@ -233,14 +239,14 @@ __global__ void __launch_bounds__(IXF_THREADS) k_ix_scores(ix_args a) {
     float *ws = (float *)(Ks + IXF_CH * IXF_LD);
     for (int c = tid; c < nh * 16; c += IXF_THREADS) {
         int i = c >> 4, ch = c & 15;
-        cp_async16(Qs + i * IXF_LD + ch * 8, a.q + ((long)t * nh + i) * IXF_HD + ch * 8, 16);
+        cp_async16(Qs + i * IXF_LD + ch * 8, (const bf16 *)a.q + ((long)t * nh + i) * IXF_HD + ch * 8, 16);
     }
     for (int c = tid; c < IXF_CH * 16; c += IXF_THREADS) {
         int rr = c >> 4, ch = c & 15, s = c0 + rr;
-        const bf16 *src = a.kc;
+        const bf16 *src = (const bf16 *)a.kc;
         if (s < n) {
             int blk = a.block_table[(long)seq * a.max_blocks + s / DI_KV_BLOCK_SIZE];
-            src = a.kc + ((long)blk * DI_KV_BLOCK_SIZE + s % DI_KV_BLOCK_SIZE) * IXF_HD + ch * 8;
+            src = (const bf16 *)a.kc + ((long)blk * DI_KV_BLOCK_SIZE + s % DI_KV_BLOCK_SIZE) * IXF_HD + ch * 8;
         }
         cp_async16(Ks + rr * IXF_LD + ch * 8, src, s < n ? 16 : 0);
     }
@@ -417,8 +423,8 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
     if (fit > IX_MAX_ROWS) fit = IX_MAX_ROWS;
     a.sel_pos = sel_pos;
     a.sel_count = sel_count;
-    a.q = (const bf16 *)q;
-    a.kc = (const bf16 *)index_cache;
+    a.q = q;
+    a.kc = index_cache;
     a.w = w;
     a.seq_start = ab->seq_start;
     a.ctx_len = ab->seq_ctx_len;
@@ -433,7 +439,7 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
     a.wscale = d->weight_scale;
     a.scores = (float *)scratch;
     a.stage = 0;
-    int fast = d->head_dim == IXF_HD && d->n_heads % 16 == 0 && d->n_heads > 0 && d->n_heads <= 128 &&
+    int fast = !st->f32 && d->head_dim == IXF_HD && d->n_heads % 16 == 0 && d->n_heads > 0 && d->n_heads <= 128 &&
                ((uintptr_t)q & 15) == 0 && ((uintptr_t)index_cache & 15) == 0;
     if (fast) {
         size_t fsm = ixf_smem(d->n_heads);
@@ -470,7 +476,9 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
     static size_t smem_set = 48 * 1024;
     if (smem > smem_set) {
         DI_ASSERT(smem <= 227 * 1024);
-        if (cuda_note(st, cudaFuncSetAttribute(k_indexer_topk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+        if (cuda_note(st, cudaFuncSetAttribute(k_indexer_topk<bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                      "indexer smem attribute") ||
+            cuda_note(st, cudaFuncSetAttribute(k_indexer_topk<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                       "indexer smem attribute"))
             return;
         smem_set = smem;
@@ -478,7 +486,8 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
     for (int t0 = 0; t0 < ab->n_tokens; t0 += (int)fit) {
         int nt = ab->n_tokens - t0 < fit ? ab->n_tokens - t0 : (int)fit;
         a.t0 = t0;
-        k_indexer_topk<<<nt, IX_THREADS, smem, st->stream>>>(a);
+        if (st->f32) k_indexer_topk<float><<<nt, IX_THREADS, smem, st->stream>>>(a);
+        else k_indexer_topk<bf16><<<nt, IX_THREADS, smem, st->stream>>>(a);
         CUDA_LAUNCHED(st, "indexer_topk");
     }
 }

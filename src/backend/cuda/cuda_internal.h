@@ -65,6 +65,8 @@ enum { DEFAULT_LANES_MAX_T = 256 };
 
 typedef struct cuda_state {
     int device;
+    int f32;                       /* DI_PRECISION_F32: the fp32 op table (cuda_f32.cu); weights,
+                                    * activations and the KV cache are f32 */
     cudaStream_t stream;           /* the stream ops launch on: main_stream, or side_stream
                                     * between side_begin and side_end (cuda_backend.cu, lanes) */
     cudaStream_t main_stream, side_stream;
@@ -233,6 +235,13 @@ static __device__ __forceinline__ int seq_of(const int32_t *seq_start, int lo, i
 static __device__ __forceinline__ int token_pos(const int32_t *seq_start, const int32_t *ctx_len, int seq, int t) {
     return ctx_len[seq] - (seq_start[seq + 1] - seq_start[seq]) + (t - seq_start[seq]);
 }
+
+/* Element loads / stores of the kernels templated on the activation type (bf16, or f32 in
+ * the f32 op table): fp32 values in registers either way. */
+static __device__ __forceinline__ float ld_f(const bf16 *p) { return __bfloat162float(*p); }
+static __device__ __forceinline__ float ld_f(const float *p) { return *p; }
+static __device__ __forceinline__ void st_f(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
+static __device__ __forceinline__ void st_f(float *p, float v) { *p = v; }
 
 /* ---- weight view ---- */
 /* Matrix `mat` of a weight as the kernels read it. */
@@ -405,6 +414,13 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
                        const void *index_cache, const di_attn_batch *ab, int seq_begin, int seq_end,
                        const di_indexer_dims *d, void *scratch, size_t scratch_bytes);
 size_t cuda_indexer_scratch_bytes(di_backend *be, int max_tokens, int max_ctx);
+/* The selection half of moe_route (k_route) over fp32 logits [T, E] already computed (the f32
+ * op table's router computes them itself). */
+void cuda_route_select(cuda_state *st, const float *logits, const di_weight *bias, const di_route_params *rp, int T,
+                       int32_t *topk_idx, float *topk_w);
+/* Points the op table at the fp32 ops of cuda_f32.cu (after di_backend_cuda_create filled it
+ * with the bf16 ones) and drops the bf16-only fused extensions. */
+void cuda_f32_install(di_backend *be);
 void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const float *x,
                     const di_weight *W_g, const di_weight *bias, const di_route_params *rp, int T,
                     float *scratch);

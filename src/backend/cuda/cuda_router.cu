@@ -440,6 +440,33 @@ __global__ void k_route(const float *logits, const float *bias, di_route_params 
     }
 }
 
+/* k_route over fp32 logits already in scratch [T, E] (the selection half of moe_route);
+ * release: PDL-release the next kernel early (see cuda_moe_route). */
+static void launch_route(cuda_state *st, const float *scratch, const di_weight *bias, const di_route_params *rp,
+                         int T, int32_t *topk_idx, float *topk_w, int pdl, int release) {
+    int E = rp->n_experts, k = rp->top_k, G = rp->n_group > 0 ? rp->n_group : 1;
+    int warps = E > 512 ? 2 : 4;
+    size_t per_warp = route_smem_per_warp(E, G, k);
+    /* the fewest register slots per lane (the logits, warp_topk_redux's keys): the larger
+     * variants hold more registers (ptxas: 32 / 47 / 78 per thread at 8 / 16 / 32), which would
+     * cut large prefills' occupancy, and run more predicated slots */
+    static_assert(DI_MAX_EXPERTS <= 32 * 32, "k_route: at most 32 slots per lane (one 32-bit pick mask)");
+    auto route = E <= 64 ? k_route<2> : E <= 256 ? k_route<8> : E <= 512 ? k_route<16> : k_route<32>;
+    cuda_launch_pdl(st, pdl, route, dim3(ceil_div_i(T, warps)), dim3(warps * 32), per_warp * warps, scratch,
+                    bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w, (int)(T <= st->route_redux),
+                    release);
+    CUDA_LAUNCHED(st, "moe_route");
+}
+
+void cuda_route_select(cuda_state *st, const float *logits, const di_weight *bias, const di_route_params *rp, int T,
+                       int32_t *topk_idx, float *topk_w) {
+    int E = rp->n_experts, k = rp->top_k, G = rp->n_group > 0 ? rp->n_group : 1;
+    DI_ASSERT(E <= DI_MAX_EXPERTS && k >= 1 && k <= E && E % G == 0);
+    DI_ASSERT(!bias || (bias->cols == E && bias->dtype == DI_DTYPE_F32));
+    if (T <= 0) return;
+    launch_route(st, logits, bias, rp, T, topk_idx, topk_w, 0, 0);
+}
+
 void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const float *x, const di_weight *W_g,
                     const di_weight *bias, const di_route_params *rp, int T, float *scratch) {
     cuda_state *st = cst(be);
@@ -449,20 +476,8 @@ void cuda_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, const floa
     DI_ASSERT(!bias || (bias->cols == E && bias->dtype == DI_DTYPE_F32));
     if (T <= 0) return;
     launch_router_logits(st, scratch, x, W_g, T);
-    int warps = E > 512 ? 2 : 4;
-    size_t per_warp = route_smem_per_warp(E, G, k);
-    /* the fewest register slots per lane (the logits, warp_topk_redux's keys): the larger
-     * variants hold more registers (ptxas: 32 / 47 / 78 per thread at 8 / 16 / 32), which would
-     * cut large prefills' occupancy, and run more predicated slots */
-    static_assert(DI_MAX_EXPERTS <= 32 * 32, "k_route: at most 32 slots per lane (one 32-bit pick mask)");
-    auto route = E <= 64 ? k_route<2> : E <= 256 ? k_route<8> : E <= 512 ? k_route<16> : k_route<32>;
     /* release: past the small experts' sizes (whose k_small_gu, released early, took slots from
      * the work beside it) the next kernel is the permutation, one block that waits resident */
     int release = pdl_with(st, st->moe_pdl) && T > st->moe_small;
-    cuda_launch_pdl(st, pdl_with(st, st->route_pdl && T <= 32), route, dim3(ceil_div_i(T, warps)),
-                    dim3(warps * 32), per_warp * warps, (const float *)scratch,
-                    bias ? (const float *)bias->data : NULL, *rp, T, topk_idx, topk_w, (int)(T <= st->route_redux),
-                    release);
-    CUDA_LAUNCHED(st, "moe_route");
+    launch_route(st, scratch, bias, rp, T, topk_idx, topk_w, pdl_with(st, st->route_pdl && T <= 32), release);
 }
-
