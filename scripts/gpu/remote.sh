@@ -10,7 +10,8 @@
 #   steps: info pycoder ops attn small ropekv model modelvariants bench e2e variants breakdown decode
 #          engine compare hf e2ebase pbreakdown pkernel
 #          f32 (the fp32 op table: test_cuda_f32 F32_GROUPS, then test_cuda_model golden-f32 and
-#              generate-f32, F32_MODEL_GROUPS)
+#              generate-f32, F32_MODEL_GROUPS, and test_cuda_pycoder golden-f32 greedy-f32,
+#              F32_PYCODER_GROUPS)
 #          moelt (decode with each DEEPINFER_CUDA_MOE_LT value; MOELT_VALUES, MOELT_BATCHES,
 #              MOELT_NCU: values whose batch-16 step also runs under ncu)
 #          benchv32 (bench_cuda_ops v32: V3.2 indexer / sparse MLA times)
@@ -162,6 +163,9 @@ for s in $steps; do
             run_step "f32.$g" tests.log "$G/bin/test_cuda_f32" "$g"
         done
         for g in ${F32_MODEL_GROUPS:-golden-f32 generate-f32}; do run_step "model.$g" tests.log "$G/bin/test_cuda_model" "$g"; done
+        for g in ${F32_PYCODER_GROUPS:-golden-f32 greedy-f32}; do
+            STEP_TIMEOUT=${PYCODER_TIMEOUT:-120} run_step "pycoder.$g" tests.log "$G/bin/test_cuda_pycoder" "$g"
+        done
         ;;
     attn)
         for g in ${ATTN_GROUPS:-decode prefill route experts defer sample indexer}; do run_step "attn.$g" tests.log "$G/bin/test_cuda_attn" "$g"; done
