@@ -524,7 +524,49 @@ static void bmm_case(int T, int H, int rows, int cols, di_weight_layout layout, 
     wpair_free(&w);
 }
 
+/* Batch invariance: the table picks the skinny GEMM for <= 64 rows and the tiled one above,
+ * both summing each output as one fmaf chain over k in order, so a row's result must not
+ * depend on how many rows share the call: rows of a 130-row (tiled) matmul / bmm against the
+ * same rows computed alone and in a 64-row (skinny) call, bit for bit. */
+static void gemm_invariance(void) {
+    const int T = 130, N = 300, K = 1000, H = 3;
+    wpair w, wb;
+    wpair_make(&w, WK_F32, 1, N, K, 0.05f, DI_WEIGHT_PLAIN);
+    wpair_make(&wb, WK_BF16, H, 48, 40, 0.1f, DI_WEIGHT_PLAIN);
+    float *x = t_rand_f32((size_t)T * K, 1.0f), *xb = t_rand_f32((size_t)T * H * 40, 1.0f);
+    void *dx = g_raw(x, (size_t)T * K * 4), *dy = g_alloc((size_t)T * N * 4), *dy1 = g_alloc((size_t)T * N * 4);
+    void *dxb = g_raw(xb, (size_t)T * H * 40 * 4), *dyb = g_alloc((size_t)T * H * 48 * 4);
+    void *dyb1 = g_alloc((size_t)T * H * 48 * 4);
+    g_gpu->matmul(g_gpu, dy, N, dx, K, &w.g, T, 0);
+    g_gpu->bmm(g_gpu, dyb, H * 48, 48, dxb, H * 40, 40, &wb.g, T);
+    float *all = g_get_f32(dy, (size_t)T * N), *allb = g_get_f32(dyb, (size_t)T * H * 48);
+    const int rows[3] = {0, 77, 129};
+    int bad = 0;
+    for (int i = 0; i < 3; i++) {
+        int r = rows[i];
+        g_poison(dy1, (size_t)N * 4);
+        g_gpu->matmul(g_gpu, dy1, N, (const float *)dx + (size_t)r * K, K, &w.g, 1, 0);
+        float *one = g_get_f32(dy1, (size_t)N);
+        bad += memcmp(one, all + (size_t)r * N, (size_t)N * 4) != 0;
+        free(one);
+        g_gpu->bmm(g_gpu, dyb1, H * 48, 48, (const float *)dxb + (size_t)r * H * 40, H * 40, 40, &wb.g, 1);
+        float *oneb = g_get_f32(dyb1, (size_t)H * 48);
+        bad += memcmp(oneb, allb + (size_t)r * H * 48, (size_t)H * 48 * 4) != 0;
+        free(oneb);
+    }
+    g_gpu->matmul(g_gpu, dy1, N, dx, K, &w.g, 64, 0); /* the skinny kernel's largest call */
+    float *sk = g_get_f32(dy1, (size_t)64 * N);
+    bad += memcmp(sk, all, (size_t)64 * N * 4) != 0;
+    fprintf(stderr, "  matmul / bmm rows alone and in 64 rows vs in 130 rows: %s\n", bad ? "DIFFER" : "same bits");
+    CHECK_MSG(bad == 0, "f32 GEMM is not batch-invariant: %d comparisons differ", bad);
+    free(sk); free(all); free(allb); free(x); free(xb);
+    g_free(dx); g_free(dy); g_free(dy1); g_free(dxb); g_free(dyb); g_free(dyb1);
+    wpair_free(&w);
+    wpair_free(&wb);
+}
+
 static void test_gemm(void) {
+    gemm_invariance();
     /* T below, at and above one 64-row tile; N and K not multiples of 64 or 16; every flag
      * combination with every weight kind (kind cycles against flags across the shapes); the
      * OUT_F32 flag changes nothing on this table (act is f32), which is what it checks */
@@ -674,8 +716,43 @@ static void experts_case(int E, int e_route, int k, int D, int I, int T, int wk)
     wpair_free(&dn);
 }
 
+/* The routed experts' rows must not depend on the batch either: token rows of a 100-token call
+ * (400 rows: the tiled grouped GEMM) against the same tokens alone (4 rows: the skinny one). */
+static void experts_invariance(void) {
+    const int E = 16, k = 4, D = 128, I = 96, T = 100;
+    wpair gu, dn;
+    wpair_make(&gu, WK_BF16, E, 2 * I, D, 0.08f, DI_WEIGHT_PLAIN);
+    wpair_make(&dn, WK_BF16, E, D, I, 0.08f, DI_WEIGHT_PLAIN);
+    float *x = t_rand_f32((size_t)T * D, 1.0f), *w = (float *)malloc((size_t)T * k * 4);
+    int32_t *idx = (int32_t *)malloc((size_t)T * k * 4);
+    random_topk(idx, w, T, k, E);
+    size_t sg = g_gpu->moe_scratch_bytes(g_gpu, T, k, D, I, E);
+    void *ds = g_alloc(sg), *dx = g_raw(x, (size_t)T * D * 4), *di = g_raw(idx, (size_t)T * k * 4);
+    void *dw = g_raw(w, (size_t)T * k * 4), *dout = g_alloc((size_t)T * D * 4), *d1 = g_alloc((size_t)D * 4);
+    g_gpu->moe_experts(g_gpu, dout, dx, (const int32_t *)di, (const float *)dw, k, &gu.g, &dn.g, T, ds, sg);
+    float *all = g_get_f32(dout, (size_t)T * D);
+    int bad = 0;
+    const int toks[3] = {0, 41, 99};
+    for (int i = 0; i < 3; i++) {
+        int t = toks[i];
+        g_poison(d1, (size_t)D * 4);
+        g_gpu->moe_experts(g_gpu, d1, (const float *)dx + (size_t)t * D, (const int32_t *)di + (size_t)t * k,
+                           (const float *)dw + (size_t)t * k, k, &gu.g, &dn.g, 1, ds, sg);
+        float *one = g_get_f32(d1, (size_t)D);
+        bad += memcmp(one, all + (size_t)t * D, (size_t)D * 4) != 0;
+        free(one);
+    }
+    fprintf(stderr, "  moe_experts tokens alone vs in 100 tokens: %s\n", bad ? "DIFFER" : "same bits");
+    CHECK_MSG(bad == 0, "f32 experts are not batch-invariant: %d tokens differ", bad);
+    free(all); free(x); free(w); free(idx);
+    g_free(ds); g_free(dx); g_free(di); g_free(dw); g_free(dout); g_free(d1);
+    wpair_free(&gu);
+    wpair_free(&dn);
+}
+
 static void test_experts(void) {
     const int E = 16, k = 4, D = 128, I = 96;
+    experts_invariance();
     experts_case(E, E, k, D, I, 1, WK_BF16);
     experts_case(E, E, k, D, I, 5, WK_BF16);
     experts_case(E, E, k, D, I, 100, WK_BF16);

@@ -19,6 +19,9 @@
 #include "backend/cuda/cuda_internal.h"
 
 enum { F32_TILE = 64, F32_BK = 16, F32_GEMM_THREADS = 256, F32_ATT_THREADS = 128, F32_PREFILL_CHUNK = 256 };
+/* the skinny GEMM: up to SK_M rows x SK_N outputs per block, SK_K columns of W staged at a time;
+ * used for at most SK_MAX_ROWS rows (plain) or row pairs (grouped) */
+enum { SK_M = 4, SK_N = 256, SK_K = 32, SK_MAX_ROWS = 64 };
 
 static inline size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -299,9 +302,101 @@ __global__ void __launch_bounds__(F32_GEMM_THREADS) k32_gemm(f32_gemm g) {
     }
 }
 
-/* Launches g over `batch` entries; grouped GEMMs give max_tiles, the most row tiles. */
-static void f32_gemm_launch(cuda_state *st, const f32_gemm &g, int batch, int w_kn, int max_tiles, const char *what) {
+/* The same GEMM for few rows (decode): a block computes SK_M rows x SK_N outputs, one output
+ * column per thread, with W staged through shared memory SK_K columns at a time (coalesced rows)
+ * so that many blocks stream W at once. Each output is the same fmaf chain over k = 0..K-1 from
+ * 0 as in k32_gemm, so the two kernels give the same bits and the choice (by row count only)
+ * keeps the table batch-invariant. Grouped: blockIdx.x is an SK_M-row tile through mtiles (the
+ * SK_M-row prefix). */
+template <int W_KN>
+__global__ void __launch_bounds__(SK_N) k32_gemm_skinny(f32_gemm g) {
+    __shared__ float Ws[SK_K][SK_N + 1];
+    __shared__ float Xs[SK_M][SK_K];
+    __shared__ int rows[SK_M];
+    const int tid = threadIdx.x, n0 = blockIdx.y * SK_N;
+    const float *x = g.x + (long)blockIdx.z * g.x_bs, *W = g.W + (long)blockIdx.z * g.w_bs;
+    float *y = g.y + (long)blockIdx.z * g.y_bs;
+    int r0, m;
+    if (g.offsets) {
+        const int bx = blockIdx.x;
+        if (bx >= g.mtiles[g.n_mat]) return;
+        int lo = 0, hi = g.n_mat;
+        while (hi - lo > 1) {
+            int mid = (lo + hi) >> 1;
+            if (g.mtiles[mid] <= bx) lo = mid;
+            else hi = mid;
+        }
+        r0 = g.offsets[lo] + (bx - g.mtiles[lo]) * SK_M;
+        m = min(SK_M, g.offsets[lo + 1] - r0);
+        W = g.W + (long)lo * g.w_bs;
+    } else {
+        r0 = blockIdx.x * SK_M;
+        m = min(SK_M, g.M - r0);
+    }
+    if (m <= 0) return;
+    if (tid < SK_M) rows[tid] = tid < m ? (g.perm ? g.perm[r0 + tid] : r0 + tid) : -1;
+    __syncthreads();
+    float acc[SK_M] = {};
+    const int n = n0 + tid;
+    for (int k0 = 0; k0 < g.K; k0 += SK_K) {
+        const int kn = min(SK_K, g.K - k0);
+        for (int i = tid; i < SK_M * SK_K; i += SK_N) {
+            int r = i / SK_K, kk = i % SK_K, xr = rows[r];
+            Xs[r][kk] = xr >= 0 && kk < kn ? x[(long)xr * g.ldx + k0 + kk] : 0.f;
+        }
+        for (int i = tid; i < SK_N * SK_K; i += SK_N) {
+            int nn, kk;
+            if (W_KN) {
+                nn = i % SK_N;
+                kk = i / SK_N;
+            } else {
+                nn = i / SK_K;
+                kk = i % SK_K;
+            }
+            int gn = n0 + nn;
+            Ws[kk][nn] = gn < g.N && kk < kn ? (W_KN ? W[(long)(k0 + kk) * g.ldw + gn] : W[(long)gn * g.ldw + k0 + kk])
+                                             : 0.f;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < kn; kk++) {
+            float b = Ws[kk][tid];
+#pragma unroll
+            for (int r = 0; r < SK_M; r++) acc[r] = fmaf(Xs[r][kk], b, acc[r]);
+        }
+        __syncthreads();
+    }
+    if (n >= g.N) return;
+#pragma unroll
+    for (int r = 0; r < SK_M; r++) {
+        if (r >= m) break;
+        long row = r0 + r;
+        if (g.tok_lo) {
+            int tok = g.row_base + (int)row;
+            if (tok < *g.tok_lo || tok >= *g.tok_hi) continue;
+        }
+        float *p = y + row * g.ldy + n;
+        *p = g.accumulate ? *p + acc[r] : acc[r];
+    }
+}
+
+/* Launches g over `batch` entries; grouped GEMMs give max_tiles, the most 64-row tiles, and
+ * mtiles4 (the SK_M-row prefix) with max_tiles4. Plain GEMMs of at most SK_MAX_ROWS rows and
+ * grouped ones of at most SK_MAX_ROWS rows in all run the skinny kernel (same bits). */
+static void f32_gemm_launch(cuda_state *st, const f32_gemm &g, int batch, int w_kn, int max_tiles, const char *what,
+                            const int32_t *mtiles4 = NULL, int max_tiles4 = 0) {
     if (g.N <= 0 || batch <= 0) return;
+    int skinny = g.offsets ? mtiles4 && g.M <= SK_MAX_ROWS : g.M <= SK_MAX_ROWS;
+    if (skinny) {
+        f32_gemm s = g;
+        if (g.offsets) s.mtiles = mtiles4;
+        int mt = g.offsets ? max_tiles4 : ceil_div_i(g.M, SK_M);
+        if (mt <= 0) return;
+        dim3 grid((unsigned)mt, (unsigned)ceil_div_i(g.N, SK_N), (unsigned)batch);
+        if (w_kn) k32_gemm_skinny<1><<<grid, SK_N, 0, st->stream>>>(s);
+        else k32_gemm_skinny<0><<<grid, SK_N, 0, st->stream>>>(s);
+        CUDA_LAUNCHED(st, what);
+        return;
+    }
     int mt = g.offsets ? max_tiles : ceil_div_i(g.M, F32_TILE);
     if (mt <= 0) return;
     dim3 grid((unsigned)mt, (unsigned)ceil_div_i(g.N, F32_TILE), (unsigned)batch);
@@ -362,10 +457,10 @@ static void f32_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, cons
     cuda_route_select(st, scratch, bias, rp, T, topk_idx, topk_w);
 }
 
-/* Scratch of moe_experts (64-byte aligned pieces): offsets, mtiles [E + 1] i32,
+/* Scratch of moe_experts (64-byte aligned pieces): offsets, mtiles, mtiles4 [E + 1] i32,
  * perm_tok / slot_of [T·k] i32, then f32 Hgu [T·k, 2I], A [T·k, I], Y [T·k, D]. */
 typedef struct f32_moe_scratch {
-    int32_t *offsets, *mtiles, *perm_tok, *slot_of;
+    int32_t *offsets, *mtiles, *mtiles4, *perm_tok, *slot_of; /* mtiles4: SK_M-row tiles */
     float *Hgu, *A, *Y;
 } f32_moe_scratch;
 
@@ -379,6 +474,7 @@ static size_t f32_moe_carve(f32_moe_scratch *ms, void *base, long Tk, int D, int
     } while (0)
     TAKE(offsets, int32_t, E + 1);
     TAKE(mtiles, int32_t, E + 1);
+    TAKE(mtiles4, int32_t, E + 1);
     TAKE(perm_tok, int32_t, Tk);
     TAKE(slot_of, int32_t, Tk);
     TAKE(Hgu, float, Tk * 2 * I);
@@ -406,16 +502,19 @@ __global__ void __launch_bounds__(1024) k32_moe_plan(const int32_t *idx, int Tk,
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int o = 0, tiles = 0;
+        int o = 0, tiles = 0, tiles4 = 0;
         for (int e = 0; e < E; e++) {
             off[e] = o;
             ms.offsets[e] = o;
             ms.mtiles[e] = tiles;
+            ms.mtiles4[e] = tiles4;
             o += cnt[e];
             tiles += (cnt[e] + F32_TILE - 1) / F32_TILE;
+            tiles4 += (cnt[e] + SK_M - 1) / SK_M;
         }
         ms.offsets[E] = o;
         ms.mtiles[E] = tiles;
+        ms.mtiles4[E] = tiles4;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
@@ -464,7 +563,8 @@ static void f32_moe_experts(di_backend *be, void *out, const void *x, const int3
     g.perm = ms.perm_tok;
     g.n_mat = E;
     g.w_bs = (long)gate_up->rows * gate_up->cols;
-    f32_gemm_launch(st, g, 1, 0, max_tiles, "moe gate_up (f32)");
+    int max_tiles4 = (int)((Tk + SK_M - 1) / SK_M) + E;
+    f32_gemm_launch(st, g, 1, 0, max_tiles, "moe gate_up (f32)", ms.mtiles4, max_tiles4);
     k32_silu_mul<<<grid_for(Tk * I, 256), 256, 0, st->stream>>>(ms.A, ms.Hgu, Tk, I);
     CUDA_LAUNCHED(st, "moe silu (f32)");
     g = gemm_plain(ms.Y, D, ms.A, I, (const float *)down->data, I, (int)Tk, D, I);
@@ -472,7 +572,7 @@ static void f32_moe_experts(di_backend *be, void *out, const void *x, const int3
     g.mtiles = ms.mtiles;
     g.n_mat = E;
     g.w_bs = (long)down->rows * down->cols;
-    f32_gemm_launch(st, g, 1, 0, max_tiles, "moe down (f32)");
+    f32_gemm_launch(st, g, 1, 0, max_tiles, "moe down (f32)", ms.mtiles4, max_tiles4);
     k32_moe_combine<<<T, row_threads(D), 0, st->stream>>>((float *)out, ms.Y, ms.slot_of, topk_w, k, D);
     CUDA_LAUNCHED(st, "moe combine (f32)");
 }
