@@ -18,6 +18,7 @@
 #include "test_util.h"
 
 static di_backend *g_cpu, *g_gpu;
+static int g_gpu_precision; /* the di_precision t_backends creates g_gpu with (0: bf16) */
 static uint64_t g_state;
 
 static inline uint64_t t_u64(void) {
@@ -231,6 +232,106 @@ static inline float *t_rope_inv_freq(int dr) {
     return inv;
 }
 
+/* ---------------------------------------------------------------- paged batches ---- */
+
+/* A step's attention batch over a paged cache: sequence i has q_len[i] tokens, the last of its
+ * ctx[i] positions; blocks handed out in shuffled order (3 spare blocks); the cache starts random
+ * (every context position's row, as if written by earlier steps). hab holds host pointers (the
+ * CPU), dab device pointers with the same values (the GPU). The device cache is bf16 (the
+ * values rounded on the host first, so both sides see the same operands) or, for the f32 op
+ * table, f32. */
+typedef struct paged {
+    int S, T, W, max_blocks, n_blocks;
+    int32_t *pos, *slots, *start, *ctx, *bt;
+    float *cache;          /* [n_blocks * 64, W] host */
+    void *dcache;          /* device bf16, or f32 (paged_make_as with f32) */
+    int32_t *dpos, *dslots, *dstart, *dctx, *dbt;
+    di_attn_batch hab, dab; /* host / device metadata */
+} paged;
+
+static inline void paged_make_as(paged *p, int S, const int *q_len, const int *ctx, int W, int f32) {
+    memset(p, 0, sizeof *p);
+    p->S = S;
+    p->W = W;
+    int mq = 0, mc = 0;
+    p->start = (int32_t *)calloc((size_t)S + 1, 4);
+    p->ctx = (int32_t *)calloc((size_t)S, 4);
+    for (int i = 0; i < S; i++) {
+        p->start[i + 1] = p->start[i] + q_len[i];
+        p->ctx[i] = ctx[i];
+        int nb = (ctx[i] + 63) / 64;
+        if (nb > p->max_blocks) p->max_blocks = nb;
+        p->n_blocks += nb;
+        mq = q_len[i] > mq ? q_len[i] : mq;
+        mc = ctx[i] > mc ? ctx[i] : mc;
+    }
+    p->T = p->start[S];
+    p->n_blocks += 3;
+    /* blocks handed out in a shuffled order */
+    int *perm = (int *)malloc((size_t)p->n_blocks * sizeof(int));
+    for (int i = 0; i < p->n_blocks; i++) perm[i] = i;
+    for (int i = p->n_blocks - 1; i > 0; i--) {
+        int j = t_int(i + 1), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    p->bt = (int32_t *)calloc((size_t)S * p->max_blocks, 4);
+    int next = 0;
+    for (int i = 0; i < S; i++)
+        for (int b = 0; b < (ctx[i] + 63) / 64; b++) p->bt[i * p->max_blocks + b] = perm[next++];
+    free(perm);
+    p->pos = (int32_t *)malloc((size_t)(p->T > 0 ? p->T : 1) * 4);
+    p->slots = (int32_t *)malloc((size_t)(p->T > 0 ? p->T : 1) * 4);
+    for (int i = 0; i < S; i++)
+        for (int j = 0; j < q_len[i]; j++) {
+            int t = p->start[i] + j, ps = ctx[i] - q_len[i] + j;
+            p->pos[t] = ps;
+            p->slots[t] = p->bt[i * p->max_blocks + ps / 64] * 64 + ps % 64;
+        }
+    size_t nc = (size_t)p->n_blocks * 64 * W;
+    p->cache = f32 ? t_rand_f32(nc, 1.0f) : t_rand(nc, 1.0f);
+    p->dcache = f32 ? g_raw(p->cache, nc * 4) : g_act(p->cache, nc);
+    p->dpos = (int32_t *)g_raw(p->pos, (size_t)p->T * 4);
+    p->dslots = (int32_t *)g_raw(p->slots, (size_t)p->T * 4);
+    p->dstart = (int32_t *)g_raw(p->start, ((size_t)S + 1) * 4);
+    p->dctx = (int32_t *)g_raw(p->ctx, (size_t)S * 4);
+    p->dbt = (int32_t *)g_raw(p->bt, (size_t)S * p->max_blocks * 4);
+    p->hab = (di_attn_batch){.positions = p->pos, .slot_mapping = p->slots, .seq_start = p->start, .seq_ctx_len = p->ctx,
+                             .block_table = p->bt, .n_tokens = p->T, .n_seqs = S, .max_blocks = p->max_blocks,
+                             .max_q_len = mq, .max_ctx_len = mc};
+    p->dab = p->hab;
+    p->dab.positions = p->dpos;
+    p->dab.slot_mapping = p->dslots;
+    p->dab.seq_start = p->dstart;
+    p->dab.seq_ctx_len = p->dctx;
+    p->dab.block_table = p->dbt;
+}
+
+static inline void paged_make(paged *p, int S, const int *q_len, const int *ctx, int W) {
+    paged_make_as(p, S, q_len, ctx, W, 0);
+}
+
+static inline void paged_free(paged *p) {
+    free(p->pos); free(p->slots); free(p->start); free(p->ctx); free(p->bt); free(p->cache);
+    g_free(p->dcache); g_free(p->dpos); g_free(p->dslots); g_free(p->dstart); g_free(p->dctx); g_free(p->dbt);
+}
+
+/* The V3.2 index score of token t at context position s of sequence seq (host fp64 on the
+ * cache's host values), as backend.h defines it: q [T, n_heads, hd], w [T, n_heads]. */
+static inline double ix_score(const paged *p, int seq, const float *q, const float *w, int t, int s,
+                              const di_indexer_dims *d) {
+    int hd = d->head_dim;
+    const float *k = p->cache + ((size_t)p->bt[seq * p->max_blocks + s / 64] * 64 + s % 64) * hd;
+    double acc = 0;
+    for (int h = 0; h < d->n_heads; h++) {
+        double dot = 0;
+        for (int j = 0; j < hd; j++) dot += (double)q[((size_t)t * d->n_heads + h) * hd + j] * k[j];
+        dot *= d->scale;
+        acc += (double)w[(size_t)t * d->n_heads + h] * d->weight_scale * (dot > 0 ? dot : 0);
+    }
+    return acc;
+}
+
 /* Another CUDA backend, created with the environment switch var=val (unset again afterwards,
  * so the next backends see the default); NULL, with a failed check, if it cannot be made. */
 static inline di_backend *g_backend_with(const char *var, const char *val) {
@@ -244,7 +345,7 @@ static inline di_backend *g_backend_with(const char *var, const char *val) {
 /* Creates both backends; returns 0 if there is no CUDA device (the caller fails the test). */
 static inline int t_backends(void) {
     if (di_backend_create(&(di_backend_options){DI_DEVICE_CPU, 0, 0, 0}, &g_cpu) != DI_OK) return 0;
-    di_status s = di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &g_gpu);
+    di_status s = di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, g_gpu_precision}, &g_gpu);
     if (s != DI_OK) {
         fprintf(stderr, "no CUDA backend: %s\n", di_last_error());
         return 0;
@@ -255,6 +356,16 @@ static inline int t_backends(void) {
 /* Runs the named groups (argv) or all; each group is a function. */
 typedef struct t_group { const char *name; void (*fn)(void); } t_group;
 static inline int t_main(int argc, char **argv, const t_group *groups, int n) {
+    for (int a = 1; a < argc; a++) {
+        int known = 0;
+        for (int i = 0; i < n; i++) known |= !strcmp(argv[a], groups[i].name);
+        if (!known) {
+            fprintf(stderr, "FAIL: unknown group '%s'; groups:", argv[a]);
+            for (int i = 0; i < n; i++) fprintf(stderr, " %s", groups[i].name);
+            fprintf(stderr, "\n");
+            return 1;
+        }
+    }
     t_seed();
     if (!t_backends()) {
         fprintf(stderr, "FAIL: a CUDA device is required\n");

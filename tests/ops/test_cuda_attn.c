@@ -16,79 +16,6 @@
 #define PF_NVARIANTS 10 /* variants of the fast prefill kernel (cuda_mla_prefill.cu pf_variants) */
 #define ATOL_MAX 4e-2
 
-/* ---------------------------------------------------------------- paged batches ---- */
-
-typedef struct paged {
-    int S, T, W, max_blocks, n_blocks;
-    int32_t *pos, *slots, *start, *ctx, *bt;
-    float *cache;          /* [n_blocks * 64, W] host */
-    void *dcache;          /* device bf16 */
-    int32_t *dpos, *dslots, *dstart, *dctx, *dbt;
-    di_attn_batch hab, dab; /* host / device metadata */
-} paged;
-
-static void paged_make(paged *p, int S, const int *q_len, const int *ctx, int W) {
-    memset(p, 0, sizeof *p);
-    p->S = S;
-    p->W = W;
-    int mq = 0, mc = 0;
-    p->start = (int32_t *)calloc((size_t)S + 1, 4);
-    p->ctx = (int32_t *)calloc((size_t)S, 4);
-    for (int i = 0; i < S; i++) {
-        p->start[i + 1] = p->start[i] + q_len[i];
-        p->ctx[i] = ctx[i];
-        int nb = (ctx[i] + 63) / 64;
-        if (nb > p->max_blocks) p->max_blocks = nb;
-        p->n_blocks += nb;
-        mq = q_len[i] > mq ? q_len[i] : mq;
-        mc = ctx[i] > mc ? ctx[i] : mc;
-    }
-    p->T = p->start[S];
-    p->n_blocks += 3;
-    /* blocks handed out in a shuffled order */
-    int *perm = (int *)malloc((size_t)p->n_blocks * sizeof(int));
-    for (int i = 0; i < p->n_blocks; i++) perm[i] = i;
-    for (int i = p->n_blocks - 1; i > 0; i--) {
-        int j = t_int(i + 1), tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
-    }
-    p->bt = (int32_t *)calloc((size_t)S * p->max_blocks, 4);
-    int next = 0;
-    for (int i = 0; i < S; i++)
-        for (int b = 0; b < (ctx[i] + 63) / 64; b++) p->bt[i * p->max_blocks + b] = perm[next++];
-    free(perm);
-    p->pos = (int32_t *)malloc((size_t)p->T * 4);
-    p->slots = (int32_t *)malloc((size_t)p->T * 4);
-    for (int i = 0; i < S; i++)
-        for (int j = 0; j < q_len[i]; j++) {
-            int t = p->start[i] + j, ps = ctx[i] - q_len[i] + j;
-            p->pos[t] = ps;
-            p->slots[t] = p->bt[i * p->max_blocks + ps / 64] * 64 + ps % 64;
-        }
-    p->cache = t_rand((size_t)p->n_blocks * 64 * W, 1.0f);
-    p->dcache = g_act(p->cache, (size_t)p->n_blocks * 64 * W);
-    p->dpos = (int32_t *)g_raw(p->pos, (size_t)p->T * 4);
-    p->dslots = (int32_t *)g_raw(p->slots, (size_t)p->T * 4);
-    p->dstart = (int32_t *)g_raw(p->start, ((size_t)S + 1) * 4);
-    p->dctx = (int32_t *)g_raw(p->ctx, (size_t)S * 4);
-    p->dbt = (int32_t *)g_raw(p->bt, (size_t)S * p->max_blocks * 4);
-    p->hab = (di_attn_batch){.positions = p->pos, .slot_mapping = p->slots, .seq_start = p->start, .seq_ctx_len = p->ctx,
-                             .block_table = p->bt, .n_tokens = p->T, .n_seqs = S, .max_blocks = p->max_blocks,
-                             .max_q_len = mq, .max_ctx_len = mc};
-    p->dab = p->hab;
-    p->dab.positions = p->dpos;
-    p->dab.slot_mapping = p->dslots;
-    p->dab.seq_start = p->dstart;
-    p->dab.seq_ctx_len = p->dctx;
-    p->dab.block_table = p->dbt;
-}
-
-static void paged_free(paged *p) {
-    free(p->pos); free(p->slots); free(p->start); free(p->ctx); free(p->bt); free(p->cache);
-    g_free(p->dcache); g_free(p->dpos); g_free(p->dslots); g_free(p->dstart); g_free(p->dctx); g_free(p->dbt);
-}
-
 /* A random sorted selection per token (min(K, pos + 1) of its positions; the last one always
  * included half of the time) on both sides of a paged batch. */
 typedef struct selset { int32_t *pos, *cnt, *dpos, *dcnt; } selset;
@@ -1255,19 +1182,6 @@ static void layernorm_case(const char *name, int T, int D, int ld) {
     g_gpu->weight_free(g_gpu, &wg); g_gpu->weight_free(g_gpu, &bg);
 }
 
-/* Index score of token t (host fp64 on the bf16 operands), as backend.h defines it. */
-static double ix_score(const paged *p, int seq, const float *q, const float *w, int t, int s, const di_indexer_dims *d) {
-    int hd = d->head_dim;
-    const float *k = p->cache + ((size_t)p->bt[seq * p->max_blocks + s / 64] * 64 + s % 64) * hd;
-    double acc = 0;
-    for (int h = 0; h < d->n_heads; h++) {
-        double dot = 0;
-        for (int j = 0; j < hd; j++) dot += (double)q[((size_t)t * d->n_heads + h) * hd + j] * k[j];
-        dot *= d->scale;
-        acc += (double)w[(size_t)t * d->n_heads + h] * d->weight_scale * (dot > 0 ? dot : 0);
-    }
-    return acc;
-}
 
 /* indexer_topk on both backends; the selections must match exactly, except positions whose
  * scores lie within 1e-5 (relative to the token's largest |score|) of the CPU's k-th score

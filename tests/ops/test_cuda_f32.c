@@ -98,84 +98,25 @@ static void check_rows(const char *what, const float *got, const float *ref, int
 
 /* ---------------------------------------------------------------- paged batches ---- */
 
-/* A step's attention batch over a paged f32 cache: sequence i has q_len[i] tokens, the last
- * of its ctx[i] positions; blocks handed out in shuffled order (3 spare blocks); the cache
- * starts random (every context position's row, as if written by earlier steps). hab holds
- * host pointers (CPU), dab device pointers with the same values (GPU). */
+/* A step's attention batch over a paged f32 cache (cuda_test_util.h paged_make_as), with an
+ * optional sparse selection (pb_select). */
 typedef struct pbatch {
-    int S, T, W, max_blocks, n_blocks;
-    int32_t *pos, *slots, *start, *ctx, *bt;  /* host */
-    float *cache;                             /* host f32 [n_blocks * 64, W] */
-    void *dcache;                             /* device f32 copy */
-    int32_t *dpos, *dslots, *dstart, *dctx, *dbt;
-    int32_t *sel, *cnt, *dsel, *dcnt;         /* sparse selection (pb_select) or NULL */
-    di_attn_batch hab, dab;
+    paged pg;
+    int32_t *sel, *cnt, *dsel, *dcnt; /* sparse selection (pb_select) or NULL */
 } pbatch;
 
 static void pb_make(pbatch *p, int S, const int *q_len, const int *ctx, int W) {
     memset(p, 0, sizeof *p);
-    p->S = S;
-    p->W = W;
-    int mq = 0, mc = 0;
-    p->start = (int32_t *)calloc((size_t)S + 1, 4);
-    p->ctx = (int32_t *)calloc((size_t)S, 4);
-    for (int i = 0; i < S; i++) {
-        p->start[i + 1] = p->start[i] + q_len[i];
-        p->ctx[i] = ctx[i];
-        int nb = (ctx[i] + 63) / 64;
-        p->max_blocks = nb > p->max_blocks ? nb : p->max_blocks;
-        p->n_blocks += nb;
-        mq = q_len[i] > mq ? q_len[i] : mq;
-        mc = ctx[i] > mc ? ctx[i] : mc;
-    }
-    p->T = p->start[S];
-    p->n_blocks += 3;
-    int *perm = (int *)malloc((size_t)p->n_blocks * sizeof(int));
-    for (int i = 0; i < p->n_blocks; i++) perm[i] = i;
-    for (int i = p->n_blocks - 1; i > 0; i--) {
-        int j = t_int(i + 1), tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
-    }
-    p->bt = (int32_t *)calloc((size_t)S * p->max_blocks, 4);
-    int next = 0;
-    for (int i = 0; i < S; i++)
-        for (int b = 0; b < (ctx[i] + 63) / 64; b++) p->bt[i * p->max_blocks + b] = perm[next++];
-    free(perm);
-    p->pos = (int32_t *)malloc((size_t)(p->T > 0 ? p->T : 1) * 4);
-    p->slots = (int32_t *)malloc((size_t)(p->T > 0 ? p->T : 1) * 4);
-    for (int i = 0; i < S; i++)
-        for (int j = 0; j < q_len[i]; j++) {
-            int t = p->start[i] + j, ps = ctx[i] - q_len[i] + j;
-            p->pos[t] = ps;
-            p->slots[t] = p->bt[i * p->max_blocks + ps / 64] * 64 + ps % 64;
-        }
-    size_t nc = (size_t)p->n_blocks * 64 * W;
-    p->cache = t_rand_f32(nc, 1.0f);
-    p->dcache = g_raw(p->cache, nc * 4);
-    p->dpos = (int32_t *)g_raw(p->pos, (size_t)p->T * 4);
-    p->dslots = (int32_t *)g_raw(p->slots, (size_t)p->T * 4);
-    p->dstart = (int32_t *)g_raw(p->start, ((size_t)S + 1) * 4);
-    p->dctx = (int32_t *)g_raw(p->ctx, (size_t)S * 4);
-    p->dbt = (int32_t *)g_raw(p->bt, (size_t)S * p->max_blocks * 4);
-    p->hab = (di_attn_batch){.positions = p->pos, .slot_mapping = p->slots, .seq_start = p->start,
-                             .seq_ctx_len = p->ctx, .block_table = p->bt, .n_tokens = p->T, .n_seqs = S,
-                             .max_blocks = p->max_blocks, .max_q_len = mq, .max_ctx_len = mc};
-    p->dab = p->hab;
-    p->dab.positions = p->dpos;
-    p->dab.slot_mapping = p->dslots;
-    p->dab.seq_start = p->dstart;
-    p->dab.seq_ctx_len = p->dctx;
-    p->dab.block_table = p->dbt;
+    paged_make_as(&p->pg, S, q_len, ctx, W, 1);
 }
 
 /* A sparse (V3.2 DSA) selection of at most K positions per token: sorted, random, always
  * position 0 and the token's own, between 2 and min(K, pos + 1) positions in all. */
 static void pb_select(pbatch *p, int K) {
-    p->sel = (int32_t *)malloc((size_t)p->T * K * 4);
-    p->cnt = (int32_t *)malloc((size_t)p->T * 4);
-    for (int t = 0; t < p->T; t++) {
-        int pos = p->pos[t], n = pos + 1;
+    p->sel = (int32_t *)malloc((size_t)p->pg.T * K * 4);
+    p->cnt = (int32_t *)malloc((size_t)p->pg.T * 4);
+    for (int t = 0; t < p->pg.T; t++) {
+        int pos = p->pg.pos[t], n = pos + 1;
         int32_t *s = p->sel + (size_t)t * K;
         int want = n <= 2 ? n : 2 + t_int(n - 1);
         if (want > K) want = K;
@@ -190,18 +131,17 @@ static void pb_select(pbatch *p, int K) {
         if (n >= 2) s[c++] = pos;
         p->cnt[t] = c;
     }
-    p->dsel = (int32_t *)g_raw(p->sel, (size_t)p->T * K * 4);
-    p->dcnt = (int32_t *)g_raw(p->cnt, (size_t)p->T * 4);
-    p->hab.sel_pos = p->sel;
-    p->hab.sel_count = p->cnt;
-    p->dab.sel_pos = p->dsel;
-    p->dab.sel_count = p->dcnt;
-    p->hab.sel_stride = p->dab.sel_stride = K;
+    p->dsel = (int32_t *)g_raw(p->sel, (size_t)p->pg.T * K * 4);
+    p->dcnt = (int32_t *)g_raw(p->cnt, (size_t)p->pg.T * 4);
+    p->pg.hab.sel_pos = p->sel;
+    p->pg.hab.sel_count = p->cnt;
+    p->pg.dab.sel_pos = p->dsel;
+    p->pg.dab.sel_count = p->dcnt;
+    p->pg.hab.sel_stride = p->pg.dab.sel_stride = K;
 }
 
 static void pb_free(pbatch *p) {
-    free(p->pos); free(p->slots); free(p->start); free(p->ctx); free(p->bt); free(p->cache);
-    g_free(p->dcache); g_free(p->dpos); g_free(p->dslots); g_free(p->dstart); g_free(p->dctx); g_free(p->dbt);
+    paged_free(&p->pg);
     if (p->sel) {
         free(p->sel); free(p->cnt); g_free(p->dsel); g_free(p->dcnt);
     }
@@ -771,18 +711,18 @@ static void decode_case(const char *name, int S, const int *ql, const int *cx, i
     pbatch p;
     pb_make(&p, S, ql, cx, W);
     if (K > 0) pb_select(&p, K);
-    int T = p.T;
+    int T = p.pg.T;
     size_t no = (size_t)T * H * r;
     float *qt = t_rand_f32(no, 2.0f), *q = t_rand_f32((size_t)T * ldq, 2.0f), *ref = (float *)calloc(no, 4);
-    g_cpu->mla_decode(g_cpu, ref, qt, q + off, ldq, hs, p.cache, &p.hab, sb, se, &d);
+    g_cpu->mla_decode(g_cpu, ref, qt, q + off, ldq, hs, p.pg.cache, &p.pg.hab, sb, se, &d);
     void *dqt = g_raw(qt, no * 4), *dq = g_raw(q, (size_t)T * ldq * 4), *dout = g_alloc(no * 4);
     g_poison(dout, no * 4);
-    g_gpu->mla_decode(g_gpu, dout, dqt, (const float *)dq + off, ldq, hs, p.dcache, &p.dab, sb, se, &d);
+    g_gpu->mla_decode(g_gpu, dout, dqt, (const float *)dq + off, ldq, hs, p.pg.dcache, &p.pg.dab, sb, se, &d);
     float *got = g_get_f32(dout, no);
     char what[192];
     snprintf(what, sizeof what, "mla_decode %s H%d r%d dr%d seqs [%d, %d) of %d%s", name, H, r, dr, sb, se, S,
              K > 0 ? " sparse" : "");
-    check_rows(what, got, ref, T, p.start[sb], p.start[se], (size_t)H * r, TOL32_ATT_L2, TOL32_ATT_MAX);
+    check_rows(what, got, ref, T, p.pg.start[sb], p.pg.start[se], (size_t)H * r, TOL32_ATT_L2, TOL32_ATT_MAX);
     free(qt); free(q); free(ref); free(got); g_free(dqt); g_free(dq); g_free(dout);
     pb_free(&p);
 }
@@ -813,23 +753,23 @@ static void prefill_case(const char *name, int S, const int *ql, const int *cx, 
     pbatch p;
     pb_make(&p, S, ql, cx, W);
     if (K > 0) pb_select(&p, K);
-    int T = p.T;
+    int T = p.pg.T;
     size_t no = (size_t)T * H * dv;
     wpair wk_;
     wpair_make(&wk_, wk, 1, H * (dn + dv), r, 0.08f, DI_WEIGHT_PLAIN);
     float *q = t_rand_f32((size_t)T * ldq, 1.0f), *ref = (float *)calloc(no, 4);
     size_t sc = g_cpu->mla_prefill_scratch_bytes(g_cpu, &d, T), sg = g_gpu->mla_prefill_scratch_bytes(g_gpu, &d, T);
     void *hs = malloc(sc), *ds = g_alloc(sg);
-    g_cpu->mla_prefill(g_cpu, ref, q, ldq, p.cache, &wk_.c, &p.hab, sb, se, &d, hs, sc);
+    g_cpu->mla_prefill(g_cpu, ref, q, ldq, p.pg.cache, &wk_.c, &p.pg.hab, sb, se, &d, hs, sc);
     void *dq = g_raw(q, (size_t)T * ldq * 4), *dout = g_alloc(no * 4);
     g_poison(dout, no * 4);
     g_poison(ds, sg);
-    g_gpu->mla_prefill(g_gpu, dout, dq, ldq, p.dcache, &wk_.g, &p.dab, sb, se, &d, ds, sg);
+    g_gpu->mla_prefill(g_gpu, dout, dq, ldq, p.pg.dcache, &wk_.g, &p.pg.dab, sb, se, &d, ds, sg);
     float *got = g_get_f32(dout, no);
     char what[192];
     snprintf(what, sizeof what, "mla_prefill %s H%d dn%d dr%d dv%d r%d %s W_kvb ldq %d seqs [%d, %d)%s", name, H, dn,
              dr, dv, r, wk_name[wk], ldq, sb, se, K > 0 ? " sparse" : "");
-    check_rows(what, got, ref, T, p.start[sb], p.start[se], (size_t)H * dv, TOL32_ATT_L2, TOL32_ATT_MAX);
+    check_rows(what, got, ref, T, p.pg.start[sb], p.pg.start[se], (size_t)H * dv, TOL32_ATT_L2, TOL32_ATT_MAX);
     free(q); free(ref); free(got); free(hs); g_free(ds); g_free(dq); g_free(dout);
     wpair_free(&wk_);
     pb_free(&p);
@@ -857,20 +797,6 @@ static void test_prefill(void) {
 
 /* ---------------------------------------------------------------- indexer ---- */
 
-/* Index score of token t at position s (host fp64), as backend.h defines it. */
-static double ix_score(const pbatch *p, int seq, const float *q, const float *w, int t, int s,
-                       const di_indexer_dims *d) {
-    int hd = d->head_dim;
-    const float *k = p->cache + ((size_t)p->bt[seq * p->max_blocks + s / 64] * 64 + s % 64) * hd;
-    double acc = 0;
-    for (int h = 0; h < d->n_heads; h++) {
-        double dot = 0;
-        for (int j = 0; j < hd; j++) dot += (double)q[((size_t)t * d->n_heads + h) * hd + j] * k[j];
-        dot *= d->scale;
-        acc += (double)w[(size_t)t * d->n_heads + h] * d->weight_scale * (dot > 0 ? dot : 0);
-    }
-    return acc;
-}
 
 /* indexer_topk (n_heads 4, head_dim 32: the generic kernel; topk 16) for sequences [sb, se):
  * counts and selections must equal the CPU's exactly. A mismatch is a failure; the fp64
@@ -880,32 +806,32 @@ static void indexer_case(const char *name, int S, const int *ql, const int *cx, 
     int nh = d.n_heads, hd = d.head_dim, K = d.topk;
     pbatch p;
     pb_make(&p, S, ql, cx, hd);
-    int T = p.T;
+    int T = p.pg.T;
     float *q = t_rand_f32((size_t)T * nh * hd, 1.0f), *w = t_rand_f32((size_t)T * nh, 1.0f);
     int32_t *cpos = (int32_t *)malloc((size_t)T * K * 4), *ccnt = (int32_t *)malloc((size_t)T * 4);
     int32_t *gpos = (int32_t *)malloc((size_t)T * K * 4), *gcnt = (int32_t *)malloc((size_t)T * 4);
     for (int i = 0; i < T; i++) ccnt[i] = -1;
-    size_t sc = g_cpu->indexer_scratch_bytes(g_cpu, T, p.hab.max_ctx_len);
-    size_t sg = g_gpu->indexer_scratch_bytes(g_gpu, T, p.hab.max_ctx_len);
+    size_t sc = g_cpu->indexer_scratch_bytes(g_cpu, T, p.pg.hab.max_ctx_len);
+    size_t sg = g_gpu->indexer_scratch_bytes(g_gpu, T, p.pg.hab.max_ctx_len);
     void *hs = malloc(sc), *ds = g_alloc(sg);
-    g_cpu->indexer_topk(g_cpu, cpos, ccnt, q, w, p.cache, &p.hab, sb, se, &d, hs, sc);
+    g_cpu->indexer_topk(g_cpu, cpos, ccnt, q, w, p.pg.cache, &p.pg.hab, sb, se, &d, hs, sc);
     void *dq = g_raw(q, (size_t)T * nh * hd * 4), *dw = g_raw(w, (size_t)T * nh * 4);
     void *dpos = g_alloc((size_t)T * K * 4), *dcnt = g_alloc((size_t)T * 4);
     g_poison(dpos, (size_t)T * K * 4);
     g_poison(dcnt, (size_t)T * 4);
-    g_gpu->indexer_topk(g_gpu, (int32_t *)dpos, (int32_t *)dcnt, dq, (const float *)dw, p.dcache, &p.dab, sb, se, &d,
+    g_gpu->indexer_topk(g_gpu, (int32_t *)dpos, (int32_t *)dcnt, dq, (const float *)dw, p.pg.dcache, &p.pg.dab, sb, se, &d,
                         ds, sg);
     CHECK_OK(g_gpu->download(g_gpu, gpos, dpos, (size_t)T * K * 4));
     CHECK_OK(g_gpu->download(g_gpu, gcnt, dcnt, (size_t)T * 4));
-    int t0 = p.start[sb], t1 = p.start[se], bad = 0, untouched = 1, sparse = 0;
+    int t0 = p.pg.start[sb], t1 = p.pg.start[se], bad = 0, untouched = 1, sparse = 0;
     for (int t = 0; t < T; t++) {
         if (t < t0 || t >= t1) {
             untouched &= gcnt[t] == -1; /* still the poison */
             continue;
         }
         int seq = sb;
-        while (p.start[seq + 1] <= t) seq++;
-        int pos = p.pos[t], want = pos + 1 < K ? pos + 1 : K;
+        while (p.pg.start[seq + 1] <= t) seq++;
+        int pos = p.pg.pos[t], want = pos + 1 < K ? pos + 1 : K;
         sparse += pos + 1 > K;
         if (gcnt[t] != want || ccnt[t] != want) {
             bad++;
@@ -917,7 +843,7 @@ static void indexer_case(const char *name, int S, const int *ql, const int *cx, 
         if (!memcmp(c, g, (size_t)want * 4)) continue;
         bad++;
         double kth = INFINITY;
-        for (int i = 0; i < want; i++) kth = fmin(kth, ix_score(&p, seq, q, w, t, c[i], &d));
+        for (int i = 0; i < want; i++) kth = fmin(kth, ix_score(&p.pg, seq, q, w, t, c[i], &d));
         fprintf(stderr, "    token %d (pos %d): selections differ; cpu's k-th score %.9g; fp64 scores of the positions"
                         " in one list only:", t, pos, kth);
         for (int i = 0, j = 0; i < want || j < want;) { /* symmetric difference of two sorted lists */
@@ -934,7 +860,7 @@ static void indexer_case(const char *name, int S, const int *ql, const int *cx, 
                 x = b;
                 j++;
             }
-            fprintf(stderr, " %s %d: %.9g", x == a ? "cpu" : "gpu", x, ix_score(&p, seq, q, w, t, x, &d));
+            fprintf(stderr, " %s %d: %.9g", x == a ? "cpu" : "gpu", x, ix_score(&p.pg, seq, q, w, t, x, &d));
         }
         fputc('\n', stderr);
     }
@@ -1051,36 +977,10 @@ static void test_graph(void) {
 /* ---------------------------------------------------------------- main ---- */
 
 /* what a model does at load: the sampler's and the workspace's sizes */
-static void reserve_gpu(void) {
-    di_backend_reserve r = {8192, 256, 129280, {16, 128, 64, 128, 512, 0.1f}};
-    CHECK_OK(g_gpu->reserve(g_gpu, &r));
-}
-
-int main(int argc, char **argv) {
-    const t_group groups[] = {{"rows", test_rows},       {"gemm", test_gemm},       {"route", test_route},
-                              {"experts", test_experts}, {"decode", test_decode},   {"prefill", test_prefill},
-                              {"indexer", test_indexer}, {"graph", test_graph}};
-    const int n_groups = (int)(sizeof groups / sizeof groups[0]);
-    for (int a = 1; a < argc; a++) {
-        int known = 0;
-        for (int i = 0; i < n_groups; i++) known |= !strcmp(argv[a], groups[i].name);
-        if (!known) {
-            fprintf(stderr, "unknown group '%s'\nusage: test_cuda_f32 [rows] [gemm] [route] [experts] [decode] "
-                            "[prefill] [indexer] [graph]\n", argv[a]);
-            return 1;
-        }
-    }
-    t_seed();
-    if (di_backend_create(&(di_backend_options){DI_DEVICE_CPU, 0, 0, 0}, &g_cpu) != DI_OK) {
-        fprintf(stderr, "FAIL: no CPU backend: %s\n", di_last_error());
-        return 1;
-    }
-    if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, DI_PRECISION_F32}, &g_gpu) != DI_OK) {
-        fprintf(stderr, "FAIL: a CUDA device is required (CUDA backend with DI_PRECISION_F32): %s\n",
-                di_last_error());
-        di_backend_free(g_cpu);
-        return 1;
-    }
+/* Runs first (t_main_first_always): the table's identity, then reserve() as a model's load does
+ * (the sampler and the workspace rely on it). Exits when g_gpu is not the f32 table: every
+ * buffer of the groups would be mis-sized. */
+static void setup_f32(void) {
     /* the f32 op table: f32 activations and cache, none of the bf16 table's fused extensions
      * (the model falls back to the separate ops when they are NULL) */
     CHECK_MSG(g_gpu->caps.act_dtype == DI_DTYPE_F32 && di_backend_act_size(g_gpu) == 4,
@@ -1089,25 +989,18 @@ int main(int argc, char **argv) {
     CHECK_MSG(!g_gpu->rope_kv_write && !g_gpu->mla_decode_uv && !g_gpu->moe_experts_shared &&
                   !g_gpu->moe_experts_defer && !g_gpu->add_rmsnorm_experts,
               "DI_PRECISION_F32 backend exposes a bf16-only fused extension");
-    if (g_gpu->caps.act_dtype != DI_DTYPE_F32) { /* every buffer below would be mis-sized */
-        fprintf(stderr, "FAIL: not the f32 op table; no op tested\n");
-        di_backend_free(g_gpu);
-        di_backend_free(g_cpu);
-        return 1;
+    if (g_gpu->caps.act_dtype != DI_DTYPE_F32 || !g_gpu->reserve) {
+        fprintf(stderr, "FAIL: not the f32 op table (or no reserve); no op tested\n");
+        exit(1);
     }
-    CHECK_MSG(g_gpu->reserve != NULL, "cuda backend has no reserve");
-    if (g_gpu->reserve) reserve_gpu();
-    for (int i = 0; i < n_groups; i++) {
-        int run = argc < 2;
-        for (int a = 1; a < argc; a++) run |= !strcmp(argv[a], groups[i].name);
-        if (!run) continue;
-        fprintf(stderr, "-- %s\n", groups[i].name);
-        groups[i].fn();
-        di_status s = g_gpu->sync(g_gpu);
-        CHECK_MSG(s == DI_OK, "group %s left a device error: %s", groups[i].name, di_last_error());
-    }
-    di_backend_free(g_gpu);
-    di_backend_free(g_cpu);
-    fprintf(stderr, "%d checks, %d failures\n", g_test_checks, g_test_failures);
-    return g_test_failures ? 1 : (g_test_checks ? 0 : 1);
+    di_backend_reserve r = {8192, 256, 129280, {16, 128, 64, 128, 512, 0.1f}};
+    CHECK_OK(g_gpu->reserve(g_gpu, &r));
+}
+
+int main(int argc, char **argv) {
+    const t_group groups[] = {{"setup", setup_f32},      {"rows", test_rows},       {"gemm", test_gemm},
+                              {"route", test_route},     {"experts", test_experts}, {"decode", test_decode},
+                              {"prefill", test_prefill}, {"indexer", test_indexer}, {"graph", test_graph}};
+    g_gpu_precision = DI_PRECISION_F32;
+    return t_main_first_always(argc, argv, groups, (int)(sizeof groups / sizeof groups[0]));
 }

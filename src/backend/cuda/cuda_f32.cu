@@ -25,18 +25,6 @@ enum { SK_M = 4, SK_N = 256, SK_K = 32, SK_MAX_ROWS = 64 };
 
 static inline size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* Sum of v over the block (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
-static __device__ double f32_block_sum(double v, double *red) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    double s = 0.0;
-    for (int i = 0; i < nw; i++) s += red[i];
-    return s;
-}
-
 static int row_threads(int D) {
     int th = 32;
     while (th < 256 && th < D) th *= 2;
@@ -77,7 +65,7 @@ __global__ void k32_norm(float *out, long ldo, const float *x, long ldx, float *
         }
         ss += (double)v * v;
     }
-    ss = f32_block_sum(ss, red);
+    ss = block_sum_d(ss, red);
     float inv = (float)(1.0 / sqrt(ss / D + (double)eps));
     float *o = out + t * ldo;
     for (int i = threadIdx.x; i < D; i += blockDim.x) {
@@ -200,8 +188,8 @@ static void f32_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride,
 /* ---------------------------------------------------------------- GEMM ---- */
 
 /* y[m, n] (+)= Σ_k x[m, k] · W(n, k) for one batch entry (blockIdx.z), W(n, k) = W[n·ldw + k]
- * (W_KN == 0, a linear layer's [out, in]) or W[k·ldw + n] (W_KN == 1). Rows: m < M read x row
- * x_row(m) and write y row m. Grouped (offsets != NULL): blockIdx.x is a row tile of the whole
+ * (W_KN == 0, a linear layer's [out, in]) or W[k·ldw + n] (W_KN == 1). Rows: m < M read x row m
+ * and write y row m. Grouped (offsets != NULL): blockIdx.x is a row tile of the whole
  * permutation, mapped through the per-matrix tile prefix mtiles to matrix e, whose rows are
  * [offsets[e], offsets[e + 1]); x row = perm[row] (perm NULL: row); W = matrix e. Token range
  * (tok_lo != NULL): row m is token row_base + m and is stored only if *tok_lo <= it < *tok_hi. */
@@ -219,6 +207,29 @@ typedef struct f32_gemm {
     int row_base;
 } f32_gemm;
 
+/* The rows of this block's row tile of `tile` rows: returns how many (0: none) and sets *r0 (the
+ * first) and *W (its weight matrix). Plain: tile blockIdx.x of the M rows, matrix blockIdx.z.
+ * Grouped: blockIdx.x through the per-matrix tile prefix mtiles to matrix e, rows
+ * [offsets[e], offsets[e + 1]). */
+static __device__ int tile_rows(const f32_gemm &g, int tile, int *r0, const float **W) {
+    const int bx = blockIdx.x;
+    if (!g.offsets) {
+        *r0 = bx * tile;
+        *W = g.W + (long)blockIdx.z * g.w_bs;
+        return min(tile, g.M - *r0);
+    }
+    if (bx >= g.mtiles[g.n_mat]) return 0;
+    int lo = 0, hi = g.n_mat; /* the largest e with mtiles[e] <= bx */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (g.mtiles[mid] <= bx) lo = mid;
+        else hi = mid;
+    }
+    *r0 = g.offsets[lo] + (bx - g.mtiles[lo]) * tile;
+    *W = g.W + (long)lo * g.w_bs;
+    return min(tile, g.offsets[lo + 1] - *r0);
+}
+
 template <int W_KN>
 __global__ void __launch_bounds__(F32_GEMM_THREADS) k32_gemm(f32_gemm g) {
     __shared__ float As[F32_BK][F32_TILE + 4];
@@ -226,25 +237,10 @@ __global__ void __launch_bounds__(F32_GEMM_THREADS) k32_gemm(f32_gemm g) {
     __shared__ int rows[F32_TILE];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const int n0 = blockIdx.y * F32_TILE;
-    const float *x = g.x + (long)blockIdx.z * g.x_bs, *W = g.W + (long)blockIdx.z * g.w_bs;
+    const float *x = g.x + (long)blockIdx.z * g.x_bs, *W;
     float *y = g.y + (long)blockIdx.z * g.y_bs;
-    int r0, m;  /* first output row and rows in this tile */
-    if (g.offsets) {
-        const int bx = blockIdx.x;
-        if (bx >= g.mtiles[g.n_mat]) return;
-        int lo = 0, hi = g.n_mat; /* the largest e with mtiles[e] <= bx */
-        while (hi - lo > 1) {
-            int mid = (lo + hi) >> 1;
-            if (g.mtiles[mid] <= bx) lo = mid;
-            else hi = mid;
-        }
-        r0 = g.offsets[lo] + (bx - g.mtiles[lo]) * F32_TILE;
-        m = min(F32_TILE, g.offsets[lo + 1] - r0);
-        W = g.W + (long)lo * g.w_bs;
-    } else {
-        r0 = blockIdx.x * F32_TILE;
-        m = min(F32_TILE, g.M - r0);
-    }
+    int r0;
+    const int m = tile_rows(g, F32_TILE, &r0, &W);
     if (m <= 0) return;
     if (tid < F32_TILE) rows[tid] = tid < m ? (g.perm ? g.perm[r0 + tid] : r0 + tid) : -1;
     __syncthreads();
@@ -314,25 +310,10 @@ __global__ void __launch_bounds__(SK_N) k32_gemm_skinny(f32_gemm g) {
     __shared__ float Xs[SK_M][SK_K];
     __shared__ int rows[SK_M];
     const int tid = threadIdx.x, n0 = blockIdx.y * SK_N;
-    const float *x = g.x + (long)blockIdx.z * g.x_bs, *W = g.W + (long)blockIdx.z * g.w_bs;
+    const float *x = g.x + (long)blockIdx.z * g.x_bs, *W;
     float *y = g.y + (long)blockIdx.z * g.y_bs;
-    int r0, m;
-    if (g.offsets) {
-        const int bx = blockIdx.x;
-        if (bx >= g.mtiles[g.n_mat]) return;
-        int lo = 0, hi = g.n_mat;
-        while (hi - lo > 1) {
-            int mid = (lo + hi) >> 1;
-            if (g.mtiles[mid] <= bx) lo = mid;
-            else hi = mid;
-        }
-        r0 = g.offsets[lo] + (bx - g.mtiles[lo]) * SK_M;
-        m = min(SK_M, g.offsets[lo + 1] - r0);
-        W = g.W + (long)lo * g.w_bs;
-    } else {
-        r0 = blockIdx.x * SK_M;
-        m = min(SK_M, g.M - r0);
-    }
+    int r0;
+    const int m = tile_rows(g, SK_M, &r0, &W);
     if (m <= 0) return;
     if (tid < SK_M) rows[tid] = tid < m ? (g.perm ? g.perm[r0 + tid] : r0 + tid) : -1;
     __syncthreads();

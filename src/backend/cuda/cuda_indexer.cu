@@ -34,17 +34,6 @@ enum { IX_THREADS = 256, IX_WARPS = IX_THREADS / 32, IX_MAX_ROWS = 512 };
 
 /* ---------------------------------------------------------------- layernorm ---- */
 
-static __device__ double block_sum_d(double v, double *red) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    double s = 0.0;
-    for (int i = 0; i < nw; i++) s += red[i];
-    return s;
-}
-
 /* One block per row; out may alias x (each thread reads its elements before any write). T: the
  * activation type (bf16, or float for the f32 op table). */
 template <typename T>
