@@ -310,4 +310,29 @@ static void test_text_and_stops(void) {
     di_tokenizer_free(tok);
 }
 
-TEST_MAIN(test_greedy_invariance, test_sampling_and_n, test_text_and_stops)
+/* di_engine_params.precision: the CPU's own (f32) loads; bf16 on the CPU and values outside the
+ * enum are refused with a message naming them, and no engine is returned. */
+static void test_precision(void) {
+    const int bad[3] = {DI_PRECISION_BF16, 7, -1};
+    const char *needle[3] = {"bf16", "precision 7", "precision -1"};
+    for (int i = 0; i < 4; i++) {
+        di_engine_params p;
+        di_engine_params_init(&p);
+        p.model_dir = g_dir;
+        p.kv_blocks = 8;
+        p.n_threads = 2;
+        p.precision = i < 3 ? bad[i] : DI_PRECISION_F32;
+        di_engine *e = NULL;
+        di_status s = di_engine_create(&p, &e);
+        if (i == 3) {
+            CHECK_OK(s);
+            CHECK(e != NULL);
+        } else {
+            CHECK(s != DI_OK && e == NULL);
+            CHECK_MSG(strstr(di_last_error(), needle[i]) != NULL, "error '%s' lacks '%s'", di_last_error(), needle[i]);
+        }
+        di_engine_free(e);
+    }
+}
+
+TEST_MAIN(test_greedy_invariance, test_sampling_and_n, test_text_and_stops, test_precision)
