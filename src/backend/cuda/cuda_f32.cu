@@ -19,9 +19,10 @@
 #include "backend/cuda/cuda_internal.h"
 
 enum { F32_TILE = 64, F32_BK = 16, F32_GEMM_THREADS = 256, F32_ATT_THREADS = 128, F32_PREFILL_CHUNK = 256 };
-/* the skinny GEMM: up to SK_M rows x SK_N outputs per block, SK_K columns of W staged at a time;
- * used for at most SK_MAX_ROWS rows (plain) or row pairs (grouped) */
-enum { SK_M = 4, SK_N = 256, SK_K = 32, SK_MAX_ROWS = 64 };
+/* the skinny GEMM: up to SK_M rows x SK_N outputs per block, SK_K columns of W staged at a time
+ * by SK_THREADS threads; used for at most SK_MAX_ROWS rows (plain) or (token, expert) rows
+ * (grouped) */
+enum { SK_M = 4, SK_N = 32, SK_K = 256, SK_THREADS = 256, SK_MAX_ROWS = 64 };
 
 static inline size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -298,14 +299,16 @@ __global__ void __launch_bounds__(F32_GEMM_THREADS) k32_gemm(f32_gemm g) {
     }
 }
 
-/* The same GEMM for few rows (decode): a block computes SK_M rows x SK_N outputs, one output
- * column per thread, with W staged through shared memory SK_K columns at a time (coalesced rows)
- * so that many blocks stream W at once. Each output is the same fmaf chain over k = 0..K-1 from
- * 0 as in k32_gemm, so the two kernels give the same bits and the choice (by row count only)
- * keeps the table batch-invariant. Grouped: blockIdx.x is an SK_M-row tile through mtiles (the
- * SK_M-row prefix). */
+/* The same GEMM for few rows (decode): a block computes SK_M rows x SK_N outputs. Its SK_THREADS
+ * threads stage W through shared memory SK_K columns at a time (each warp load one 128-byte
+ * piece of a row), so a step moves 32 KB per block and a 2048-column GEMM is 8 steps (the
+ * loop's round trips, not the bytes, bounded the first version of 32 columns per step); the
+ * first warp then sums, one output column per lane. Each output is the same fmaf chain over
+ * k = 0..K-1 from 0 as in k32_gemm, so the two kernels give the same bits and the choice (by
+ * row count only) keeps the table batch-invariant. Grouped: blockIdx.x is an SK_M-row tile
+ * through mtiles (the SK_M-row prefix). */
 template <int W_KN>
-__global__ void __launch_bounds__(SK_N) k32_gemm_skinny(f32_gemm g) {
+__global__ void __launch_bounds__(SK_THREADS) k32_gemm_skinny(f32_gemm g) {
     __shared__ float Ws[SK_K][SK_N + 1];
     __shared__ float Xs[SK_M][SK_K];
     __shared__ int rows[SK_M];
@@ -318,14 +321,14 @@ __global__ void __launch_bounds__(SK_N) k32_gemm_skinny(f32_gemm g) {
     if (tid < SK_M) rows[tid] = tid < m ? (g.perm ? g.perm[r0 + tid] : r0 + tid) : -1;
     __syncthreads();
     float acc[SK_M] = {};
-    const int n = n0 + tid;
     for (int k0 = 0; k0 < g.K; k0 += SK_K) {
         const int kn = min(SK_K, g.K - k0);
-        for (int i = tid; i < SK_M * SK_K; i += SK_N) {
+        for (int i = tid; i < SK_M * SK_K; i += SK_THREADS) {
             int r = i / SK_K, kk = i % SK_K, xr = rows[r];
             Xs[r][kk] = xr >= 0 && kk < kn ? x[(long)xr * g.ldx + k0 + kk] : 0.f;
         }
-        for (int i = tid; i < SK_N * SK_K; i += SK_N) {
+#pragma unroll 4
+        for (int i = tid; i < SK_N * SK_K; i += SK_THREADS) {
             int nn, kk;
             if (W_KN) {
                 nn = i % SK_N;
@@ -339,14 +342,16 @@ __global__ void __launch_bounds__(SK_N) k32_gemm_skinny(f32_gemm g) {
                                              : 0.f;
         }
         __syncthreads();
-        for (int kk = 0; kk < kn; kk++) {
-            float b = Ws[kk][tid];
+        if (tid < SK_N)
+            for (int kk = 0; kk < kn; kk++) {
+                float b = Ws[kk][tid];
 #pragma unroll
-            for (int r = 0; r < SK_M; r++) acc[r] = fmaf(Xs[r][kk], b, acc[r]);
-        }
+                for (int r = 0; r < SK_M; r++) acc[r] = fmaf(Xs[r][kk], b, acc[r]);
+            }
         __syncthreads();
     }
-    if (n >= g.N) return;
+    const int n = n0 + tid;
+    if (tid >= SK_N || n >= g.N) return;
 #pragma unroll
     for (int r = 0; r < SK_M; r++) {
         if (r >= m) break;
@@ -373,8 +378,8 @@ static void f32_gemm_launch(cuda_state *st, const f32_gemm &g, int batch, int w_
         int mt = g.offsets ? max_tiles4 : ceil_div_i(g.M, SK_M);
         if (mt <= 0) return;
         dim3 grid((unsigned)mt, (unsigned)ceil_div_i(g.N, SK_N), (unsigned)batch);
-        if (w_kn) k32_gemm_skinny<1><<<grid, SK_N, 0, st->stream>>>(s);
-        else k32_gemm_skinny<0><<<grid, SK_N, 0, st->stream>>>(s);
+        if (w_kn) k32_gemm_skinny<1><<<grid, SK_THREADS, 0, st->stream>>>(s);
+        else k32_gemm_skinny<0><<<grid, SK_THREADS, 0, st->stream>>>(s);
         CUDA_LAUNCHED(st, what);
         return;
     }
@@ -577,6 +582,7 @@ typedef struct f32_att {
 
 __global__ void __launch_bounds__(F32_ATT_THREADS) k32_mla_attend(f32_att a) {
     extern __shared__ float sm[]; /* q [r + dr], acc [r], score [64] */
+    __shared__ long rowoff[64];   /* the tile's cache rows (element offsets), looked up once */
     const int t = a.t0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     if (seq < 0) return;
@@ -596,10 +602,14 @@ __global__ void __launch_bounds__(F32_ATT_THREADS) k32_mla_attend(f32_att a) {
     __syncthreads();
     for (int c0 = 0; c0 < n_att; c0 += 64) {
         const int n = min(64, n_att - c0);
-        for (int s = warp; s < n; s += F32_ATT_THREADS / 32) {
-            int p = sel ? sel[c0 + s] : c0 + s;
+        if (tid < n) {
+            int p = sel ? sel[c0 + tid] : c0 + tid;
             int blk = a.block_table[(long)seq * a.max_blocks + p / DI_KV_BLOCK_SIZE];
-            const float *row = a.cache + ((long)blk * DI_KV_BLOCK_SIZE + p % DI_KV_BLOCK_SIZE) * W;
+            rowoff[tid] = ((long)blk * DI_KV_BLOCK_SIZE + p % DI_KV_BLOCK_SIZE) * W;
+        }
+        __syncthreads();
+        for (int s = warp; s < n; s += F32_ATT_THREADS / 32) {
+            const float *row = a.cache + rowoff[s];
             float d1 = 0.f, d2 = 0.f;
             for (int i = lane; i < r; i += 32) d1 = fmaf(q[i], row[i], d1);
             for (int i = lane; i < dr; i += 32) d2 = fmaf(q[r + i], row[r + i], d2);
@@ -620,16 +630,12 @@ __global__ void __launch_bounds__(F32_ATT_THREADS) k32_mla_attend(f32_att a) {
         for (int s = 0; s < n; s++) lsum += score[s];
         for (int i = tid; i < r; i += blockDim.x) {
             float v = acc[i] * corr;
-            for (int s = 0; s < n; s++) {
-                int p = sel ? sel[c0 + s] : c0 + s;
-                int blk = a.block_table[(long)seq * a.max_blocks + p / DI_KV_BLOCK_SIZE];
-                v = fmaf(score[s], a.cache[((long)blk * DI_KV_BLOCK_SIZE + p % DI_KV_BLOCK_SIZE) * W + i], v);
-            }
+            for (int s = 0; s < n; s++) v = fmaf(score[s], a.cache[rowoff[s] + i], v);
             acc[i] = v;
         }
         m = mx;
         l = lsum;
-        __syncthreads(); /* score is rewritten by the next tile */
+        __syncthreads(); /* score and rowoff are rewritten by the next tile */
     }
     const float inv = 1.0f / l;
     float *o = a.out + ((long)(t - a.qo_base) * a.H + h) * r;
