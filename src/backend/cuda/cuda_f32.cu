@@ -4,8 +4,9 @@
  * against transformers are bf16 routing flips (docs/cuda.md "Which roundings flip the routing"),
  * and this table computes like the CPU, which matches transformers to ~1e-6.
  *
- * Owner: cuda. Plain SIMT kernels, not tuned: a 64 x 64-tile GEMM (each output summed over k in
- * order 0..K-1 with fmaf, so the same row gives the same bits in any batch), the grouped expert
+ * Owner: cuda. Plain SIMT kernels, not tuned: a 64 x 64-tile GEMM and a skinny one for <= 64
+ * rows (each output summed over k in order 0..K-1 with fmaf by both, so the same row gives the
+ * same bits in any batch), the grouped expert
  * GEMM over a device-side permutation (one block plans counts, offsets and row tiles; no host
  * synchronisation), one block per (token, head) for MLA (the weight-absorbed form for decode and
  * prefill alike: prefill's W_UK / W_UV are the rows of W_kvb, applied per token chunk, so
