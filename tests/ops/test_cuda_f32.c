@@ -149,6 +149,17 @@ static void pb_free(pbatch *p) {
 
 /* ---------------------------------------------------------------- rows ---- */
 
+/* The D columns of each of T rows of stride ld in got (an op's in-place output) into out
+ * [T, D]; returns whether got's padding columns still hold x's (the input's) values. */
+static int unpad_rows(float *out, const float *got, const float *x, int T, int D, int ld) {
+    int pad_ok = 1;
+    for (int t = 0; t < T; t++) {
+        memcpy(out + (size_t)t * D, got + (size_t)t * ld, (size_t)D * 4);
+        pad_ok &= !memcmp(got + (size_t)t * ld + D, x + (size_t)t * ld + D, (size_t)(ld - D) * 4);
+    }
+    return pad_ok;
+}
+
 /* embed from an f32 table and from a bf16 one (converted at upload); gather_rows */
 static void rows_embed_gather(void) {
     char what[160];
@@ -206,11 +217,7 @@ static void rows_norms(void) {
         /* in place on the strided buffer: the D columns normed, the padding untouched */
         g_gpu->rmsnorm(g_gpu, dx, ld, dx, ld, &wg, eps, T, D);
         float *gi = g_get_f32(dx, (size_t)T * ld), *gic = (float *)malloc(nd * 4);
-        int pad_ok = 1;
-        for (int t = 0; t < T; t++) {
-            memcpy(gic + (size_t)t * D, gi + (size_t)t * ld, (size_t)D * 4);
-            pad_ok &= !memcmp(gi + (size_t)t * ld + D, x + (size_t)t * ld + D, (size_t)(ld - D) * 4);
-        }
+        int pad_ok = unpad_rows(gic, gi, x, T, D, ld);
         snprintf(what, sizeof what, "rmsnorm in place [%d x %d] ld %d", T, D, ld);
         T_CHECK(what, gic, ref, nd, TOL32_L2, TOL32_MAX);
         CHECK_MSG(pad_ok, "%s: the padding columns were written", what);
@@ -365,11 +372,7 @@ static void rows_layernorm(void) {
         g_gpu->layernorm(g_gpu, dout, D, dx, ld, &wg, &bg, 1e-6f, T, D);
         g_gpu->layernorm(g_gpu, dx, ld, dx, ld, &wg, &bg, 1e-6f, T, D);
         float *got = g_get_f32(dout, nd), *gi = g_get_f32(dx, (size_t)T * ld), *gic = (float *)malloc(nd * 4);
-        int pad_ok = 1;
-        for (int t = 0; t < T; t++) {
-            memcpy(gic + (size_t)t * D, gi + (size_t)t * ld, (size_t)D * 4);
-            pad_ok &= !memcmp(gi + (size_t)t * ld + D, x + (size_t)t * ld + D, (size_t)(ld - D) * 4);
-        }
+        int pad_ok = unpad_rows(gic, gi, x, T, D, ld);
         snprintf(what, sizeof what, "layernorm [%d x %d] ldx %d -> contiguous", T, D, ld);
         T_CHECK(what, got, ref, nd, TOL32_L2, TOL32_MAX);
         snprintf(what, sizeof what, "layernorm in place [%d x %d] ld %d", T, D, ld);

@@ -373,17 +373,19 @@ static di_status upload_fp8(di_backend *be, int n, int n_parts, const di_host_ma
     return DI_OK;
 }
 
-/* bf16 matrices (or an f32 vector), converted on the host one matrix at a time. */
+/* bf16 matrices (f32 for vectors and on the f32 op table, st->f32), converted on the host one
+ * matrix at a time (FP8 dequantized with its block scales), transposed if asked. */
 static di_status upload_converted(di_backend *be, int n, int n_parts, const di_host_matrix *parts, int rows,
                                   int cols, di_weight_layout layout, di_weight *out) {
     cuda_state *st = cst(be);
-    int vec = n == 1 && rows == 1;
-    size_t per = (size_t)rows * cols, es = vec ? 4 : 2;
+    int f32 = st->f32 || (n == 1 && rows == 1), tr = layout == DI_WEIGHT_TRANSPOSED;
+    size_t per = (size_t)rows * cols, es = f32 ? 4 : 2;
     char *dev = NULL;
     DI_TRY(c_alloc(be, per * (size_t)n * es, (void **)&dev));
+    /* f: the fp32 matrix; h: what is uploaded when it is not f itself (bf16, or f transposed) */
     float *f = (float *)malloc(per * sizeof(float));
-    uint16_t *h = vec ? NULL : (uint16_t *)malloc(per * sizeof(uint16_t));
-    if (!f || (!vec && !h)) {
+    void *h = !f32 || tr ? malloc(per * es) : NULL;
+    if (!f || (!h && (!f32 || tr))) {
         free(f);
         free(h);
         c_free(be, dev);
@@ -391,10 +393,10 @@ static di_status upload_converted(di_backend *be, int n, int n_parts, const di_h
     }
     di_status s = DI_OK;
     for (int i = 0; i < n && s == DI_OK; i++) {
-        int all_bf16 = layout == DI_WEIGHT_PLAIN;
+        int all_bf16 = !f32 && !tr;
         for (int p = 0; p < n_parts; p++) all_bf16 &= parts[(size_t)i * n_parts + p].dtype == DI_DTYPE_BF16;
         char *dst = dev + (size_t)i * per * es;
-        if (!vec && all_bf16) { /* straight copy of the checkpoint's rows */
+        if (all_bf16) { /* straight copy of the checkpoint's rows */
             size_t off = 0;
             for (int p = 0; p < n_parts && s == DI_OK; p++) {
                 const di_host_matrix *hm = &parts[(size_t)i * n_parts + p];
@@ -405,17 +407,14 @@ static di_status upload_converted(di_backend *be, int n, int n_parts, const di_h
             continue;
         }
         di_host_matrices_to_f32(f, &parts[(size_t)i * n_parts], n_parts);
-        if (vec) {
-            s = upload_dev(st, dst, f, per * 4, parts[0].name);
-            continue;
-        }
-        if (layout == DI_WEIGHT_TRANSPOSED) {
+        if (h)
             for (int r = 0; r < rows; r++)
-                for (int c = 0; c < cols; c++) h[(size_t)c * rows + r] = di_f32_to_bf16(f[(size_t)r * cols + c]);
-        } else {
-            for (size_t j = 0; j < per; j++) h[j] = di_f32_to_bf16(f[j]);
-        }
-        s = upload_dev(st, dst, h, per * 2, parts[0].name);
+                for (int c = 0; c < cols; c++) {
+                    size_t from = (size_t)r * cols + c, to = tr ? (size_t)c * rows + r : from;
+                    if (f32) ((float *)h)[to] = f[from];
+                    else ((uint16_t *)h)[to] = di_f32_to_bf16(f[from]);
+                }
+        s = upload_dev(st, dst, h ? h : f, per * es, parts[0].name);
     }
     free(f);
     free(h);
@@ -424,51 +423,11 @@ static di_status upload_converted(di_backend *be, int n, int n_parts, const di_h
         return s;
     }
     out->n = n;
-    out->rows = layout == DI_WEIGHT_TRANSPOSED ? cols : rows;
-    out->cols = layout == DI_WEIGHT_TRANSPOSED ? rows : cols;
-    out->dtype = vec ? DI_DTYPE_F32 : DI_DTYPE_BF16;
-    out->data = dev;
-    out->bytes = per * (size_t)n * es;
-    if (out->cols > st->max_cols) st->max_cols = out->cols;
-    return DI_OK;
-}
-
-/* The f32 op table's weights: every matrix converted to fp32 on the host (FP8 dequantized
- * with its block scales, as the CPU backend stores them), transposed if asked. */
-static di_status upload_f32(di_backend *be, int n, int n_parts, const di_host_matrix *parts, int rows, int cols,
-                            di_weight_layout layout, di_weight *out) {
-    cuda_state *st = cst(be);
-    size_t per = (size_t)rows * cols;
-    int tr = layout == DI_WEIGHT_TRANSPOSED;
-    char *dev = NULL;
-    DI_TRY(c_alloc(be, per * (size_t)n * sizeof(float), (void **)&dev));
-    float *f = (float *)malloc(per * sizeof(float)), *t = tr ? (float *)malloc(per * sizeof(float)) : NULL;
-    if (!f || (tr && !t)) {
-        free(f);
-        free(t);
-        c_free(be, dev);
-        return di_error(DI_ERR_NOMEM, "tensor '%s': out of host memory converting", parts[0].name);
-    }
-    di_status s = DI_OK;
-    for (int i = 0; i < n && s == DI_OK; i++) {
-        di_host_matrices_to_f32(f, &parts[(size_t)i * n_parts], n_parts);
-        if (tr)
-            for (int r = 0; r < rows; r++)
-                for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = f[(size_t)r * cols + c];
-        s = upload_dev(st, dev + (size_t)i * per * sizeof(float), tr ? t : f, per * sizeof(float), parts[0].name);
-    }
-    free(f);
-    free(t);
-    if (s != DI_OK) {
-        c_free(be, dev);
-        return s;
-    }
-    out->n = n;
     out->rows = tr ? cols : rows;
     out->cols = tr ? rows : cols;
-    out->dtype = DI_DTYPE_F32;
+    out->dtype = f32 ? DI_DTYPE_F32 : DI_DTYPE_BF16;
     out->data = dev;
-    out->bytes = per * (size_t)n * sizeof(float);
+    out->bytes = per * (size_t)n * es;
     if (out->cols > st->max_cols) st->max_cols = out->cols;
     return DI_OK;
 }
@@ -478,8 +437,7 @@ static di_status c_weight_upload(di_backend *be, int n, int n_parts, const di_ho
     memset(out, 0, sizeof *out);
     int rows, cols;
     DI_TRY(di_weight_parts_check(n, n_parts, parts, &rows, &cols));
-    if (cst(be)->f32) return upload_f32(be, n, n_parts, parts, rows, cols, layout, out);
-    if (!(n == 1 && rows == 1) && keep_fp8(n, n_parts, parts, layout))
+    if (!cst(be)->f32 && !(n == 1 && rows == 1) && keep_fp8(n, n_parts, parts, layout))
         return upload_fp8(be, n, n_parts, parts, rows, cols, out);
     return upload_converted(be, n, n_parts, parts, rows, cols, layout, out);
 }

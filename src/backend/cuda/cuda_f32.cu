@@ -11,8 +11,9 @@
  * synchronisation), one block per (token, head) for MLA (the weight-absorbed form for decode and
  * prefill alike: prefill's W_UK / W_UV are the rows of W_kvb, applied per token chunk, so
  * memory stays linear in context), the router's logits in fp32 then the bf16 table's top-k
- * selection (cuda_router.cu, shared), and the V3.2 indexer / layernorm / sampler shared with the
- * bf16 table (templated on the element type, or f32 already). Memory, streams, lanes, graphs
+ * selection (cuda_router.cu, shared), and kv_write / kv_copy_blocks, the V3.2 indexer / layernorm
+ * and the sampler shared with the bf16 table (templated on the element type or sized by it, or f32
+ * already). Memory, streams, lanes, graphs
  * and async copies are the bf16 table's (cuda_backend.cu). Reductions that the CPU does in double
  * (RMSNorm's sum of squares, RoPE's cos / sin) are in double here too. */
 #include <math.h>
@@ -159,34 +160,6 @@ static void f32_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, cons
     CUDA_LAUNCHED(st, "rope (f32)");
 }
 
-__global__ void k32_kv_write(float *cache, const float *kv, long ldkv, const int32_t *slot_mapping, int W) {
-    int slot = slot_mapping[blockIdx.x];
-    if (slot < 0) return;
-    for (int i = threadIdx.x; i < W; i += blockDim.x) cache[(long)slot * W + i] = kv[(long)blockIdx.x * ldkv + i];
-}
-
-static void f32_kv_write(di_backend *be, void *cache, const void *kv, int ldkv, const int32_t *slot_mapping, int T,
-                         int W) {
-    cuda_state *st = cst(be);
-    if (T <= 0) return;
-    k32_kv_write<<<T, row_threads(W), 0, st->stream>>>((float *)cache, (const float *)kv, ldkv, slot_mapping, W);
-    CUDA_LAUNCHED(st, "kv_write (f32)");
-}
-
-static void f32_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W,
-                               const int32_t *src, const int32_t *dst, int n) {
-    cuda_state *st = cst(be);
-    size_t block = (size_t)DI_KV_BLOCK_SIZE * W * sizeof(float);
-    for (int l = 0; l < n_layers; l++) {
-        char *base = (char *)cache + (size_t)l * layer_stride * sizeof(float);
-        for (int i = 0; i < n; i++)
-            if (src[i] != dst[i])
-                cuda_note(st, cudaMemcpyAsync(base + (size_t)dst[i] * block, base + (size_t)src[i] * block, block,
-                                              cudaMemcpyDeviceToDevice, st->stream),
-                          "kv_copy_blocks (f32)");
-    }
-}
-
 /* ---------------------------------------------------------------- GEMM ---- */
 
 /* y[m, n] (+)= Σ_k x[m, k] · W(n, k) for one batch entry (blockIdx.z), W(n, k) = W[n·ldw + k]
@@ -208,6 +181,17 @@ typedef struct f32_gemm {
     const int32_t *tok_lo, *tok_hi;         /* token-range store mask */
     int row_base;
 } f32_gemm;
+
+/* Rows per row tile for a GEMM of M rows (in all, for grouped ones): the skinny kernel's up to
+ * SK_MAX_ROWS, k32_gemm's above. The expert plan builds its tile prefix with the same choice. */
+static inline int gemm_tile_rows(int M) { return M <= SK_MAX_ROWS ? (int)SK_M : (int)F32_TILE; }
+
+/* Whether output row `row` is stored (the token-range mask; none: every row). */
+static __device__ inline bool row_stored(const f32_gemm &g, long row) {
+    if (!g.tok_lo) return true;
+    int tok = g.row_base + (int)row;
+    return tok >= *g.tok_lo && tok < *g.tok_hi;
+}
 
 /* The rows of this block's row tile of `tile` rows: returns how many (0: none) and sets *r0 (the
  * first) and *W (its weight matrix). Plain: tile blockIdx.x of the M rows, matrix blockIdx.z.
@@ -286,10 +270,7 @@ __global__ void __launch_bounds__(F32_GEMM_THREADS) k32_gemm(f32_gemm g) {
         int r = ty + 16 * i;
         if (r >= m) continue;
         long row = r0 + r;
-        if (g.tok_lo) {
-            int tok = g.row_base + (int)row;
-            if (tok < *g.tok_lo || tok >= *g.tok_hi) continue;
-        }
+        if (!row_stored(g, row)) continue;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int n = n0 + tx + 16 * j;
@@ -301,13 +282,13 @@ __global__ void __launch_bounds__(F32_GEMM_THREADS) k32_gemm(f32_gemm g) {
 }
 
 /* The same GEMM for few rows (decode): a block computes SK_M rows x SK_N outputs. Its SK_THREADS
- * threads stage W through shared memory SK_K columns at a time (each warp load one 128-byte
+ * threads stage W through shared memory SK_K columns at a time (each warp loads one 128-byte
  * piece of a row), so a step moves 32 KB per block and a 2048-column GEMM is 8 steps (the
  * loop's round trips, not the bytes, bounded the first version of 32 columns per step); the
  * first warp then sums, one output column per lane. Each output is the same fmaf chain over
  * k = 0..K-1 from 0 as in k32_gemm, so the two kernels give the same bits and the choice (by
- * row count only) keeps the table batch-invariant. Grouped: blockIdx.x is an SK_M-row tile
- * through mtiles (the SK_M-row prefix). */
+ * row count only, gemm_tile_rows) keeps the table batch-invariant. Grouped: blockIdx.x is an
+ * SK_M-row tile through mtiles. */
 template <int W_KN>
 __global__ void __launch_bounds__(SK_THREADS) k32_gemm_skinny(f32_gemm g) {
     __shared__ float Ws[SK_K][SK_N + 1];
@@ -357,38 +338,28 @@ __global__ void __launch_bounds__(SK_THREADS) k32_gemm_skinny(f32_gemm g) {
     for (int r = 0; r < SK_M; r++) {
         if (r >= m) break;
         long row = r0 + r;
-        if (g.tok_lo) {
-            int tok = g.row_base + (int)row;
-            if (tok < *g.tok_lo || tok >= *g.tok_hi) continue;
-        }
+        if (!row_stored(g, row)) continue;
         float *p = y + row * g.ldy + n;
         *p = g.accumulate ? *p + acc[r] : acc[r];
     }
 }
 
-/* Launches g over `batch` entries; grouped GEMMs give max_tiles, the most 64-row tiles, and
- * mtiles4 (the SK_M-row prefix) with max_tiles4. Plain GEMMs of at most SK_MAX_ROWS rows and
- * grouped ones of at most SK_MAX_ROWS rows in all run the skinny kernel (same bits). */
-static void f32_gemm_launch(cuda_state *st, const f32_gemm &g, int batch, int w_kn, int max_tiles, const char *what,
-                            const int32_t *mtiles4 = NULL, int max_tiles4 = 0) {
-    if (g.N <= 0 || batch <= 0) return;
-    int skinny = g.offsets ? mtiles4 && g.M <= SK_MAX_ROWS : g.M <= SK_MAX_ROWS;
+/* Launches g over `batch` entries, on the skinny kernel for at most SK_MAX_ROWS rows (in all,
+ * for grouped GEMMs, whose mtiles prefix was built for gemm_tile_rows(M)), else on k32_gemm
+ * (the same bits). Grouped grids span the most row tiles M rows can make over n_mat matrices. */
+static void f32_gemm_launch(cuda_state *st, const f32_gemm &g, int batch, int w_kn, const char *what) {
+    if (g.N <= 0 || batch <= 0 || g.M <= 0) return;
+    const int tile = gemm_tile_rows(g.M), skinny = tile == SK_M;
+    const int cols = skinny ? (int)SK_N : (int)F32_TILE;
+    dim3 grid((unsigned)(ceil_div_i(g.M, tile) + (g.offsets ? g.n_mat : 0)), (unsigned)ceil_div_i(g.N, cols),
+              (unsigned)batch);
     if (skinny) {
-        f32_gemm s = g;
-        if (g.offsets) s.mtiles = mtiles4;
-        int mt = g.offsets ? max_tiles4 : ceil_div_i(g.M, SK_M);
-        if (mt <= 0) return;
-        dim3 grid((unsigned)mt, (unsigned)ceil_div_i(g.N, SK_N), (unsigned)batch);
-        if (w_kn) k32_gemm_skinny<1><<<grid, SK_THREADS, 0, st->stream>>>(s);
-        else k32_gemm_skinny<0><<<grid, SK_THREADS, 0, st->stream>>>(s);
-        CUDA_LAUNCHED(st, what);
-        return;
+        if (w_kn) k32_gemm_skinny<1><<<grid, SK_THREADS, 0, st->stream>>>(g);
+        else k32_gemm_skinny<0><<<grid, SK_THREADS, 0, st->stream>>>(g);
+    } else {
+        if (w_kn) k32_gemm<1><<<grid, F32_GEMM_THREADS, 0, st->stream>>>(g);
+        else k32_gemm<0><<<grid, F32_GEMM_THREADS, 0, st->stream>>>(g);
     }
-    int mt = g.offsets ? max_tiles : ceil_div_i(g.M, F32_TILE);
-    if (mt <= 0) return;
-    dim3 grid((unsigned)mt, (unsigned)ceil_div_i(g.N, F32_TILE), (unsigned)batch);
-    if (w_kn) k32_gemm<1><<<grid, F32_GEMM_THREADS, 0, st->stream>>>(g);
-    else k32_gemm<0><<<grid, F32_GEMM_THREADS, 0, st->stream>>>(g);
     CUDA_LAUNCHED(st, what);
 }
 
@@ -415,7 +386,7 @@ static void f32_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx,
     f32_gemm g = gemm_plain((float *)y, ldy, (const float *)x, ldx, (const float *)W->data, W->cols, T, W->rows,
                             W->cols);
     g.accumulate = (flags & DI_MM_ACCUMULATE) != 0;
-    f32_gemm_launch(st, g, 1, 0, 0, "matmul (f32)");
+    f32_gemm_launch(st, g, 1, 0, "matmul (f32)");
 }
 
 static void f32_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx, const di_weight *W,
@@ -428,7 +399,7 @@ static void f32_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, in
     g.y_bs = hsy;
     g.x_bs = hsx;
     g.w_bs = (long)W->rows * W->cols;
-    f32_gemm_launch(st, g, W->n, 0, 0, "bmm (f32)");
+    f32_gemm_launch(st, g, W->n, 0, "bmm (f32)");
 }
 
 /* ---------------------------------------------------------------- MoE ---- */
@@ -440,14 +411,14 @@ static void f32_moe_route(di_backend *be, int32_t *topk_idx, float *topk_w, cons
     DI_ASSERT(W_g->rows == E && W_g->n == 1 && W_g->dtype == DI_DTYPE_F32);
     if (T <= 0) return;
     f32_gemm g = gemm_plain(scratch, E, x, W_g->cols, (const float *)W_g->data, W_g->cols, T, E, W_g->cols);
-    f32_gemm_launch(st, g, 1, 0, 0, "moe_route logits (f32)");
+    f32_gemm_launch(st, g, 1, 0, "moe_route logits (f32)");
     cuda_route_select(st, scratch, bias, rp, T, topk_idx, topk_w);
 }
 
-/* Scratch of moe_experts (64-byte aligned pieces): offsets, mtiles, mtiles4 [E + 1] i32,
+/* Scratch of moe_experts (64-byte aligned pieces): offsets, mtiles [E + 1] i32,
  * perm_tok / slot_of [T·k] i32, then f32 Hgu [T·k, 2I], A [T·k, I], Y [T·k, D]. */
 typedef struct f32_moe_scratch {
-    int32_t *offsets, *mtiles, *mtiles4, *perm_tok, *slot_of; /* mtiles4: SK_M-row tiles */
+    int32_t *offsets, *mtiles, *perm_tok, *slot_of; /* mtiles: tiles of gemm_tile_rows(T·k) rows */
     float *Hgu, *A, *Y;
 } f32_moe_scratch;
 
@@ -461,7 +432,6 @@ static size_t f32_moe_carve(f32_moe_scratch *ms, void *base, long Tk, int D, int
     } while (0)
     TAKE(offsets, int32_t, E + 1);
     TAKE(mtiles, int32_t, E + 1);
-    TAKE(mtiles4, int32_t, E + 1);
     TAKE(perm_tok, int32_t, Tk);
     TAKE(slot_of, int32_t, Tk);
     TAKE(Hgu, float, Tk * 2 * I);
@@ -476,10 +446,12 @@ static size_t f32_moe_scratch_bytes(di_backend *be, int max_tokens, int k, int D
     return f32_moe_carve(NULL, NULL, (long)max_tokens * k, D, I, E);
 }
 
-/* One block: counts of (token, j) pairs per expert, their offsets and 64-row tile prefix, then
+/* One block: counts of (token, j) pairs per expert, their offsets and tile prefix (tiles of
+ * `tile` rows: the GEMMs' gemm_tile_rows(Tk)), then
  * each pair's slot (the order within an expert's rows is free: every row is computed alone,
  * with the same arithmetic wherever it lands). An expert id out of range gets no slot (-1). */
-__global__ void __launch_bounds__(1024) k32_moe_plan(const int32_t *idx, int Tk, int k, int E, f32_moe_scratch ms) {
+__global__ void __launch_bounds__(1024) k32_moe_plan(const int32_t *idx, int Tk, int k, int E, int tile,
+                                                     f32_moe_scratch ms) {
     __shared__ int cnt[DI_MAX_EXPERTS], off[DI_MAX_EXPERTS];
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
@@ -489,19 +461,16 @@ __global__ void __launch_bounds__(1024) k32_moe_plan(const int32_t *idx, int Tk,
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int o = 0, tiles = 0, tiles4 = 0;
+        int o = 0, tiles = 0;
         for (int e = 0; e < E; e++) {
             off[e] = o;
             ms.offsets[e] = o;
             ms.mtiles[e] = tiles;
-            ms.mtiles4[e] = tiles4;
             o += cnt[e];
-            tiles += (cnt[e] + F32_TILE - 1) / F32_TILE;
-            tiles4 += (cnt[e] + SK_M - 1) / SK_M;
+            tiles += (cnt[e] + tile - 1) / tile;
         }
         ms.offsets[E] = o;
         ms.mtiles[E] = tiles;
-        ms.mtiles4[E] = tiles4;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
@@ -541,17 +510,15 @@ static void f32_moe_experts(di_backend *be, void *out, const void *x, const int3
     long Tk = (long)T * k;
     f32_moe_scratch ms;
     f32_moe_carve(&ms, scratch, Tk, D, I, E);
-    k32_moe_plan<<<1, 1024, 0, st->stream>>>(topk_idx, (int)Tk, k, E, ms);
+    k32_moe_plan<<<1, 1024, 0, st->stream>>>(topk_idx, (int)Tk, k, E, gemm_tile_rows((int)Tk), ms);
     CUDA_LAUNCHED(st, "moe plan (f32)");
-    int max_tiles = (int)((Tk + F32_TILE - 1) / F32_TILE) + E;
     f32_gemm g = gemm_plain(ms.Hgu, 2 * I, (const float *)x, D, (const float *)gate_up->data, D, (int)Tk, 2 * I, D);
     g.offsets = ms.offsets;
     g.mtiles = ms.mtiles;
     g.perm = ms.perm_tok;
     g.n_mat = E;
     g.w_bs = (long)gate_up->rows * gate_up->cols;
-    int max_tiles4 = (int)((Tk + SK_M - 1) / SK_M) + E;
-    f32_gemm_launch(st, g, 1, 0, max_tiles, "moe gate_up (f32)", ms.mtiles4, max_tiles4);
+    f32_gemm_launch(st, g, 1, 0, "moe gate_up (f32)");
     k32_silu_mul<<<grid_for(Tk * I, 256), 256, 0, st->stream>>>(ms.A, ms.Hgu, Tk, I);
     CUDA_LAUNCHED(st, "moe silu (f32)");
     g = gemm_plain(ms.Y, D, ms.A, I, (const float *)down->data, I, (int)Tk, D, I);
@@ -559,7 +526,7 @@ static void f32_moe_experts(di_backend *be, void *out, const void *x, const int3
     g.mtiles = ms.mtiles;
     g.n_mat = E;
     g.w_bs = (long)down->rows * down->cols;
-    f32_gemm_launch(st, g, 1, 0, max_tiles, "moe down (f32)", ms.mtiles4, max_tiles4);
+    f32_gemm_launch(st, g, 1, 0, "moe down (f32)");
     k32_moe_combine<<<T, row_threads(D), 0, st->stream>>>((float *)out, ms.Y, ms.slot_of, topk_w, k, D);
     CUDA_LAUNCHED(st, "moe combine (f32)");
 }
@@ -719,7 +686,7 @@ static void f32_mla_prefill(di_backend *be, void *out, const void *q, int ldq, c
         g.x_bs = dn + dr;
         g.y_bs = r;
         g.w_bs = (long)(dn + dv) * r;
-        f32_gemm_launch(st, g, H, 1, 0, "mla prefill W_UK (f32)");
+        f32_gemm_launch(st, g, H, 1, "mla prefill W_UK (f32)");
         f32_att a = att_args(ab, seq_begin, seq_end, d);
         a.out = ol;
         a.qt = qt;
@@ -737,7 +704,7 @@ static void f32_mla_prefill(di_backend *be, void *out, const void *q, int ldq, c
         g.tok_lo = ab->seq_start + seq_begin;
         g.tok_hi = ab->seq_start + seq_end;
         g.row_base = c0;
-        f32_gemm_launch(st, g, H, 0, 0, "mla prefill W_UV (f32)");
+        f32_gemm_launch(st, g, H, 0, "mla prefill W_UV (f32)");
     }
 }
 
@@ -752,19 +719,17 @@ void cuda_f32_install(di_backend *be) {
     be->add_rmsnorm = f32_add_rmsnorm;
     be->silu_mul = f32_silu_mul;
     be->add = f32_add;
-    /* gather_rows is f32 on every table */
+    /* gather_rows is f32 on every table; kv_write and kv_copy_blocks (cuda_ops.cu) and layernorm,
+     * indexer_topk (cuda_indexer.cu) take the element size from st->f32; sample reads f32 logits */
     be->matmul = f32_matmul;
     be->bmm = f32_bmm;
     be->rope = f32_rope;
-    be->kv_write = f32_kv_write;
-    be->kv_copy_blocks = f32_kv_copy_blocks;
     be->mla_prefill = f32_mla_prefill;
     be->mla_prefill_scratch_bytes = f32_mla_prefill_scratch_bytes;
     be->mla_decode = f32_mla_decode;
     be->moe_route = f32_moe_route;
     be->moe_experts = f32_moe_experts;
     be->moe_scratch_bytes = f32_moe_scratch_bytes;
-    /* layernorm, indexer_topk and sample: the shared ones (cuda_indexer.cu reads st->f32) */
     be->rope_kv_write = NULL;
     be->mla_decode_uv = NULL;
     be->moe_experts_shared = NULL;

@@ -595,14 +595,16 @@ void cuda_rope_kv_write(di_backend *be, void *q, int ldq, int n_heads, int hsq, 
 
 /* ---------------------------------------------------------------- KV cache ---- */
 
-__global__ void k_kv_write(bf16 *cache, const bf16 *kv, long ldkv, const int32_t *slots, int W) {
+/* T: the cache's element type (bf16, or float for the f32 op table, st->f32) */
+template <typename T>
+__global__ void k_kv_write(T *cache, const T *kv, long ldkv, const int32_t *slots, int W) {
     pdl_launch_dependents(); /* the next GEMV may start loading its weights */
     pdl_wait();
     int t = blockIdx.x;
     int slot = slots[t];
     if (slot < 0) return;
-    bf16 *d = cache + (long)slot * W;
-    const bf16 *s = kv + (long)t * ldkv;
+    T *d = cache + (long)slot * W;
+    const T *s = kv + (long)t * ldkv;
     for (int i = threadIdx.x; i < W; i += blockDim.x) d[i] = s[i];
 }
 
@@ -610,17 +612,21 @@ void cuda_kv_write(di_backend *be, void *cache, const void *kv, int ldkv, const 
                    int W) {
     cuda_state *st = cst(be);
     if (T <= 0) return;
-    cuda_launch_pdl(st, st->pdl >= 2, k_kv_write, dim3(T), dim3(128), 0, (bf16 *)cache, (const bf16 *)kv, (long)ldkv,
-                    slot_mapping, W);
+    if (st->f32)
+        cuda_launch_pdl(st, st->pdl >= 2, k_kv_write<float>, dim3(T), dim3(128), 0, (float *)cache, (const float *)kv,
+                        (long)ldkv, slot_mapping, W);
+    else
+        cuda_launch_pdl(st, st->pdl >= 2, k_kv_write<bf16>, dim3(T), dim3(128), 0, (bf16 *)cache, (const bf16 *)kv,
+                        (long)ldkv, slot_mapping, W);
     CUDA_LAUNCHED(st, "kv_write");
 }
 
 void cuda_kv_copy_blocks(di_backend *be, void *cache, size_t layer_stride, int n_layers, int W, const int32_t *src,
                          const int32_t *dst, int n) {
     cuda_state *st = cst(be);
-    size_t block = (size_t)DI_KV_BLOCK_SIZE * W * sizeof(bf16);
+    size_t es = st->f32 ? sizeof(float) : sizeof(bf16), block = (size_t)DI_KV_BLOCK_SIZE * W * es;
     for (int l = 0; l < n_layers; l++) {
-        char *base = (char *)cache + (size_t)l * layer_stride * sizeof(bf16);
+        char *base = (char *)cache + (size_t)l * layer_stride * es;
         for (int i = 0; i < n; i++)
             if (src[i] != dst[i])
                 cuda_note(st, cudaMemcpyAsync(base + (size_t)dst[i] * block, base + (size_t)src[i] * block, block,
