@@ -14,7 +14,7 @@
  * five temperature / top-k / top-p / min-p settings).
  *
  * With `mladec`: only MLA decode (V3 shapes, 64 heads, V2-Lite), then the V3 shapes again with
- * DEEPINFER_CUDA_MLA_WGMMA=0 (mma.sync kernel) and =2 (wgmma S, mma.sync P.V): before / after.
+ * DEEPINFER_CUDA_MLA_WGMMA=0 (the mma.sync kernel): before / after.
  *
  *   bench_cuda_ops [quick | v32 | prefill | mladec | sample]    (quick: fewer shapes) */
 #include <math.h>
@@ -393,17 +393,14 @@ int main(int argc, char **argv) {
     }
     g_bw = b_copy_bw();
     g_tf = b_gemm_rate(be, 8192, 8192, 8192, 0);
-    if (argc > 1 && !strcmp(argv[1], "mladec")) { /* MLA decode only: default, then the A/B modes */
+    if (argc > 1 && !strcmp(argv[1], "mladec")) { /* MLA decode only: default, then the mma.sync kernel */
         mladec_lines(be, "");
-        const char *modes[2] = {"0", "2"};
-        for (int m = 0; m < 2; m++) {
-            setenv("DEEPINFER_CUDA_MLA_WGMMA", modes[m], 1);
-            di_backend *alt = NULL;
-            di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &alt);
-            unsetenv("DEEPINFER_CUDA_MLA_WGMMA");
-            if (alt && alt->reserve(alt, &r) == DI_OK) mladec_lines(alt, m ? "[wgmma=2]" : "[wgmma=0]");
-            di_backend_free(alt);
-        }
+        setenv("DEEPINFER_CUDA_MLA_WGMMA", "0", 1);
+        di_backend *alt = NULL;
+        di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &alt);
+        unsetenv("DEEPINFER_CUDA_MLA_WGMMA");
+        if (alt && alt->reserve(alt, &r) == DI_OK) mladec_lines(alt, "[wgmma=0]");
+        di_backend_free(alt);
         /* the default's V3 lines again: the first line of the call follows the GEMM ceiling
          * (clocks / power state) */
         const int Bs[2] = {64, 128}, Cs[2] = {4096, 16384};

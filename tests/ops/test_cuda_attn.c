@@ -1,6 +1,6 @@
 /* test_cuda_attn.c - CPU vs CUDA parity of MLA decode attention (fast split-KV kernel at V2-Lite
  * and V3 shapes, single-split batches, a sequence range, the generic kernel; the wgmma kernel at
- * 128 / 64 heads in each DEEPINFER_CUDA_MLA_WGMMA mode), MLA prefill
+ * 128 / 64 heads, and the same cases on the mma.sync kernel), MLA prefill
  * attention (fast and generic, chunked prefill over cached context, several context windows),
  * the MoE router (noaux_tc / greedy / group_limited_greedy) and grouped experts (small, tiled,
  * fp8 and generic paths), and the device sampler against src/sampling bit for bit.
@@ -242,22 +242,19 @@ static void test_decode(void) {
     di_mla_dims tiny = {3, 16, 8, 16, 36, 0.3f};
     decode_case("generic r36 rope8", 5, ql, cx, tiny, 0, 5);
     /* heads a multiple of 64: the wgmma kernel (cuda_mla_decode_wgmma.cu) by default, then the
-     * same cases with wgmma S + mma.sync P.V (DEEPINFER_CUDA_MLA_WGMMA=2) and the mma.sync
-     * kernel (=0) */
+     * same cases on the mma.sync kernel (DEEPINFER_CUDA_MLA_WGMMA=0) */
     decode_wg_cases("");
-    const char *modes[2] = {"2", "0"};
-    for (int m = 0; m < 2; m++) {
-        di_backend *alt = decode_backend(modes[m], NULL), *late = decode_backend(modes[m], "0");
+    di_backend *alt = decode_backend("0", NULL), *late = decode_backend("0", "0");
+    if (alt) {
         di_backend *save = g_gpu, *save_late = g_dec_late;
-        if (!alt) continue;
         g_gpu = alt;
         g_dec_late = late; /* the same kernel with its early loads off */
-        decode_wg_cases(m == 0 ? "[wgmma=2] " : "[wgmma=0] ");
+        decode_wg_cases("[wgmma=0] ");
         g_gpu = save;
         g_dec_late = save_late;
         di_backend_free(alt);
-        if (late) di_backend_free(late);
     }
+    if (late) di_backend_free(late);
     if (g_dec_late) di_backend_free(g_dec_late);
     g_dec_late = NULL;
     test_decode_uv();

@@ -621,7 +621,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     const char *wm = getenv("DEEPINFER_CUDA_WGMMA_MIN_ROWS");
     st->wgmma_min_rows = wm && wm[0] >= '1' && wm[0] <= '9' ? atoi(wm) : 16;
     const char *mw = getenv("DEEPINFER_CUDA_MLA_WGMMA");
-    st->mla_wgmma = mw && mw[0] >= '0' && mw[0] <= '2' && !mw[1] ? mw[0] - '0' : 1;
+    st->mla_wgmma = !(mw && !strcmp(mw, "0"));
     const char *ms = getenv("DEEPINFER_CUDA_MOE_SMALL"), *pd = getenv("DEEPINFER_CUDA_PDL");
     st->moe_small = ms && ms[0] >= '0' && ms[0] <= '4' && !ms[1] ? ms[0] - '0' : 1;
     st->down_early = env_on("DEEPINFER_CUDA_DOWN_EARLY");

@@ -179,7 +179,7 @@ typedef struct cuda_state {
                                     * uses at most ceil(ceil(sel_stride / 32) / N) KV splits */
     int mla_wgmma;                 /* DEEPINFER_CUDA_MLA_WGMMA (default 1): MLA decode with heads a
                                     * multiple of 64 on the wgmma kernel (cuda_mla_decode_wgmma.cu);
-                                    * 0 the mma.sync kernel, 2 wgmma for S and mma.sync for P.V */
+                                    * 0 the mma.sync kernel */
     int mla_uv;                    /* DEEPINFER_CUDA_MLA_UV (default 1): backend.h mla_decode_uv
                                     * merges one-token split KV inside the W_UV GEMV */
     int sample_cluster;            /* DEEPINFER_CUDA_SAMPLE_CLUSTER (default 1): sample on one

@@ -747,7 +747,7 @@ static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *q
     }
     if (wg) {
         a.kt = MLA_WG_KT;
-        mla_decode_wg_launch(st, a, ab->n_tokens, st->mla_wgmma == 2);
+        mla_decode_wg_launch(st, a, ab->n_tokens);
     } else {
         launch_decode<false>(st, a, dec_sel{NULL, NULL, 0}, R, ab->n_tokens);
     }

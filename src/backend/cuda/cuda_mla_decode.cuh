@@ -28,8 +28,7 @@ static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, in
     return (long)blk * DI_KV_BLOCK_SIZE + p % DI_KV_BLOCK_SIZE;
 }
 
-/* k_mla_decode_wg (cuda_mla_decode_wgmma.cu): r = 512, rope 64, heads a multiple of 64;
- * pv_mma = 1 runs O += P V on mma.sync instead of wgmma (DEEPINFER_CUDA_MLA_WGMMA=2, A/B). */
+/* k_mla_decode_wg (cuda_mla_decode_wgmma.cu): r = 512, rope 64, heads a multiple of 64 */
 enum { MLA_WG_KT = 64 };
-void mla_decode_wg_launch(cuda_state *st, const dec_args &a, int n_tokens, int pv_mma);
+void mla_decode_wg_launch(cuda_state *st, const dec_args &a, int n_tokens);
 #endif

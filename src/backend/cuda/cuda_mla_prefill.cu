@@ -159,13 +159,6 @@ __global__ void k_prefill_generic(pf_args a, pf_sel sp) {
  * (latest) first: blockIdx.x = head, blockIdx.y = reversed query tile. */
 enum { PDN = 128, PDR = 64, PDQ = 192, PDV = 128, PLDK = 200, PLDV = 136 };
 
-/* 2^x (MUFU, flushes subnormal results to 0; 2^-inf = 0) */
-static __device__ __forceinline__ float ex2_approx(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 template <int NW, int MT, int KT, int ST, int KS>
 struct pf_cfg {
     enum { BM = 16 * NW * MT, NT = 32 * NW, SMEM = BM * PLDK * 2 + ST * KT * (PLDK + PLDV) * 2 };

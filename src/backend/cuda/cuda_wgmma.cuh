@@ -1,6 +1,7 @@
 /* cuda_wgmma.cuh - Hopper warpgroup MMA primitives shared by the wgmma kernels (inline PTX):
  * shared-memory matrix descriptors for 128-byte-swizzled bf16 tiles (K-major and MN-major),
- * wgmma.mma_async m64n256k16 / m64n32k16 (bf16 in, fp32 accumulate), fences, commit / wait.
+ * wgmma.mma_async m64n256k16 / m64n64k16 / m64n32k16 (bf16 in, fp32 accumulate), fences, commit /
+ * wait, named barriers.
  *
  * Owner: cuda. Used by cuda_gemm_wgmma.cu (grouped expert GEMM) and cuda_mla_decode_wgmma.cu.
  * Layout of a swizzled tile: chunk c (16 bytes = 8 bf16) of 128-byte row r lives at
@@ -104,6 +105,41 @@ static __device__ __forceinline__ void wgmma_256(float *d, uint64_t da, uint64_t
 static __device__ __forceinline__ uint64_t wg_desc_mn(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
            ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | ((uint64_t)1 << 62);
+}
+
+/* d[64 x 64] += A[64 x 16] . B[64 x 16]^T, both K-major in shared memory */
+static __device__ __forceinline__ void wgmma_64(float *d, uint64_t da, uint64_t db) {
+#ifdef DI_WGMMA
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(1));
+#else
+    (void)d;
+    (void)da;
+    (void)db;
+    __trap();
+#endif
+}
+
+/* Named barriers (ids 1..15; 0 is __syncthreads) for warpgroups handing shared-memory buffers
+ * to each other: sync waits until n threads (a multiple of 32) have arrived or synced on id,
+ * arrive counts this thread's warp and goes on. Both order the memory accesses before them. */
+static __device__ __forceinline__ void named_bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+static __device__ __forceinline__ void named_bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
 /* d[64 x 32] += A[64 x 16] . B[32 x 16]^T, both K-major in shared memory */
