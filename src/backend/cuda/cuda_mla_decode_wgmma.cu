@@ -16,12 +16,15 @@
  *     same K tile, read MN-major through a transposed descriptor);
  *   - warpgroup 1 issues the cache copies and accumulates O[:, 256..511], so the tensor cores
  *     run its P V beside warpgroup 0's and warpgroup 0 never copies.
- * Hand-offs through named barriers:
- *   KREADY  warpgroup 1's copies of the next tile landed (fenced for the async proxy)
- *   PREADY  P and the row corrections of this tile are in shared memory
- *   PFREE   warpgroup 1's P V of the previous tile retired (P and corr may be overwritten)
- *   KFREE   warpgroup 0's S and P V of a tile retired (its buffer may be refilled); one id per
- *           buffer, so warpgroup 0 cannot arrive twice on one before warpgroup 1 syncs it
+ * Hand-offs through named barriers (arrive: the releasing side goes on; sync: both wait):
+ *   KREADY  (arrive by 1) warpgroup 1's copies of the next tile landed (fenced for the async proxy)
+ *   KFREE   (arrive by 0) warpgroup 0's S and P V of a tile retired: its buffer may be refilled
+ *   PREADY  (sync) P and the row corrections of this tile are in shared memory
+ *   PFREE   (sync) warpgroup 1's P V of the previous tile retired: P and corr may be rewritten
+ * Warpgroup 1 reaches both syncs before warpgroup 0 does, so they cost warpgroup 0 nothing, and
+ * every hand-off of generic shared-memory accesses is a full 256-thread barrier. (racecheck
+ * still reports the corrections' stores and loads: it does not order accesses through named
+ * barriers reached from different instructions; docs/PERF.md, 2026-12-05.)
  * Softmax in base 2 (ex2.approx of (s - m) scale log2 e, m the raw running maximum; only the
  * last tile of a sequence is masked: its rows past the position are zero-filled), l the fp32
  * sum of the unrounded p, P rounded to bf16; a warp rescales its O rows only when one of their
@@ -52,7 +55,7 @@ static __device__ __forceinline__ void rescale_rows(float *o, float lo, float hi
     }
 }
 
-enum { BAR_KREADY = 1, BAR_PREADY = 2, BAR_PFREE = 3, BAR_KFREE = 4 /* + buffer */, BAR_WG0 = 6 };
+enum { BAR_KREADY = 1, BAR_KFREE = 2, BAR_PREADY = 3, BAR_PFREE = 4 };
 
 __global__ void __launch_bounds__(256, 1) k_mla_decode_wg(dec_args a) {
     extern __shared__ unsigned char wg_sm_raw[];
@@ -189,8 +192,7 @@ __global__ void __launch_bounds__(256, 1) k_mla_decode_wg(dec_args a) {
                 corr_s[row_hi] = corr_hi;
             }
             fence_proxy_async(); /* the P stores -> the wgmma reads (both warpgroups) */
-            named_bar_arrive(BAR_PREADY, 256);
-            named_bar_sync(BAR_WG0, 128); /* all of P stored before this warpgroup's own MMAs read it */
+            named_bar_sync(BAR_PREADY, 256);
             if (__any_sync(0xffffffffu, corr_lo != 1.f || corr_hi != 1.f)) rescale_rows(o, corr_lo, corr_hi);
             wg_fence_acc(o);
             wg_fence();
@@ -200,7 +202,7 @@ __global__ void __launch_bounds__(256, 1) k_mla_decode_wg(dec_args a) {
             wg_commit();
             wg_wait<0>();
             wg_fence_acc(o);
-            if (i + 2 < n) named_bar_arrive(BAR_KFREE + buf, 256); /* buffer i & 1 may take tile i + 2 */
+            if (i + 2 < n) named_bar_arrive(BAR_KFREE, 256); /* buffer i & 1 may take tile i + 2 */
         }
 #pragma unroll
         for (int off = 1; off <= 2; off <<= 1) {
@@ -234,15 +236,15 @@ __global__ void __launch_bounds__(256, 1) k_mla_decode_wg(dec_args a) {
             wg_wait<0>();
             wg_fence_acc(o);
             if (i + 1 < n) {
-                named_bar_arrive(BAR_PFREE, 256);
                 cp_async_wait<0>(); /* tile i + 1, the only copies in flight */
                 fence_proxy_async();
                 named_bar_arrive(BAR_KREADY, 256);
             }
             if (i + 2 < n) {
-                named_bar_sync(BAR_KFREE + buf, 256); /* warpgroup 0 is done with tile i's buffer */
+                named_bar_sync(BAR_KFREE, 256); /* warpgroup 0 is done with tile i's buffer */
                 load_tile(tb + i + 2, buf);
             }
+            if (i + 1 < n) named_bar_sync(BAR_PFREE, 256);
         }
     }
     __syncthreads(); /* lsum_s */

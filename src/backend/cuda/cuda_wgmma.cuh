@@ -134,12 +134,14 @@ static __device__ __forceinline__ void wgmma_64(float *d, uint64_t da, uint64_t 
 
 /* Named barriers (ids 1..15; 0 is __syncthreads) for warpgroups handing shared-memory buffers
  * to each other: sync waits until n threads (a multiple of 32) have arrived or synced on id,
- * arrive counts this thread's warp and goes on. Both order the memory accesses before them. */
+ * arrive counts this thread's warp and goes on. Both order the memory accesses before them.
+ * Not .aligned (bar.sync / bar.arrive are): the two sides of one barrier are different
+ * instructions in different warps, which .aligned leaves undefined. */
 static __device__ __forceinline__ void named_bar_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+    asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 static __device__ __forceinline__ void named_bar_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+    asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
 /* d[64 x 32] += A[64 x 16] . B[32 x 16]^T, both K-major in shared memory */
