@@ -1,7 +1,7 @@
 /* cuda_wgmma.cuh - Hopper warpgroup MMA primitives shared by the wgmma kernels (inline PTX):
  * shared-memory matrix descriptors for 128-byte-swizzled bf16 tiles (K-major and MN-major),
- * wgmma.mma_async m64n256k16 / m64n64k16 / m64n32k16 (bf16 in, fp32 accumulate), fences, commit /
- * wait, named barriers.
+ * wgmma.mma_async m64n256k16 / m64n64k16 (bf16 in, fp32 accumulate), fences, commit / wait,
+ * named barriers.
  *
  * Owner: cuda. Used by cuda_gemm_wgmma.cu (grouped expert GEMM) and cuda_mla_decode_wgmma.cu.
  * Layout of a swizzled tile: chunk c (16 bytes = 8 bf16) of 128-byte row r lives at
@@ -144,25 +144,4 @@ static __device__ __forceinline__ void named_bar_arrive(int id, int n) {
     asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
-/* d[64 x 32] += A[64 x 16] . B[32 x 16]^T, both K-major in shared memory */
-static __device__ __forceinline__ void wgmma_32(float *d, uint64_t da, uint64_t db) {
-#ifdef DI_WGMMA
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
-        "}, %16, %17, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(da), "l"(db), "r"(1));
-#else
-    (void)d;
-    (void)da;
-    (void)db;
-    __trap();
-#endif
-}
 #endif
