@@ -879,56 +879,36 @@ static void compare_model(const char *dir) {
     di_model_free(mg);
 }
 
+static void group_golden(void) { test_golden(0); }
+static void group_golden_f32(void) { test_golden(1); }
+static void group_generate(void) { test_generate(0); }
+static void group_generate_f32(void) { test_generate(1); }
+static void group_routing(void) {
+    test_routing();
+    fprintf(stderr, "-- generate-routed\n");
+    test_generate_routed();
+}
+
 int main(int argc, char **argv) {
-    int all = argc < 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "compare") && i + 1 < argc) {
             fprintf(stderr, "-- compare %s\n", argv[i + 1]);
             compare_model(argv[++i]);
         }
     }
-    for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "golden");
-    if (all) {
-        fprintf(stderr, "-- golden\n");
-        test_golden(0);
-    }
-    all = argc < 2;
-    for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "golden-f32");
-    if (all) {
-        fprintf(stderr, "-- golden-f32\n");
-        test_golden(1);
-    }
-    all = argc < 2;
-    for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "generate");
-    if (all) {
-        fprintf(stderr, "-- generate\n");
-        test_generate(0);
-    }
-    all = argc < 2;
-    for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "generate-f32");
-    if (all) {
-        fprintf(stderr, "-- generate-f32\n");
-        test_generate(1);
-    }
-    all = argc < 2;
-    for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "async");
-    if (all) {
-        fprintf(stderr, "-- async\n");
-        test_async();
-    }
-    all = argc < 2;
-    for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "routing");
-    if (all) {
-        fprintf(stderr, "-- routing\n");
-        test_routing();
-        fprintf(stderr, "-- generate-routed\n");
-        test_generate_routed();
-    }
-    all = argc < 2;
-    for (int i = 1; i < argc; i++) all |= !strcmp(argv[i], "v32");
-    if (all) {
-        fprintf(stderr, "-- v32\n");
-        test_v32();
+    static const struct {
+        const char *name;
+        void (*fn)(void);
+    } groups[] = {{"golden", group_golden},     {"golden-f32", group_golden_f32},
+                  {"generate", group_generate}, {"generate-f32", group_generate_f32},
+                  {"async", test_async},        {"routing", group_routing},
+                  {"v32", test_v32}};
+    for (size_t k = 0; k < sizeof groups / sizeof groups[0]; k++) {
+        int run = argc < 2; /* no arguments: every group */
+        for (int i = 1; i < argc; i++) run |= !strcmp(argv[i], groups[k].name);
+        if (!run) continue;
+        fprintf(stderr, "-- %s\n", groups[k].name);
+        groups[k].fn();
     }
     fprintf(stderr, "%d checks, %d failures\n", g_test_checks, g_test_failures);
     return g_test_failures ? 1 : (g_test_checks ? 0 : 1);
