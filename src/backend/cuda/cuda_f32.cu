@@ -193,11 +193,11 @@ static __device__ inline bool row_stored(const f32_gemm &g, long row) {
     return tok >= *g.tok_lo && tok < *g.tok_hi;
 }
 
-/* The rows of this block's row tile of `tile` rows: returns how many (0: none) and sets *r0 (the
- * first) and *W (its weight matrix). Plain: tile blockIdx.x of the M rows, matrix blockIdx.z.
- * Grouped: blockIdx.x through the per-matrix tile prefix mtiles to matrix e, rows
+/* The rows of this block's row tile of `tile` rows: returns how many (m; 0: none) and sets *r0
+ * (the first) and *W (its weight matrix). Plain: tile blockIdx.x of the M rows, matrix
+ * blockIdx.z. Grouped: blockIdx.x through the per-matrix tile prefix mtiles to matrix e, rows
  * [offsets[e], offsets[e + 1]). */
-static __device__ int tile_rows(const f32_gemm &g, int tile, int *r0, const float **W) {
+static __device__ int tile_span(const f32_gemm &g, int tile, int *r0, const float **W) {
     const int bx = blockIdx.x;
     if (!g.offsets) {
         *r0 = bx * tile;
@@ -216,6 +216,17 @@ static __device__ int tile_rows(const f32_gemm &g, int tile, int *r0, const floa
     return min(tile, g.offsets[lo + 1] - *r0);
 }
 
+/* tile_span, then the block's shared row table: rows[i] = the x row of tile row i (through
+ * perm when there is one), -1 past the tile; ends with a block barrier. An empty tile returns 0
+ * before it (the whole block, so no thread waits). */
+static __device__ int tile_rows(const f32_gemm &g, int tile, int *rows, int *r0, const float **W) {
+    const int m = tile_span(g, tile, r0, W), tid = threadIdx.x;
+    if (m <= 0) return 0;
+    if (tid < tile) rows[tid] = tid < m ? (g.perm ? g.perm[*r0 + tid] : *r0 + tid) : -1;
+    __syncthreads();
+    return m;
+}
+
 template <int W_KN>
 __global__ void __launch_bounds__(F32_GEMM_THREADS) k32_gemm(f32_gemm g) {
     __shared__ float As[F32_BK][F32_TILE + 4];
@@ -226,10 +237,8 @@ __global__ void __launch_bounds__(F32_GEMM_THREADS) k32_gemm(f32_gemm g) {
     const float *x = g.x + (long)blockIdx.z * g.x_bs, *W;
     float *y = g.y + (long)blockIdx.z * g.y_bs;
     int r0;
-    const int m = tile_rows(g, F32_TILE, &r0, &W);
+    const int m = tile_rows(g, F32_TILE, rows, &r0, &W);
     if (m <= 0) return;
-    if (tid < F32_TILE) rows[tid] = tid < m ? (g.perm ? g.perm[r0 + tid] : r0 + tid) : -1;
-    __syncthreads();
     float acc[4][4] = {};
     for (int k0 = 0; k0 < g.K; k0 += F32_BK) {
         for (int i = tid; i < F32_TILE * F32_BK; i += F32_GEMM_THREADS) {
@@ -298,10 +307,8 @@ __global__ void __launch_bounds__(SK_THREADS) k32_gemm_skinny(f32_gemm g) {
     const float *x = g.x + (long)blockIdx.z * g.x_bs, *W;
     float *y = g.y + (long)blockIdx.z * g.y_bs;
     int r0;
-    const int m = tile_rows(g, SK_M, &r0, &W);
+    const int m = tile_rows(g, SK_M, rows, &r0, &W);
     if (m <= 0) return;
-    if (tid < SK_M) rows[tid] = tid < m ? (g.perm ? g.perm[r0 + tid] : r0 + tid) : -1;
-    __syncthreads();
     float acc[SK_M] = {};
     for (int k0 = 0; k0 < g.K; k0 += SK_K) {
         const int kn = min(SK_K, g.K - k0);
