@@ -14,7 +14,9 @@
  * five temperature / top-k / top-p / min-p settings).
  *
  * With `mladec`: only MLA decode (V3 shapes, 64 heads, V2-Lite), then the V3 shapes again with
- * DEEPINFER_CUDA_MLA_WGMMA=0 (the mma.sync kernel): before / after.
+ * DEEPINFER_CUDA_MLA_WGMMA=0 (the mma.sync kernel): before / after; then decode + W_UV
+ * (mla_decode_uv) of one token at 256-32K contexts, 16 / 32 heads, with up to 128 KV splits (the
+ * default) and with DEEPINFER_CUDA_MLA_WIDE=0 (at most 64), in turn.
  *
  *   bench_cuda_ops [quick | v32 | prefill | mladec | sample]    (quick: fewer shapes) */
 #include <math.h>
@@ -93,6 +95,59 @@ static void bench_decode(di_backend *be, int H, int B, int ctx, const char *tag)
     line(what, t, bytes, flops);
     be->free(be, x.out); be->free(be, x.qt); be->free(be, x.q); be->free(be, x.cache);
     be->free(be, ds); be->free(be, dc); be->free(be, db);
+    free(start); free(cl); free(bt);
+}
+
+/* ---- MLA decode + W_UV (mla_decode_uv), one or a few tokens ---- */
+typedef struct uv_ctx {
+    dec_ctx x;
+    void *o;
+    di_weight wuv;
+} uv_ctx;
+static void uv_op(void *c) {
+    uv_ctx *u = (uv_ctx *)c;
+    dec_ctx *x = &u->x;
+    int H = x->d.n_heads;
+    x->be->mla_decode_uv(x->be, u->o, H * 128, 128, x->out, x->qt, (uint16_t *)x->q + 128, H * 192, 192, x->cache,
+                         &x->ab, 0, x->ab.n_seqs, &x->d, &u->wuv, x->ab.n_tokens);
+}
+
+/* B sequences of context ctx with H heads, mla_decode_uv on backends be[0..nbe) in turn (the
+ * same inputs), two rounds */
+static void bench_decode_uv(di_backend **be, const char *const *tags, int nbe, int H, int B, int ctx) {
+    di_backend *b0 = be[0];
+    di_mla_dims d = {H, 128, 64, 128, 512, 0.1352f};
+    int nb = (ctx + 63) / 64;
+    size_t slots = (size_t)B * nb * 64;
+    uv_ctx u = {{b0, b_alloc(b0, (size_t)B * H * 512 * 2), b_rand_act(b0, (size_t)B * H * 512),
+                 b_rand_act(b0, (size_t)B * H * 192), b_rand_act(b0, slots * 576), {0}, d},
+                b_alloc(b0, (size_t)B * H * 128 * 2), b_weight(b0, H, 128, 512, 0)};
+    int32_t *start = (int32_t *)malloc((size_t)(B + 1) * 4), *cl = (int32_t *)malloc((size_t)B * 4);
+    int32_t *bt = (int32_t *)malloc((size_t)B * nb * 4);
+    for (int i = 0; i <= B; i++) start[i] = i;
+    for (int i = 0; i < B; i++) cl[i] = ctx;
+    for (int i = 0; i < B * nb; i++) bt[i] = (int32_t)((i * 7919L) % (B * nb)); /* scattered blocks */
+    int32_t *ds = (int32_t *)b_alloc(b0, (size_t)(B + 1) * 4), *dc = (int32_t *)b_alloc(b0, (size_t)B * 4);
+    int32_t *db = (int32_t *)b_alloc(b0, (size_t)B * nb * 4);
+    b0->upload(b0, ds, start, (size_t)(B + 1) * 4);
+    b0->upload(b0, dc, cl, (size_t)B * 4);
+    b0->upload(b0, db, bt, (size_t)B * nb * 4);
+    b0->sync(b0);
+    u.x.ab = (di_attn_batch){.seq_start = ds, .seq_ctx_len = dc, .block_table = db, .n_tokens = B, .n_seqs = B,
+                             .max_blocks = nb, .max_q_len = 1, .max_ctx_len = ctx};
+    double bytes = (double)B * ctx * 576 * 2 + (double)B * H * (512 + 64 + 128) * 2 + (double)H * 128 * 512 * 2;
+    double flops = 2.0 * B * H * ((double)ctx * (576 + 512) + 128.0 * 512);
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < nbe; i++) {
+            u.x.be = be[i];
+            double t = b_time(be[i], uv_op, &u, 5, 7);
+            char what[128];
+            snprintf(what, sizeof what, "mla_decode_uv%s H=%d B=%d ctx=%d", tags[i], H, B, ctx);
+            line(what, t, bytes, flops);
+        }
+    b0->free(b0, u.x.out); b0->free(b0, u.x.qt); b0->free(b0, u.x.q); b0->free(b0, u.x.cache); b0->free(b0, u.o);
+    b0->weight_free(b0, &u.wuv);
+    b0->free(b0, ds); b0->free(b0, dc); b0->free(b0, db);
     free(start); free(cl); free(bt);
 }
 
@@ -401,6 +456,21 @@ int main(int argc, char **argv) {
         unsetenv("DEEPINFER_CUDA_MLA_WGMMA");
         if (alt && alt->reserve(alt, &r) == DI_OK) mladec_lines(alt, "[wgmma=0]");
         di_backend_free(alt);
+        /* one token, long contexts: decode + W_UV with up to 128 KV splits (the default) and
+         * with DEEPINFER_CUDA_MLA_WIDE=0 (at most 64), in turn */
+        setenv("DEEPINFER_CUDA_MLA_WIDE", "0", 1);
+        di_backend *narrow = NULL;
+        di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &narrow);
+        unsetenv("DEEPINFER_CUDA_MLA_WIDE");
+        if (narrow && narrow->reserve(narrow, &r) == DI_OK) {
+            di_backend *bes[2] = {be, narrow};
+            const char *tags[2] = {"", "[wide=0]"};
+            const int uc[7] = {256, 1024, 2048, 4096, 8192, 16384, 32768};
+            for (int i = 0; i < 7; i++) bench_decode_uv(bes, tags, 2, 16, 1, uc[i]);
+            bench_decode_uv(bes, tags, 2, 32, 1, 4096);
+            bench_decode_uv(bes, tags, 2, 32, 1, 16384);
+        }
+        di_backend_free(narrow);
         /* the default's V3 lines again: the first line of the call follows the GEMM ceiling
          * (clocks / power state) */
         const int Bs[2] = {64, 128}, Cs[2] = {4096, 16384};

@@ -220,6 +220,23 @@ static di_backend *decode_backend(const char *wgmma, const char *early) {
     return be;
 }
 
+/* one token of 16 / 32 heads at contexts of 1 to 625 tiles: 1 tile per split, the first
+ * contexts past 64 tiles (2 per split), and 3-5 per split over ~86-125 splits */
+static void one_token_cases(const char *tag) {
+    di_mla_dims v2 = {16, 128, 64, 128, 512, 0.1352f}, h32 = {32, 128, 64, 128, 512, 0.2f};
+    const int ctx[6] = {300, 2048, 2080, 4097, 8200, 20000};
+    int q1[1] = {1};
+    for (int i = 0; i < 6; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "%sv2-lite one token ctx %d", tag, ctx[i]);
+        decode_case(name, 1, q1, ctx + i, v2, 0, 1);
+        if (i == 1 || i == 4) {
+            snprintf(name, sizeof name, "%s32 heads one token ctx %d", tag, ctx[i]);
+            decode_case(name, 1, q1, ctx + i, h32, 0, 1);
+        }
+    }
+}
+
 static void test_decode(void) {
     int ql[5] = {1, 1, 3, 1, 2}, cx[5] = {1, 64, 65, 700, 3000};
     di_mla_dims v2 = {16, 128, 64, 128, 512, 0.1352f}, v3 = {128, 128, 64, 128, 512, 0.1352f};
@@ -258,6 +275,21 @@ static void test_decode(void) {
     if (g_dec_late) di_backend_free(g_dec_late);
     g_dec_late = NULL;
     test_decode_uv();
+    /* one-token steps of 16 / 32 heads (up to 128 KV splits by default, at least 2 tiles each
+     * past 64 tiles: 1, 2 and 3+ tiles per split), then the same and mla_decode_uv with
+     * DEEPINFER_CUDA_MLA_WIDE=0 (at most 64 splits) */
+    one_token_cases("");
+    setenv("DEEPINFER_CUDA_MLA_WIDE", "0", 1);
+    di_backend *narrow = decode_backend(NULL, NULL);
+    unsetenv("DEEPINFER_CUDA_MLA_WIDE");
+    if (narrow) {
+        di_backend *save = g_gpu;
+        g_gpu = narrow;
+        one_token_cases("[wide=0] ");
+        test_decode_uv();
+        g_gpu = save;
+        di_backend_free(narrow);
+    }
 }
 
 /* ---------------------------------------------------------------- prefill ---- */

@@ -643,6 +643,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     st->sample_cluster = sc && (!strcmp(sc, "0") || !strcmp(sc, "4") || !strcmp(sc, "8")) ? atoi(sc) : 1;
     st->sample_greedy = env_on("DEEPINFER_CUDA_SAMPLE_GREEDY");
     st->mla_uv = env_on("DEEPINFER_CUDA_MLA_UV");
+    st->mla_wide = env_on("DEEPINFER_CUDA_MLA_WIDE");
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
     st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 16;
     st->gemv_min_k = gk && atoi(gk) >= 256 ? atoi(gk) : 512;

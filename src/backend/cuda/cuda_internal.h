@@ -182,6 +182,9 @@ typedef struct cuda_state {
                                     * 0 the mma.sync kernel */
     int mla_uv;                    /* DEEPINFER_CUDA_MLA_UV (default 1): backend.h mla_decode_uv
                                     * merges one-token split KV inside the W_UV GEMV */
+    int mla_wide;                  /* DEEPINFER_CUDA_MLA_WIDE (default 1): one-token MLA decode on
+                                    * the mma.sync kernel (16 / 32 heads) in up to 128 KV splits
+                                    * instead of 64 (cuda_mla_decode.cu n_splits) */
     int sample_cluster;            /* DEEPINFER_CUDA_SAMPLE_CLUSTER (default 1): sample on one
                                     * thread-block cluster per row (cuda_sample_cluster.cu; 8 or 4
                                     * blocks by batch size, or forced with 8 / 4); 0 the one-block

@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
     const int hg = blockIdx.x % n_hg, split = (blockIdx.x / n_hg) % a.nsplit, t = blockIdx.x / (n_hg * a.nsplit);
     int seq = seq_of(a.seq_start, a.seq_begin, a.seq_end, t);
     int nkeys = seq < 0 ? 0 : dec_nkeys<SP>(a, sp, seq, t), ntiles = (nkeys + FKT - 1) / FKT;
-    int tps = (ntiles + a.nsplit - 1) / a.nsplit;
+    int tps = split_tiles(a, ntiles);
     int tb = split * tps, te = min(ntiles, tb + tps);
     const int h0 = hg * R;
     const int rg = warp % RW, cg = warp / RW;
@@ -365,19 +365,19 @@ __global__ void __launch_bounds__(NW * 32, 1) k_mla_decode_fast(dec_args a, dec_
  * (SP), in tiles of a.kt keys. The first warp turns the (m, l) of those splits (at most
  * MLA_MAXSPLIT) into weights in shared memory (fixed shuffle trees), then each thread sums 4
  * columns over the splits in split order with the split loads unrolled: deterministic. */
-enum { MLA_MAXSPLIT = 64, MERGE_PRE = 8 };
-/* One warp: the weights e^{m_s - M} of the S splits that had keys (lane holds splits lane and
- * lane + 32: mlp = their (m, l)) into wsh[s], and returns L = Σ_s l_s e^{m_s - M} (fixed xor
- * trees: every lane gets the same M and L). */
-static __device__ __forceinline__ float split_weights(const float2 (&mlp)[2], int S, int lane, float *wsh) {
+enum { MLA_MAXSPLIT = 128, MLA_SPL = MLA_MAXSPLIT / 32, MERGE_PRE = 8 };
+/* One warp: the weights e^{m_s - M} of the S splits that had keys (lane holds splits lane,
+ * lane + 32, ...: mlp = their (m, l)) into wsh[s], and returns L = Σ_s l_s e^{m_s - M} (fixed
+ * xor trees: every lane gets the same M and L). */
+static __device__ __forceinline__ float split_weights(const float2 (&mlp)[MLA_SPL], int S, int lane, float *wsh) {
     float M = -INFINITY;
 #pragma unroll
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < MLA_SPL; r++)
         if (lane + 32 * r < S) M = fmaxf(M, mlp[r].x);
     for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
     float L = 0.f;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < MLA_SPL; r++) {
         int s = lane + 32 * r;
         if (s >= S) continue;
         float w = expf(mlp[r].x - M);
@@ -427,11 +427,11 @@ static __device__ __forceinline__ bool merge_head(const dec_args &a, const dec_s
      * token's key count is known (the workspace holds a.nsplit splits of every (token, head),
      * so the loads stay in bounds; splits without keys are loaded but never used): the merge
      * then waits for one memory round trip instead of three in a row. */
-    float2 mlp[2] = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
+    float2 mlp[MLA_SPL] = {};
     float4 pre[MERGE_PRE];
     if (threadIdx.x < 32)
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < MLA_SPL; r++) {
             int s = threadIdx.x + 32 * r;
             if (s < a.nsplit) mlp[r] = *(const float2 *)(a.ml + (p0 + s) * 2);
         }
@@ -444,7 +444,7 @@ static __device__ __forceinline__ bool merge_head(const dec_args &a, const dec_s
     int keys = dec_nkeys<SP>(a, sp, seq, t);
     int ntiles = (keys + a.kt - 1) / a.kt;
     if (ntiles <= 0) return false; /* an empty selection (backend.h: never; count >= 1) */
-    int tps = (ntiles + S - 1) / S;
+    int tps = split_tiles(a, ntiles);
     S = (ntiles + tps - 1) / tps;
     if (threadIdx.x < 32) {
         float L = split_weights(mlp, S, threadIdx.x, wsh);
@@ -576,9 +576,9 @@ __global__ void __launch_bounds__(256) k_mla_uv_multi(dec_args a, wview w, bf16 
     if (warp < nt) { /* token t0 + warp's split weights, as merge_head's first warp */
         const int t = t0 + warp;
         const long p0 = ((long)t * H + h) * a.nsplit;
-        float2 mlp[2] = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
+        float2 mlp[MLA_SPL] = {};
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < MLA_SPL; r++) {
             int s = lane + 32 * r;
             if (s < a.nsplit) mlp[r] = *(const float2 *)(a.ml + (p0 + s) * 2);
         }
@@ -587,7 +587,7 @@ __global__ void __launch_bounds__(256) k_mla_uv_multi(dec_args a, wview w, bf16 
             int keys = dec_nkeys<false>(a, dec_sel{NULL, NULL, 0}, seq, t);
             int ntiles = (keys + a.kt - 1) / a.kt;
             if (ntiles > 0) {
-                int tps = (ntiles + a.nsplit - 1) / a.nsplit;
+                int tps = split_tiles(a, ntiles);
                 S = (ntiles + tps - 1) / tps;
             }
         }
@@ -628,13 +628,18 @@ static int heads_per_block(int H) {
 }
 
 /* mma.sync kernel: about two blocks per SM; wgmma kernel (one block per SM): the most splits
- * that still fit one wave */
+ * that still fit one wave; at most MLA_NARROW, except one-token steps on the mma.sync kernel
+ * (16 / 32 heads) with st->mla_wide: up to MLA_MAXSPLIT, at least 2 tiles each past MLA_NARROW
+ * tiles (split_tiles). Measured (docs/PERF.md, 2026-12-05): 128 splits take one token of 16
+ * heads at 16K / 32K context from 26.3 / 44.7 to 20.0 / 28.8 us (decode + W_UV, H100); the
+ * wgmma kernel at 64 heads and steps of 2 tokens were slower with more. */
 static int n_splits(const cuda_state *st, int n_tokens, int n_hg, int wg) {
     int target = wg ? st->n_sm : 2 * st->n_sm, work = n_tokens * n_hg;
     if (work >= target) return 1;
     int s = wg ? target / work : (target + work - 1) / work;
     if (s < 1) s = 1;
-    return s > MLA_MAXSPLIT ? MLA_MAXSPLIT : s; /* 256 measured slower at one token */
+    int cap = st->mla_wide && !wg && n_tokens == 1 ? (int)MLA_MAXSPLIT : (int)MLA_NARROW;
+    return s > cap ? cap : s;
 }
 
 static int use_wg(const cuda_state *st, const di_mla_dims *d) { return st->mla_wgmma && d->n_heads % 64 == 0; }

@@ -23,6 +23,17 @@ typedef struct dec_args {
                   * wait, launched with PDL (DEEPINFER_CUDA_MLA_EARLY) */
 } dec_args;
 
+/* Tiles per split of a token with ntiles tiles: ceil(ntiles / nsplit), but at least 2 once the
+ * token has more than MLA_NARROW tiles when the launch has more than MLA_NARROW splits (one-token
+ * steps, st->mla_wide): so up to 2 * MLA_NARROW tiles the splits are those of MLA_NARROW splits
+ * (more splits of one tile each measured slower: their merge costs more than they save), and
+ * beyond it the extra splits share the keys. Every kernel that splits or merges uses this. */
+enum { MLA_NARROW = 64 };
+static __device__ __forceinline__ int split_tiles(const dec_args &a, int ntiles) {
+    int tps = (ntiles + a.nsplit - 1) / a.nsplit;
+    return a.nsplit > MLA_NARROW && ntiles > MLA_NARROW && tps < 2 ? 2 : tps;
+}
+
 static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {
     int blk = a.block_table[(long)seq * a.max_blocks + p / DI_KV_BLOCK_SIZE];
     return (long)blk * DI_KV_BLOCK_SIZE + p % DI_KV_BLOCK_SIZE;

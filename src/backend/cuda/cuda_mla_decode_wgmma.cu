@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(256, 1) k_mla_decode_wg(dec_args a) {
     if (seq < 0) return;
     const int pos = token_pos(a.seq_start, a.ctx_len, seq, t);
     const int nkeys = pos + 1, ntiles = (nkeys + MLA_WG_KT - 1) / MLA_WG_KT;
-    const int tps = (ntiles + a.nsplit - 1) / a.nsplit;
+    const int tps = split_tiles(a, ntiles);
     const int tb = split * tps, te = min(ntiles, tb + tps), n = te - tb;
     if (n <= 0) return;
     const int h0 = hg * 64;
