@@ -1337,6 +1337,12 @@ static void test_indexer(void) {
     int dql3[3] = {1, 2, 1}, dcx3[3] = {9000, 4000, 77}; /* two tokens of one sequence, stride 1024 */
     decode_case_sel("v3.2 k1024", 3, dql3, dcx3, v3, 1024, 0, 3);
     decode_case_sel("v2-lite seqs 1..3", 4, dql, dcx, v2, 64, 1, 3);
+    /* one token of 16 heads over 79 / 128 tiles of selected keys: with
+     * DEEPINFER_CUDA_SPARSE_MIN_TILES=1 (remote.sh attnsp1) more than 64 splits, so at least 2
+     * tiles per split (split_tiles), which the slot table must hold */
+    int dcx6[1] = {6000};
+    decode_case_sel("v2-lite 1 token k2500", 1, dql1, dcx6, v2, 2500, 0, 1);
+    decode_case_sel("v2-lite 1 token k4096", 1, dql1, dcx6, v2, 4096, 0, 1);
     di_mla_dims tinyd = {4, 24, 16, 20, 40, 0.25f};
     decode_case_sel("tiny-v32 dims", 4, dql, dcx, tinyd, 64, 0, 4);
     int pql[4] = {70, 5, 1, 200}, pcx[4] = {130, 5, 129, 200};

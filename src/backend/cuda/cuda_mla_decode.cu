@@ -658,10 +658,11 @@ size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_
     return best;
 }
 
-/* keys one split of a sparse launch may hold: ceil(ceil(stride / FKT) / nsplit) tiles */
+/* keys one split of a sparse launch may hold: split_tiles of the longest list (stride keys),
+ * which bounds every shorter list's */
 static int sp_keys_per_split(int sel_stride, int nsplit) {
     int ntiles = (sel_stride + FKT - 1) / FKT;
-    return (ntiles + nsplit - 1) / nsplit * FKT;
+    return split_tiles_of(ntiles, nsplit) * FKT;
 }
 
 template <int R, int NW, bool SP>

@@ -29,9 +29,12 @@ typedef struct dec_args {
  * (more splits of one tile each measured slower: their merge costs more than they save), and
  * beyond it the extra splits share the keys. Every kernel that splits or merges uses this. */
 enum { MLA_NARROW = 64 };
+static __host__ __device__ __forceinline__ int split_tiles_of(int ntiles, int nsplit) {
+    int tps = (ntiles + nsplit - 1) / nsplit;
+    return nsplit > MLA_NARROW && ntiles > MLA_NARROW && tps < 2 ? 2 : tps;
+}
 static __device__ __forceinline__ int split_tiles(const dec_args &a, int ntiles) {
-    int tps = (ntiles + a.nsplit - 1) / a.nsplit;
-    return a.nsplit > MLA_NARROW && ntiles > MLA_NARROW && tps < 2 ? 2 : tps;
+    return split_tiles_of(ntiles, a.nsplit);
 }
 
 static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {
