@@ -68,12 +68,14 @@ static void dec_op(void *c) {
     x->be->mla_decode(x->be, x->out, x->qt, (uint16_t *)x->q + 128, H * 192, 192, x->cache, &x->ab, 0, x->ab.n_seqs, &x->d);
 }
 
-static void bench_decode(di_backend *be, int H, int B, int ctx, const char *tag) {
+/* A decode step of B sequences, one token each at context ctx (cache blocks scattered), H heads:
+ * random q̃, q and cache, and the metadata on the device */
+static void dec_make(dec_ctx *x, di_backend *be, int H, int B, int ctx) {
     di_mla_dims d = {H, 128, 64, 128, 512, 0.1352f};
-    int nb = ctx / 64;
+    int nb = (ctx + 63) / 64;
     size_t slots = (size_t)B * nb * 64;
-    dec_ctx x = {be, b_alloc(be, (size_t)B * H * 512 * 2), b_rand_act(be, (size_t)B * H * 512),
-                 b_rand_act(be, (size_t)B * H * 192), b_rand_act(be, slots * 576), {0}, d};
+    *x = (dec_ctx){be, b_alloc(be, (size_t)B * H * 512 * 2), b_rand_act(be, (size_t)B * H * 512),
+                   b_rand_act(be, (size_t)B * H * 192), b_rand_act(be, slots * 576), {0}, d};
     int32_t *start = (int32_t *)malloc((size_t)(B + 1) * 4), *cl = (int32_t *)malloc((size_t)B * 4);
     int32_t *bt = (int32_t *)malloc((size_t)B * nb * 4);
     for (int i = 0; i <= B; i++) start[i] = i;
@@ -85,17 +87,27 @@ static void bench_decode(di_backend *be, int H, int B, int ctx, const char *tag)
     be->upload(be, dc, cl, (size_t)B * 4);
     be->upload(be, db, bt, (size_t)B * nb * 4);
     be->sync(be);
-    x.ab = (di_attn_batch){.seq_start = ds, .seq_ctx_len = dc, .block_table = db, .n_tokens = B, .n_seqs = B,
-                           .max_blocks = nb, .max_q_len = 1, .max_ctx_len = ctx};
+    free(start); free(cl); free(bt);
+    x->ab = (di_attn_batch){.seq_start = ds, .seq_ctx_len = dc, .block_table = db, .n_tokens = B, .n_seqs = B,
+                            .max_blocks = nb, .max_q_len = 1, .max_ctx_len = ctx};
+}
+
+static void dec_free(dec_ctx *x, di_backend *be) {
+    be->free(be, x->out); be->free(be, x->qt); be->free(be, x->q); be->free(be, x->cache);
+    be->free(be, (void *)x->ab.seq_start); be->free(be, (void *)x->ab.seq_ctx_len);
+    be->free(be, (void *)x->ab.block_table);
+}
+
+static void bench_decode(di_backend *be, int H, int B, int ctx, const char *tag) {
+    dec_ctx x;
+    dec_make(&x, be, H, B, ctx);
     double t = b_time(be, dec_op, &x, 5, 7);
     double bytes = (double)B * ctx * 576 * 2 + (double)B * H * (512 + 64 + 512) * 2;
     double flops = 2.0 * B * H * (double)ctx * (576 + 512);
     char what[128];
     snprintf(what, sizeof what, "mla_decode%s H=%d B=%d ctx=%d", tag, H, B, ctx);
     line(what, t, bytes, flops);
-    be->free(be, x.out); be->free(be, x.qt); be->free(be, x.q); be->free(be, x.cache);
-    be->free(be, ds); be->free(be, dc); be->free(be, db);
-    free(start); free(cl); free(bt);
+    dec_free(&x, be);
 }
 
 /* ---- MLA decode + W_UV (mla_decode_uv), one or a few tokens ---- */
@@ -116,25 +128,10 @@ static void uv_op(void *c) {
  * same inputs), two rounds */
 static void bench_decode_uv(di_backend **be, const char *const *tags, int nbe, int H, int B, int ctx) {
     di_backend *b0 = be[0];
-    di_mla_dims d = {H, 128, 64, 128, 512, 0.1352f};
-    int nb = (ctx + 63) / 64;
-    size_t slots = (size_t)B * nb * 64;
-    uv_ctx u = {{b0, b_alloc(b0, (size_t)B * H * 512 * 2), b_rand_act(b0, (size_t)B * H * 512),
-                 b_rand_act(b0, (size_t)B * H * 192), b_rand_act(b0, slots * 576), {0}, d},
-                b_alloc(b0, (size_t)B * H * 128 * 2), b_weight(b0, H, 128, 512, 0)};
-    int32_t *start = (int32_t *)malloc((size_t)(B + 1) * 4), *cl = (int32_t *)malloc((size_t)B * 4);
-    int32_t *bt = (int32_t *)malloc((size_t)B * nb * 4);
-    for (int i = 0; i <= B; i++) start[i] = i;
-    for (int i = 0; i < B; i++) cl[i] = ctx;
-    for (int i = 0; i < B * nb; i++) bt[i] = (int32_t)((i * 7919L) % (B * nb)); /* scattered blocks */
-    int32_t *ds = (int32_t *)b_alloc(b0, (size_t)(B + 1) * 4), *dc = (int32_t *)b_alloc(b0, (size_t)B * 4);
-    int32_t *db = (int32_t *)b_alloc(b0, (size_t)B * nb * 4);
-    b0->upload(b0, ds, start, (size_t)(B + 1) * 4);
-    b0->upload(b0, dc, cl, (size_t)B * 4);
-    b0->upload(b0, db, bt, (size_t)B * nb * 4);
-    b0->sync(b0);
-    u.x.ab = (di_attn_batch){.seq_start = ds, .seq_ctx_len = dc, .block_table = db, .n_tokens = B, .n_seqs = B,
-                             .max_blocks = nb, .max_q_len = 1, .max_ctx_len = ctx};
+    uv_ctx u;
+    dec_make(&u.x, b0, H, B, ctx);
+    u.o = b_alloc(b0, (size_t)B * H * 128 * 2);
+    u.wuv = b_weight(b0, H, 128, 512, 0);
     double bytes = (double)B * ctx * 576 * 2 + (double)B * H * (512 + 64 + 128) * 2 + (double)H * 128 * 512 * 2;
     double flops = 2.0 * B * H * ((double)ctx * (576 + 512) + 128.0 * 512);
     for (int round = 0; round < 2; round++)
@@ -145,10 +142,9 @@ static void bench_decode_uv(di_backend **be, const char *const *tags, int nbe, i
             snprintf(what, sizeof what, "mla_decode_uv%s H=%d B=%d ctx=%d", tags[i], H, B, ctx);
             line(what, t, bytes, flops);
         }
-    b0->free(b0, u.x.out); b0->free(b0, u.x.qt); b0->free(b0, u.x.q); b0->free(b0, u.x.cache); b0->free(b0, u.o);
+    dec_free(&u.x, b0);
+    b0->free(b0, u.o);
     b0->weight_free(b0, &u.wuv);
-    b0->free(b0, ds); b0->free(b0, dc); b0->free(b0, db);
-    free(start); free(cl); free(bt);
 }
 
 /* `mladec`: the V3 shapes (and 64 heads, batch 1 / 8) on one backend; V2-Lite on the default only */
