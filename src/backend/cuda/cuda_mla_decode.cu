@@ -629,16 +629,16 @@ static int heads_per_block(int H) {
 
 /* mma.sync kernel: about two blocks per SM; wgmma kernel (one block per SM): the most splits
  * that still fit one wave; at most MLA_NARROW, except one-token steps on the mma.sync kernel
- * (16 / 32 heads) with st->mla_wide: up to MLA_MAXSPLIT, at least 2 tiles each past MLA_NARROW
+ * with blocks of 16 / 32 heads (R) and st->mla_wide: up to MLA_MAXSPLIT, at least 2 tiles each past MLA_NARROW
  * tiles (split_tiles). Measured (docs/PERF.md, 2026-12-05): 128 splits take one token of 16
  * heads at 16K / 32K context from 26.3 / 44.7 to 20.0 / 28.8 us (decode + W_UV, H100); the
  * wgmma kernel at 64 heads and steps of 2 tokens were slower with more. */
-static int n_splits(const cuda_state *st, int n_tokens, int n_hg, int wg) {
+static int n_splits(const cuda_state *st, int n_tokens, int n_hg, int R, int wg) {
     int target = wg ? st->n_sm : 2 * st->n_sm, work = n_tokens * n_hg;
     if (work >= target) return 1;
     int s = wg ? target / work : (target + work - 1) / work;
     if (s < 1) s = 1;
-    int cap = st->mla_wide && !wg && n_tokens == 1 ? (int)MLA_MAXSPLIT : (int)MLA_NARROW;
+    int cap = st->mla_wide && !wg && R < 64 && n_tokens == 1 ? (int)MLA_MAXSPLIT : (int)MLA_NARROW;
     return s > cap ? cap : s;
 }
 
@@ -646,10 +646,10 @@ static int use_wg(const cuda_state *st, const di_mla_dims *d) { return st->mla_w
 
 size_t cuda_mla_decode_part_bytes(cuda_state *st, const di_mla_dims *d, int max_tokens) {
     if (d->kv_rank != FDV || d->rope_dim != FD - FDV || d->n_heads % 16 != 0 || d->n_heads <= 0) return 0;
-    int wg = use_wg(st, d), n_hg = d->n_heads / (wg ? 64 : heads_per_block(d->n_heads));
+    int wg = use_wg(st, d), R = wg ? 64 : heads_per_block(d->n_heads), n_hg = d->n_heads / R;
     size_t best = 0;
     for (int T = 1; T <= max_tokens; T++) {
-        int s = n_splits(st, T, n_hg, wg);
+        int s = n_splits(st, T, n_hg, R, wg);
         if (s == 1) break;
         size_t rows = (size_t)T * d->n_heads * s;
         size_t b = align256(rows * FDV * sizeof(float)) + rows * 2 * sizeof(float);
@@ -724,7 +724,7 @@ static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *q
      * of the mma.sync kernel */
     int wg = fast && !ab->sel_pos && use_wg(st, d);
     int R = wg ? 64 : fast ? heads_per_block(d->n_heads) : 16, n_hg = d->n_heads / R;
-    int S = fast ? n_splits(st, ab->n_tokens, n_hg, wg) : 1;
+    int S = fast ? n_splits(st, ab->n_tokens, n_hg, R, wg) : 1;
     if (ab->sel_pos && ab->sel_stride > 0) { /* sparse: splits of at least sp_min_tiles tiles of the list */
         int cap = ((ab->sel_stride + FKT - 1) / FKT + st->sp_min_tiles - 1) / st->sp_min_tiles;
         if (S > cap) S = cap > 1 ? cap : 1;
