@@ -629,10 +629,10 @@ static int heads_per_block(int H) {
 
 /* mma.sync kernel: about two blocks per SM; wgmma kernel (one block per SM): the most splits
  * that still fit one wave; at most MLA_NARROW, except one-token steps on the mma.sync kernel
- * with blocks of 16 / 32 heads (R) and st->mla_wide: up to MLA_MAXSPLIT, at least 2 tiles each past MLA_NARROW
- * tiles (split_tiles). Measured (docs/PERF.md, 2026-12-05): 128 splits take one token of 16
- * heads at 16K / 32K context from 26.3 / 44.7 to 20.0 / 28.8 us (decode + W_UV, H100); the
- * wgmma kernel at 64 heads and steps of 2 tokens were slower with more. */
+ * with blocks of 16 / 32 heads (R) and st->mla_wide: up to MLA_MAXSPLIT, at least 2 tiles each
+ * past MLA_NARROW tiles (split_tiles). Measured (docs/PERF.md, 2026-12-05): 128 splits take
+ * one token of 16 heads at 16K / 32K context from 26.4 / 45.2 to 20.1 / 28.8 us (decode +
+ * W_UV, H100); the wgmma kernel at 64 heads and steps of 2 tokens were slower with more. */
 static int n_splits(const cuda_state *st, int n_tokens, int n_hg, int R, int wg) {
     int target = wg ? st->n_sm : 2 * st->n_sm, work = n_tokens * n_hg;
     if (work >= target) return 1;
