@@ -21,7 +21,8 @@
 #          benchv32sp: benchv32 with DEEPINFER_CUDA_SPARSE_MIN_TILES = each of SPARSE_TILES (1 2 8)
 #          attnsp1: test_cuda_attn indexer with DEEPINFER_CUDA_SPARSE_MIN_TILES=1 (up to 64 splits)
 #          mlabench (bench_cuda_ops mladec: MLA decode at V3 / 64-head / V2-Lite shapes, and the
-#          V3 shapes with DEEPINFER_CUDA_MLA_WGMMA=0: before / after in one call)
+#          V3 shapes with DEEPINFER_CUDA_MLA_WGMMA=0: before / after in one call; then one-token
+#          decode + W_UV at 256-32K context, default vs DEEPINFER_CUDA_MLA_WIDE=0)
 #          smpbench (bench_cuda_ops sample: the device sampler, 1 / 16 / 64 / 256 rows, six settings)
 #          ltsearch (bench_cuda_lt: cuBLASLt's configurations for the 8-16-row bf16 GEMMs, LT_T rows
 #              (16), at most LT_MAX (400) timed per shape -> lt.txt)
