@@ -227,6 +227,20 @@ static __device__ int tile_rows(const f32_gemm &g, int tile, int *rows, int *r0,
     return m;
 }
 
+/* Element i of a TN x TK weight tile at (n0, k0), numbered so that a warp's loads are
+ * contiguous in the stored layout (W_KN: [K, N], n fastest; else [N, K], k fastest): sets *n, *k
+ * (its place in the tile) and returns W(n0 + n, k0 + k) of the logical N x K matrix, 0 outside
+ * it. Shared by k32_gemm and k32_gemm_skinny. */
+template <int W_KN, int TN, int TK>
+static __device__ __forceinline__ float w_tile_elem(const f32_gemm &g, const float *W, int i, int n0, int k0, int *n,
+                                                    int *k) {
+    *n = W_KN ? i % TN : i / TK;
+    *k = W_KN ? i / TN : i % TK;
+    const int gn = n0 + *n, gk = k0 + *k;
+    if (gn >= g.N || gk >= g.K) return 0.f;
+    return W_KN ? W[(long)gk * g.ldw + gn] : W[(long)gn * g.ldw + gk];
+}
+
 template <int W_KN>
 __global__ void __launch_bounds__(F32_GEMM_THREADS) k32_gemm(f32_gemm g) {
     __shared__ float As[F32_BK][F32_TILE + 4];
@@ -246,16 +260,7 @@ __global__ void __launch_bounds__(F32_GEMM_THREADS) k32_gemm(f32_gemm g) {
             int xr = rows[r];
             As[kk][r] = xr >= 0 && k < g.K ? x[(long)xr * g.ldx + k] : 0.f;
             int n, kb;
-            if (W_KN) {
-                n = i % F32_TILE;
-                kb = i / F32_TILE;
-            } else {
-                n = i / F32_BK;
-                kb = i % F32_BK;
-            }
-            int gn = n0 + n, gk = k0 + kb;
-            float wv = 0.f;
-            if (gn < g.N && gk < g.K) wv = W_KN ? W[(long)gk * g.ldw + gn] : W[(long)gn * g.ldw + gk];
+            const float wv = w_tile_elem<W_KN, F32_TILE, F32_BK>(g, W, i, n0, k0, &n, &kb);
             Bs[kb][n] = wv;
         }
         __syncthreads();
@@ -319,16 +324,8 @@ __global__ void __launch_bounds__(SK_THREADS) k32_gemm_skinny(f32_gemm g) {
 #pragma unroll 4
         for (int i = tid; i < SK_N * SK_K; i += SK_THREADS) {
             int nn, kk;
-            if (W_KN) {
-                nn = i % SK_N;
-                kk = i / SK_N;
-            } else {
-                nn = i / SK_K;
-                kk = i % SK_K;
-            }
-            int gn = n0 + nn;
-            Ws[kk][nn] = gn < g.N && kk < kn ? (W_KN ? W[(long)(k0 + kk) * g.ldw + gn] : W[(long)gn * g.ldw + k0 + kk])
-                                             : 0.f;
+            const float wv = w_tile_elem<W_KN, SK_N, SK_K>(g, W, i, n0, k0, &nn, &kk);
+            Ws[kk][nn] = wv;
         }
         __syncthreads();
         if (tid < SK_N)
