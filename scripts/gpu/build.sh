@@ -7,7 +7,8 @@
 #               CUPTI (bench_cuda_e2e --trace; the GPU machine's toolkit may lack it)
 #   DEST/src/   a source-tree stand-in: tests/data/golden, tests/data/golden_pycoder (manifest and
 #               the unpacked logits), tests/data/ppl/slice.json, scripts/gpu (remote.sh) and
-#               tools/golden/{hf_bf16_error,checksum}.py (remote.sh's `hf` step)
+#               tools/golden/{hf_bf16_error,hf_greedy_agreement,checksum}.py (remote.sh's `hf` and
+#               `hfgreedy` steps)
 # bin/, lib/ and the data are then packed into DEST/bundle.tar.xz (~4 MB instead of ~45 MB: every
 # binary holds the same CUDA code, which xz's window stores once) and only DEST/src/scripts stays
 # unpacked; remote.sh unpacks the bundle in place. DI_GPU_NO_BUNDLE=1 keeps the plain tree.
@@ -40,7 +41,8 @@ cp "$root/tests/data/golden_pycoder/golden_pycoder.json" "$build"/tests/data/gol
 cp "$root/tests/data/ppl/slice.json" "$dest/src/tests/data/ppl/"
 cp "$root"/scripts/gpu/*.sh "$root"/scripts/gpu/*.py "$dest/src/scripts/gpu/"
 mkdir -p "$dest/src/tools/golden" "$dest/src/tools/train"
-cp "$root/tools/golden/hf_bf16_error.py" "$root/tools/golden/checksum.py" "$root/tools/golden/make_golden.py" \
+cp "$root/tools/golden/hf_bf16_error.py" "$root/tools/golden/hf_greedy_agreement.py" "$root/tools/golden/checksum.py" \
+    "$root/tools/golden/make_golden.py" \
     "$dest/src/tools/golden/"
 cp "$root/tools/train/export.py" "$dest/src/tools/train/"
 # a baseline benchmark binary to compare against in the same call (remote.sh `variants`)

@@ -49,6 +49,9 @@
 #          hf: tools/golden/hf_bf16_error.py, transformers running the golden checkpoints in bf16
 #              and fp32 on the GPU vs the committed fp32 goldens (needs python3 with torch and
 #              transformers on the machine) -> hf.log, hf_bf16.json
+#          hfgreedy: tools/golden/hf_greedy_agreement.py, transformers' own greedy agreement in bf16
+#              vs fp32 on the pycoder greedy prompts, beside deepinfer's CPU and CUDA outputs
+#              (runs `test_cuda_pycoder greedy` first unless its outputs exist) -> hf.log
 #          e2ebase: bench_cuda_e2e of another staged tree E2E_BASE (e.g. a build of main carried
 #              as .gpu-base) with the same BENCH_ARGS, for before/after numbers in one call
 #   env:   OUT (logs; default /tmp/gpu-out), DI_GPU_TMP (scratch; default /tmp/di-gpu),
@@ -425,6 +428,12 @@ for s in $steps; do
             --bin "$G/bin/deepinfer" --golden "$G/src/tests/data/golden" \
             ${DI_PYCODER_MODEL:+--pycoder-model "$DI_PYCODER_MODEL" --pycoder-golden "$DI_GOLDEN_PYCODER_DIR"} \
             --device cuda --out "$OUT/hf_bf16.json"
+        ;;
+    hfgreedy)
+        [ -f "$TMP/pycoder_greedy.gpu.jsonl" ] ||
+            STEP_TIMEOUT=${PYCODER_TIMEOUT:-120} run_step pycoder.greedy tests.log "$G/bin/test_cuda_pycoder" greedy
+        STEP_TIMEOUT=${HF_TIMEOUT:-240} run_step hf.greedy hf.log python3 "$G/src/tools/golden/hf_greedy_agreement.py" \
+            --model "$DI_PYCODER_MODEL" --dir "$TMP" --device cuda --out "$OUT/hf_greedy.json"
         ;;
     e2ebase)
         B=${E2E_BASE:-}
