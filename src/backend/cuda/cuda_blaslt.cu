@@ -1,7 +1,8 @@
 /* cuda_blaslt.cu - cuBLASLt GEMMs of the CUDA backend: bf16, and fp8 e4m3 with DeepSeek's
  * block scales (weights 128x128 blocks: CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
  * activations 1x128 groups: VEC128_32F, quantized by k_act_quant below), plus a small plan
- * cache (descriptors + heuristic algorithm per shape). Batches are strided, or (the routed
+ * cache (descriptors + heuristic algorithm per shape; pointer-array plans pick among the
+ * heuristic's results by tile, ptr_pick). Batches are strided, or (the routed
  * experts of decode steps, cuda_moe.cu) pointer arrays: A / B / C are device arrays of one
  * pointer per batch instance, written on the device.
  *
@@ -88,6 +89,47 @@ static int set_batch(cublasLtMatrixLayout_t l, int batch, long stride, int ptr_a
            LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st, sizeof st));
 }
 
+/* The rows x columns of a cuBLASLt tile (0 x 0: one this table does not list) */
+static void tile_dims(uint32_t tile, int *m, int *n) {
+#define DI_TILE(M, N) \
+    case CUBLASLT_MATMUL_TILE_##M##x##N: *m = M; *n = N; return;
+#define DI_TILES(M) DI_TILE(M, 8) DI_TILE(M, 16) DI_TILE(M, 24) DI_TILE(M, 32) DI_TILE(M, 48) DI_TILE(M, 64)
+    switch (tile) {
+        DI_TILES(64) DI_TILES(128) DI_TILES(192) DI_TILES(256) DI_TILES(384) DI_TILES(512)
+    default: *m = *n = 0;
+    }
+#undef DI_TILES
+#undef DI_TILE
+}
+
+/* Which of the heuristic's results a pointer-array plan (the experts' grouped GEMMs) takes. The
+ * heuristic does not know how many of the batch's slots carry rows: for a layer's down
+ * projection (N = hidden) it offers tall tiles (512x16 .. 512x64: 4 per expert), which over
+ * all 64 slots make under 2 waves of the SMs, and with ~50 active experts the second wave is
+ * mostly idle. So when the first result's tiles over all slots would make fewer than 4 waves,
+ * the plan takes the first result whose tiles have at most M = st->lt_ptr_tile_m rows, else
+ * the first with at most 2M. Measured (H100, v2lite-8l, 2026-12-05, docs/PERF.md), M = 64:
+ * the down GEMM on 64x16 / 64x32 / 128x64 tiles at batch 16 / 32 / 64: +1.2% / +1.2% / +0.9%
+ * decode; the gate/up GEMMs keep their first result (128x16 .. 176x64: >= 7 waves). */
+static int ptr_pick(const cuda_state *st, const lt_shape *g, const cublasLtMatmulHeuristicResult_t *all, int n) {
+    if (st->lt_ptr_tile_m <= 0 || n < 2) return 0;
+    int best = -1, second = -1;
+    for (int r = 0; r < n; r++) {
+        uint32_t tile = 0;
+        size_t w;
+        int tm = 0, tn = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&all[r].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w) ==
+            CUBLAS_STATUS_SUCCESS)
+            tile_dims(tile, &tm, &tn);
+        if (r == 0) { /* the first result's grid over all slots: 4 waves or more, or an unknown tile, keep it */
+            if (!tm || (double)((g->N + tm - 1) / tm) * ((g->T + tn - 1) / tn) * g->batch >= 4.0 * st->n_sm) return 0;
+        }
+        if (tm && tm <= st->lt_ptr_tile_m && best < 0) best = r;
+        if (tm && tm <= 2 * st->lt_ptr_tile_m && second < 0) second = r;
+    }
+    return best >= 0 ? best : second >= 0 ? second : 0;
+}
+
 static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_bits) {
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cudaDataType_t ab_t = g->fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, c_t = g->f32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -123,8 +165,9 @@ static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_b
     enum { NRES = 8 };
     cublasLtMatmulHeuristicResult_t all[NRES];
     int n = 0, pick = g->ptr_array ? st->lt_ptr_algo : 0;
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, p->op, p->a, p->b, p->c, p->c, pref,
-                                                       pick + 1 > NRES ? NRES : pick + 1, all, &n);
+    /* pointer-array plans: all results, for ptr_pick */
+    int ask = g->ptr_array && !pick ? NRES : pick + 1 > NRES ? NRES : pick + 1;
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, p->op, p->a, p->b, p->c, p->c, pref, ask, all, &n);
     cublasLtMatmulPreferenceDestroy(pref);
     if (hs != CUBLAS_STATUS_SUCCESS || n < 1) {
         if (g->ptr_array) /* host-only note: the caller falls back to the strided batch */
@@ -132,9 +175,19 @@ static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_b
                     g->N, g->K, g->T, g->batch, (int)hs);
         return 0;
     }
+    if (g->ptr_array && !pick) pick = ptr_pick(st, g, all, n); /* LT_PTR_ALGO, when set, wins */
     if (pick >= n) pick = n - 1; /* fewer results than asked for: the last */
     const cublasLtMatmulHeuristicResult_t res = all[pick];
     p->algo = res.algo;
+    for (int r = 0; st->lt_log && g->ptr_array && r < n; r++) {
+        uint32_t tile = 0;
+        size_t w;
+        int tm, tn;
+        cublasLtMatmulAlgoConfigGetAttribute(&all[r].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+        tile_dims(tile, &tm, &tn);
+        fprintf(stderr, "deepinfer cuda:   pointer-array N=%d K=%d T=%d batch=%d: result %d tile %u (%dx%d), workspace %zu%s\n",
+                g->N, g->K, g->T, g->batch, r, tile, tm, tn, all[r].workspaceSize, r == pick ? " (taken)" : "");
+    }
     if (st->lt_log) {
         int32_t id = -1, splitk = -1;
         uint32_t tile = 0, red = 0, stages = 0;

@@ -91,6 +91,10 @@ typedef struct cuda_state {
     size_t lt_ws_bytes;
     int lt_ptr_algo;               /* DEEPINFER_CUDA_LT_PTR_ALGO=i (default 0): pointer-array plans take the
                                     * i-th of cuBLASLt's heuristic results (experiments) */
+    int lt_ptr_tile_m;             /* DEEPINFER_CUDA_LT_PTR_TILE_M=M (default 64; 0: off): a pointer-array
+                                    * plan whose heuristic first result would cover all slots in fewer
+                                    * than 4 waves takes its first result with tiles of at most M rows,
+                                    * else of at most 2M (cuda_blaslt.cu ptr_pick) */
     int lt_log;                    /* DEEPINFER_CUDA_LT_LOG=1: each plan's shape, algorithm configuration
                                     * and workspace on stderr when built */
     int graph_fill;                /* DEEPINFER_CUDA_GRAPH_FILL (default 1): captured graphs get their
