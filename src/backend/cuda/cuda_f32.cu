@@ -68,7 +68,7 @@ __global__ void k32_norm(float *out, long ldo, const float *x, long ldx, float *
         }
         ss += (double)v * v;
     }
-    ss = block_sum_d(ss, red);
+    ss = block_sum(ss, red);
     float inv = (float)(1.0 / sqrt(ss / D + (double)eps));
     float *o = out + t * ldo;
     for (int i = threadIdx.x; i < D; i += blockDim.x) {

@@ -47,13 +47,13 @@ __global__ void k_layernorm(T *out, long ldo, const T *x, long ldx, const float 
         row[i] = v;
         s += v;
     }
-    double mean = block_sum_d(s, red) / D;
+    double mean = block_sum(s, red) / D;
     double v2 = 0.0;
     for (int i = threadIdx.x; i < D; i += blockDim.x) {
         double d = (double)row[i] - mean;
         v2 += d * d;
     }
-    double var = block_sum_d(v2, red) / D;
+    double var = block_sum(v2, red) / D;
     float inv = (float)(1.0 / sqrt(var + (double)eps)), mf = (float)mean;
     T *o = out + (long)blockIdx.x * ldo;
     for (int i = threadIdx.x; i < D; i += blockDim.x) st_f(o + i, (row[i] - mf) * inv * w[i] + b[i]);

@@ -243,15 +243,17 @@ static __device__ __forceinline__ int token_pos(const int32_t *seq_start, const 
     return ctx_len[seq] - (seq_start[seq + 1] - seq_start[seq]) + (t - seq_start[seq]);
 }
 
-/* Sum of v over the block in double (blockDim.x a multiple of 32, <= 1024; red: 32 doubles of
- * shared memory); every thread gets the same sum (the warps' partials added in warp order). */
-static __device__ __forceinline__ double block_sum_d(double v, double *red) {
+/* Sum of v over the block (T float or double; blockDim.x a multiple of 32, <= 1024; red: 32 T of
+ * shared memory); every thread gets the same sum: a warp-xor tree, then the warps' partials
+ * added in warp order. */
+template <typename T>
+static __device__ __forceinline__ T block_sum(T v, T *red) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     __syncthreads();
     if (lane == 0) red[w] = v;
     __syncthreads();
-    double s = 0.0;
+    T s = 0;
     for (int i = 0; i < nw; i++) s += red[i];
     return s;
 }

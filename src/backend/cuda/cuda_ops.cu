@@ -15,18 +15,6 @@
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_rope.cuh"
 
-/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result. */
-static __device__ float block_sum(float v, float *red) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    float s = 0.f;
-    for (int i = 0; i < nw; i++) s += red[i];
-    return s;
-}
-
 /* ---------------------------------------------------------------- embed / gather ---- */
 
 /* One block per output row: out[t, :] = fp32(table[ids[t], :]) (exact widening). */
