@@ -102,6 +102,17 @@ static void tile_dims(uint32_t tile, int *m, int *n) {
 #undef DI_TILE
 }
 
+/* An algorithm's tile id, with its rows x columns (tile_dims; 0 x 0 if unknown) */
+static uint32_t algo_tile(const cublasLtMatmulAlgo_t *algo, int *m, int *n) {
+    uint32_t tile = 0;
+    size_t w;
+    if (cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w) !=
+        CUBLAS_STATUS_SUCCESS)
+        tile = 0;
+    tile_dims(tile, m, n);
+    return tile;
+}
+
 /* Which of the heuristic's results a pointer-array plan (the experts' grouped GEMMs) takes. The
  * heuristic does not know how many of the batch's slots carry rows: for a layer's down
  * projection (N = hidden) it offers tall tiles (512x16 .. 512x64: 4 per expert), which over
@@ -115,12 +126,8 @@ static int ptr_pick(const cuda_state *st, const lt_shape *g, const cublasLtMatmu
     if (st->lt_ptr_tile_m <= 0 || n < 2) return 0;
     int best = -1, second = -1;
     for (int r = 0; r < n; r++) {
-        uint32_t tile = 0;
-        size_t w;
-        int tm = 0, tn = 0;
-        if (cublasLtMatmulAlgoConfigGetAttribute(&all[r].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w) ==
-            CUBLAS_STATUS_SUCCESS)
-            tile_dims(tile, &tm, &tn);
+        int tm, tn;
+        algo_tile(&all[r].algo, &tm, &tn);
         if (r == 0) { /* the first result's grid over all slots: 4 waves or more, or an unknown tile, keep it */
             if (!tm || (double)((g->N + tm - 1) / tm) * ((g->T + tn - 1) / tn) * g->batch >= 4.0 * st->n_sm) return 0;
         }
@@ -180,11 +187,8 @@ static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_b
     const cublasLtMatmulHeuristicResult_t res = all[pick];
     p->algo = res.algo;
     for (int r = 0; st->lt_log && g->ptr_array && r < n; r++) {
-        uint32_t tile = 0;
-        size_t w;
         int tm, tn;
-        cublasLtMatmulAlgoConfigGetAttribute(&all[r].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
-        tile_dims(tile, &tm, &tn);
+        uint32_t tile = algo_tile(&all[r].algo, &tm, &tn);
         fprintf(stderr, "deepinfer cuda:   pointer-array N=%d K=%d T=%d batch=%d: result %d tile %u (%dx%d), workspace %zu%s\n",
                 g->N, g->K, g->T, g->batch, r, tile, tm, tn, all[r].workspaceSize, r == pick ? " (taken)" : "");
     }
