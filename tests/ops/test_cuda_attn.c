@@ -957,14 +957,21 @@ static void test_experts(void) {
         g_gpu = save;
         di_backend_free(nosmall);
     }
-    /* >= DEEPINFER_CUDA_WGMMA_MIN_ROWS (16) rows per expert on average: BM = 128 tile table, bf16
-     * -> the wgmma kernel (cuda_gemm_wgmma.cu); each case also through the mma.sync tiled kernel
+    /* >= DEEPINFER_CUDA_WGMMA_MIN_ROWS (16) rows per expert on average: BM = 128 or 64 tile table,
+     * bf16 -> the wgmma kernel (cuda_gemm_wgmma.cu); each case also through the mma.sync tiled kernel
      * (DEEPINFER_CUDA_WGMMA=0). A decode batch of 256 (24 rows per expert: most of each 128-row
      * tile empty), 180 tokens over 40 experts (27 each), 1024+ tokens; partial tiles in M, N and
      * K (D 328 / I 200: K not a multiple of 64, N not of 256 / 128), experts without tokens
-     * (only the first 40 / 5 picked). */
+     * (only the first 40 / 5 picked). By default the cases of at most 32 rows per expert take
+     * 64-row tiles (DEEPINFER_CUDA_WGMMA_BM64_MAX); each case also runs with 64-row tiles for
+     * every average (one or several tiles per expert, partial tiles: the 5-stage ring and the
+     * warpgroups splitting N) and with 128-row tiles for every average (=0). */
     di_backend *nowg = g_backend_with("DEEPINFER_CUDA_WGMMA", "0");
+    di_backend *bm64 = g_backend_with("DEEPINFER_CUDA_WGMMA_BM64_MAX", "9999");
+    di_backend *bm128 = g_backend_with("DEEPINFER_CUDA_WGMMA_BM64_MAX", "0");
     g_gpu_alt[0] = nowg;
+    g_gpu_alt[1] = bm64;
+    g_gpu_alt[2] = bm128;
     experts_case("v2-lite", 64, 6, 2048, 1408, 256, 0);
     experts_case_r("v2-lite", 64, 40, 6, 2048, 1408, 180, 0);
     experts_case("v2-lite", 64, 6, 2048, 1408, 1024, 0);
@@ -972,8 +979,10 @@ static void test_experts(void) {
     experts_case("odd", 8, 2, 328, 200, 600, 0);
     experts_case_r("odd", 8, 5, 3, 328, 200, 777, 0);
     experts_case("fp8", 8, 2, 512, 256, 700, 1);
-    g_gpu_alt[0] = NULL;
+    g_gpu_alt[0] = g_gpu_alt[1] = g_gpu_alt[2] = NULL;
     if (nowg) di_backend_free(nowg);
+    if (bm64) di_backend_free(bm64);
+    if (bm128) di_backend_free(bm128);
     experts_case("fp8", 8, 2, 512, 256, 3, 1);
     experts_case("fp8", 8, 2, 512, 256, 500, 1);
     experts_case("tiny", 12, 3, 128, 40, 1, 0);

@@ -622,6 +622,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     st->wgmma = env_on("DEEPINFER_CUDA_WGMMA");
     const char *wm = getenv("DEEPINFER_CUDA_WGMMA_MIN_ROWS");
     st->wgmma_min_rows = wm && wm[0] >= '1' && wm[0] <= '9' ? atoi(wm) : 16;
+    const char *w64 = getenv("DEEPINFER_CUDA_WGMMA_BM64_MAX");
+    st->wgmma_bm64_max = w64 && w64[0] >= '0' && w64[0] <= '9' ? atoi(w64) : 32;
     const char *mw = getenv("DEEPINFER_CUDA_MLA_WGMMA");
     st->mla_wgmma = !(mw && !strcmp(mw, "0"));
     const char *ms = getenv("DEEPINFER_CUDA_MOE_SMALL"), *pd = getenv("DEEPINFER_CUDA_PDL");
@@ -646,6 +648,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     st->sample_greedy = env_on("DEEPINFER_CUDA_SAMPLE_GREEDY");
     st->mla_uv = env_on("DEEPINFER_CUDA_MLA_UV");
     st->mla_wide = env_on("DEEPINFER_CUDA_MLA_WIDE");
+    st->mla_split_floor = env_on("DEEPINFER_CUDA_MLA_SPLIT_FLOOR");
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
     st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 16;
     st->gemv_min_k = gk && atoi(gk) >= 256 ? atoi(gk) : 512;

@@ -138,6 +138,11 @@ typedef struct cuda_state {
                                     * BM = 64; fp8 / WGMMA=0 keep 96 (cuda_moe.cu tile_rows).
                                     * v2lite-8l, same call: decode batch 256 55.2K -> 72.0K tok/s,
                                     * prefill 512 95.4K -> 127K (16 against 96) */
+    int wgmma_bm64_max;            /* DEEPINFER_CUDA_WGMMA_BM64_MAX (default 32; 0 off): wgmma
+                                    * expert GEMMs averaging at most this many rows per expert
+                                    * take 64-row tiles (a 5-stage copy ring, 3 steps ahead)
+                                    * instead of 128: decode batch 256 (24 rows) +2.7%, prefill
+                                    * 512 (48 rows) -1.6% with 64 tiles, hence 32 (H100) */
     int lt_min_rows;               /* DEEPINFER_CUDA_LT_MIN_ROWS (default 2): plain / batched bf16
                                     * GEMMs with at least this many rows go to cuBLASLt */
     int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
@@ -189,6 +194,11 @@ typedef struct cuda_state {
     int mla_wide;                  /* DEEPINFER_CUDA_MLA_WIDE (default 1): one-token MLA decode on
                                     * the mma.sync kernel (16 / 32 heads) in up to 128 KV splits
                                     * instead of 64 (cuda_mla_decode.cu n_splits) */
+    int mla_split_floor;           /* DEEPINFER_CUDA_MLA_SPLIT_FLOOR (default 1): mma.sync MLA
+                                    * decode launches of at most 8 KV splits per token round the
+                                    * split count down (at most one wave of blocks: 1 split
+                                    * instead of 2 at 256 tokens, 2 instead of 3 at 128); 0 up,
+                                    * as before (cuda_mla_decode.cu n_splits) */
     int sample_cluster;            /* DEEPINFER_CUDA_SAMPLE_CLUSTER (default 1): sample on one
                                     * thread-block cluster per row (cuda_sample_cluster.cu; 8 or 4
                                     * blocks by batch size, or forced with 8 / 4); 0 the one-block

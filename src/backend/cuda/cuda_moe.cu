@@ -350,13 +350,16 @@ static void check_experts(di_backend *be, const di_weight *gate_up, const di_wei
 
 /* The tile table's row height for T*k pairs over the experts of w: 128 (the wgmma kernel's BM)
  * with >= st->wgmma_min_rows (16) rows per expert on average where the wgmma kernel will take
- * it (bf16), else from 96 rows on (the tiled kernel's measured switch point); 64 below. At
+ * it (bf16; 64, its decode-sized tiles, up to st->wgmma_bm64_max (32) rows on average), else
+ * from 96 rows on (the tiled kernel's measured switch point); 64 below. At
  * 24-48 rows per expert the wgmma kernel's mostly empty 128-row tiles still stream the weights
  * near the copy rate, where the tiled kernel's 64-row tiles reached ~55% of it (docs/PERF.md,
  * 2026-12-03). */
 static int tile_rows(const cuda_state *st, int Tk, const di_weight *w) {
-    int min_rows = st->wgmma && w->dtype == DI_DTYPE_BF16 ? st->wgmma_min_rows : 96;
-    return ceil_div_i(Tk, w->n) >= min_rows ? 128 : 64;
+    bool wg = st->wgmma && w->dtype == DI_DTYPE_BF16;
+    int avg = ceil_div_i(Tk, w->n), min_rows = wg ? st->wgmma_min_rows : 96;
+    if (avg < min_rows) return 64;
+    return wg && avg <= st->wgmma_bm64_max ? 64 : 128; /* the wgmma kernel's 64-row tiles */
 }
 
 void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w, int k,
