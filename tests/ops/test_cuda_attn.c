@@ -500,9 +500,14 @@ static void test_route(void) {
     route_case("greedy V2-Lite", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 50, 2048, 0.0f);
     route_case("group_limited", (di_route_params){DI_ROUTE_GROUP_LIMITED_GREEDY, 16, 3, 4, 2, 0, 2.0f}, 40, 96, 0.0f);
     route_case("noaux_tc 1024", (di_route_params){DI_ROUTE_NOAUX_TC, 1024, 8, 16, 4, 1, 2.5f}, 9, 256, 0.05f);
-    /* the router-logits kernel's two shapes: up to 32 tokens (one expert per block) and more
-     * (eight per block, a partial 8-token group), V3's D = 7168, a D that is not a multiple of
-     * 4 (scalar path); every case also checks batch invariance (the last token alone) */
+    /* the router-logits kernel's three shapes: up to 32 tokens (one expert per block), 33-512
+     * (4 experts x 4 tokens per block: the 40 / 50 / 203 / 300-token cases above and below, a
+     * partial 4-token group, E = 72 / 256) and more (eight per block, a partial 8-token group),
+     * V3's D = 7168, a D that is not a multiple of 4 (scalar path); every case also checks batch
+     * invariance (the last token alone, on the one-expert kernel) */
+    route_case("noaux_tc V3 batch 99", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 99, 7168, 0.05f);
+    route_case("noaux_tc E72 batch 45", (di_route_params){DI_ROUTE_NOAUX_TC, 72, 6, 8, 3, 1, 2.5f}, 45, 1024, 0.05f);
+    route_case("greedy V2-Lite batch 600", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 600, 2048, 0.0f);
     route_case("noaux_tc V3 decode", (di_route_params){DI_ROUTE_NOAUX_TC, 256, 8, 8, 4, 1, 2.5f}, 1, 7168, 0.05f);
     route_case("greedy V2-Lite prefill", (di_route_params){DI_ROUTE_GREEDY, 64, 6, 1, 1, 0, 1.0f}, 203, 2048, 0.0f);
     route_case("noaux_tc pycoder prefill", (di_route_params){DI_ROUTE_NOAUX_TC, 16, 4, 4, 2, 1, 2.5f}, 300, 257, 0.3f);

@@ -638,7 +638,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     st->sample_pdl = env_on("DEEPINFER_CUDA_SAMPLE_PDL");
     st->route_pdl = env_on("DEEPINFER_CUDA_ROUTE_PDL");
     const char *rr = getenv("DEEPINFER_CUDA_ROUTE_REDUX");
-    st->route_redux = rr && rr[0] >= '0' && rr[0] <= '9' ? atoi(rr) : 16;
+    st->route_redux = rr && rr[0] >= '0' && rr[0] <= '9' ? atoi(rr) : 256;
+    st->router_mid = env_on("DEEPINFER_CUDA_ROUTER_MID");
     const char *rt = getenv("DEEPINFER_CUDA_ROUTER_TT");
     st->router_tt = rt && (!strcmp(rt, "1") || !strcmp(rt, "2") || !strcmp(rt, "4") || !strcmp(rt, "8")) ? atoi(rt) : 1;
     st->mla_early = env_on("DEEPINFER_CUDA_MLA_EARLY");

@@ -156,14 +156,18 @@ typedef struct cuda_state {
                                     * the wait) */
     int route_pdl;                 /* DEEPINFER_CUDA_ROUTE_PDL (default 1): router logits of <= 32 tokens
                                     * PDL-launched, releasing k_route (PDL) at their start */
+    int router_mid;                /* DEEPINFER_CUDA_ROUTER_MID (experiment, default 1): router logits
+                                    * of 33-512 tokens in blocks of 4 experts x 4 tokens (more
+                                    * blocks) instead of 8 x 8; the same sums either way */
     int router_tt;                 /* DEEPINFER_CUDA_ROUTER_TT=1|2|4|8 (default 1): tokens per block of the
                                     * router logits of <= 32-token steps. Measured (2026-12-02,
                                     * v2lite-8l, 3 rounds per call): 2 against 8 batch 1 +1.4%, 16
                                     * +0.9%; 1 against 2 batch 1 +2%, 16 / 64 the same */
-    int route_redux;               /* DEEPINFER_CUDA_ROUTE_REDUX=N (default 16): steps of at most N tokens
-                                    * take k_route's top-k on warp reductions of register keys
-                                    * (warp_topk_redux); others (or 0) warp_argmax; same ids and bits.
-                                    * Measured faster at 1 and 16 tokens (2026-12-02) */
+    int route_redux;               /* DEEPINFER_CUDA_ROUTE_REDUX=N (default 256; 16 before 2026-12-05
+                                    * evening): steps of at most N tokens take k_route's top-k on warp
+                                    * reductions of register keys (warp_topk_redux); others (or 0)
+                                    * warp_argmax; same ids and bits. Measured faster at 1 and 16
+                                    * tokens (2026-12-02), at 128 and 256 (+0.2%, 2026-12-05) */
     int sample_pdl;                /* DEEPINFER_CUDA_SAMPLE_PDL (default 1): the greedy and cluster samplers
                                     * PDL-launched (row parameters read before the wait) */
     int rope_pdl;                  /* DEEPINFER_CUDA_ROPE_PDL (default 1): rope_kv_write of 2-16 tokens

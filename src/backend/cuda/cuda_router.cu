@@ -22,7 +22,7 @@
  * EE by T freely. EE = 1 spreads decode over E blocks with the row's loads all in flight;
  * EE = 8 reuses each x load for 8 experts (prefill). x rows are read from global memory (f32,
  * L2-resident: T x D x 4 bytes, read E / EE times). */
-enum { RT_TOK = 8, RT_Q = 4 };
+enum { RT_TOK = 8, RT_Q = 4, RT_MID_MAX_T = 512 };
 
 /* One column step of the vectorised router sum: thread (q, lane) adds columns d..d+3 of the EE
  * experts' rows (from e0; the first ne exist) times the nt token rows r0.. of x (row stride D,
@@ -182,6 +182,12 @@ static void launch_router_logits(cuda_state *st, float *out, const float *x, con
             attr = true;
         }
         k_router_logits_smem<8, RT_TOK><<<ceil_div_i(T, RT_TOK), RT_Q * 32, smem, st->stream>>>(out, x, w, T, E, D);
+    } else if (T <= RT_MID_MAX_T && st->router_mid) {
+        /* decode batches of 33-512 tokens: blocks of 4 experts x 4 tokens, so a batch of 64
+         * tokens over 64 experts has 256 blocks where 8 x 8 groups gave 64 (16 us per layer on
+         * an H100; docs/PERF.md 2026-12-05); x (T x D x 4 bytes, L2-resident) is read E / 4 times */
+        dim3 grid(ceil_div_i(T, 4), ceil_div_i(E, 4));
+        k_router_logits<4, 1, 4><<<grid, RT_Q * 32, 0, st->stream>>>(out, x, w, T, E, D, vec, 0);
     } else {
         /* prefill: the blocks of one token group (all expert groups) adjacent in launch order, so
          * the group's x rows come from HBM once and then from L2 (x is T x D x 4 bytes: 64 MB at
