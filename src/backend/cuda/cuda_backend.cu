@@ -615,6 +615,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     const char *lp = getenv("DEEPINFER_CUDA_LT_PTR_ALGO");
     st->lt_ptr_algo = lp && atoi(lp) > 0 && atoi(lp) < 8 ? atoi(lp) : 0;
     st->lt_log = env_set("DEEPINFER_CUDA_LT_LOG");
+    const char *la = getenv("DEEPINFER_CUDA_LT_ALGO");
+    st->lt_algo = la && atoi(la) > 0 && atoi(la) < 8 ? atoi(la) : 0;
     const char *tm = getenv("DEEPINFER_CUDA_LT_PTR_TILE_M");
     st->lt_ptr_tile_m = tm && tm[0] >= '0' && tm[0] <= '9' ? atoi(tm) : 64;
     st->graph_fill = env_on("DEEPINFER_CUDA_GRAPH_FILL");

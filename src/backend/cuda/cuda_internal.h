@@ -143,6 +143,8 @@ typedef struct cuda_state {
                                     * take 64-row tiles (a 5-stage copy ring, 3 steps ahead)
                                     * instead of 128: decode batch 256 (24 rows) +2.7%, prefill
                                     * 512 (48 rows) -1.6% with 64 tiles, hence 32 (H100) */
+    int lt_algo;                   /* DEEPINFER_CUDA_LT_ALGO=i (experiment, default 0): plain cuBLASLt
+                                    * plans take the heuristic's i-th result (LT_LOG lists them) */
     int lt_min_rows;               /* DEEPINFER_CUDA_LT_MIN_ROWS (default 2): plain / batched bf16
                                     * GEMMs with at least this many rows go to cuBLASLt */
     int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
