@@ -11,10 +11,11 @@
  * third buffer is still read by the wgmma group left in flight); at BM = 64 both warpgroups
  * read the same 64 rows and split the 256 weight rows (m64n128k16), and the smaller A tile
  * leaves room for a 5-stage ring prefetched three steps ahead (decode batch 256 on an H100:
- * gate+up 301 -> 284 us per layer, the step +2.7%; docs/PERF.md 2026-12-05). Every thread copies 16-byte chunks straight into
- * the swizzled layout the wgmma descriptors describe: chunk c (8 bf16 of K) of tile row r
- * lives at r * 128 + ((c ^ (r % 8)) * 16) inside a 1024-byte aligned tile, i.e. the canonical
- * K-major SWIZZLE_128B layout (8-row atoms 1024 bytes apart).
+ * gate+up 301 -> 284 us per layer, the step +2.7%; docs/PERF.md 2026-12-05). Every thread
+ * copies 16-byte chunks straight into the swizzled layout the wgmma descriptors describe:
+ * chunk c (8 bf16 of K) of tile row r lives at r * 128 + ((c ^ (r % 8)) * 16) inside a
+ * 1024-byte aligned tile, i.e. the canonical K-major SWIZZLE_128B layout (8-row atoms 1024
+ * bytes apart).
  * A rows are gathered through perm (gate+up) or contiguous (down); rows past an expert's count,
  * weight rows past N and K past the end are zero-filled by cp.async, and only valid outputs are
  * written. With silu_I > 0 the B tile holds gate rows n0..n0+127 in rows 0..127 and the up rows
@@ -70,8 +71,9 @@ static __device__ __forceinline__ wtile wtile_of(const gemm_args &a, int t, int 
 
 /* Persistent: CTA b computes tiles b, b + gridDim.x, ... One flat pipeline runs over all of
  * its (tile, k step) pairs, so the next tile's first stages load during this tile's last steps
- * and epilogue. Step g reads ring buffer g % 4 and, once every thread passed the barrier of
- * step g (so both warpgroups retired the MMAs of step g - 2), refills buffer (g + 2) % 4. */
+ * and epilogue. Step g reads ring buffer g % stages and, once every thread passed the barrier
+ * of step g (so both warpgroups retired the MMAs of step g - 2), refills buffer
+ * (g + dist) % stages = (g - 2) % stages. */
 template <bool SILU, int BM>
 __global__ void __launch_bounds__(WTHREADS, 1) k_gemm_wgmma(gemm_args a, int ntiles) {
     typedef wcfg<BM> C;
@@ -87,7 +89,7 @@ __global__ void __launch_bounds__(WTHREADS, 1) k_gemm_wgmma(gemm_args a, int nti
     const uint32_t ring = (raw + 1023u) & ~1023u;
     unsigned char *ring_p = wsm_raw + (ring - raw);
 
-    /* this thread's copies: chunk c of rows tid/8 + 32i (A: i < 4, B: i < 8); the swizzled
+    /* this thread's copies: chunk c of rows tid/8 + 32i (A: i < BM / 32, B: i < 8); the swizzled
      * chunk is the same for all of them (32i keeps r % 8) */
     const int c = tid & 7, rr = tid >> 3, sw = ((c ^ (rr & 7)) << 4) + rr * 128;
     const bf16 *a_src[BM / 32];
