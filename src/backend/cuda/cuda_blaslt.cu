@@ -137,12 +137,6 @@ static int ptr_pick(const cuda_state *st, const lt_shape *g, const cublasLtMatmu
     return best >= 0 ? best : second >= 0 ? second : 0;
 }
 
-/* Which result a plain (not pointer-array) plan takes: st->lt_algo (an experiment switch), else
- * the first. (Taking the first result that fills a wave of the SMs when the first does not lost
- * 1.3-1.8% at batch 128 / 256, and the second result everywhere lost 1.7% at batch 16: H100,
- * docs/PERF.md 2026-12-05.) */
-static int plain_pick(const cuda_state *st, int n) { return st->lt_algo < n ? st->lt_algo : n - 1; }
-
 static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_bits) {
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cudaDataType_t ab_t = g->fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, c_t = g->f32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -177,8 +171,12 @@ static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_b
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
     enum { NRES = 8 };
     cublasLtMatmulHeuristicResult_t all[NRES];
-    int n = 0, pick = g->ptr_array ? st->lt_ptr_algo : 0;
-    /* all results, for ptr_pick / plain_pick (LT_PTR_ALGO, when set, asks for just enough) */
+    /* plain plans: the heuristic's first result, or st->lt_algo (an experiment switch; the first
+     * result that fills a wave of the SMs where the first does not lost 1.3-1.8% at batch 128 /
+     * 256, the second everywhere 1.7% at batch 16: H100, docs/PERF.md 2026-12-05) */
+    int n = 0, pick = g->ptr_array ? st->lt_ptr_algo : st->lt_algo;
+    /* all results: for ptr_pick, and for the LT_LOG listing (LT_PTR_ALGO, when set, asks for
+     * just enough) */
     int ask = g->ptr_array && pick ? (pick + 1 > NRES ? NRES : pick + 1) : NRES;
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, p->op, p->a, p->b, p->c, p->c, pref, ask, all, &n);
     cublasLtMatmulPreferenceDestroy(pref);
@@ -189,7 +187,6 @@ static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_b
         return 0;
     }
     if (g->ptr_array && !pick) pick = ptr_pick(st, g, all, n); /* LT_PTR_ALGO, when set, wins */
-    if (!g->ptr_array) pick = plain_pick(st, n);
     if (pick >= n) pick = n - 1; /* fewer results than asked for: the last */
     const cublasLtMatmulHeuristicResult_t res = all[pick];
     p->algo = res.algo;

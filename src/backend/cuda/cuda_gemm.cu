@@ -107,9 +107,8 @@ void cuda_gemm(cuda_state *st, const gemm_out *o, const bf16 *x, long ldx, long 
         /* average rows per matrix decides: weights dominate when experts see few tokens */
         int avg = (a.r.T + a.n_mat - 1) / a.n_mat;
         if (st->gemv && avg <= 2) launch_gemv(st, &a, st->stream);
-        else if (st->wgmma && gemm_wgmma_ok(&a) &&
-                 (a.r.tile_bm == 128 || (avg >= st->wgmma_min_rows && avg <= st->wgmma_bm64_max)))
-            launch_gemm_wgmma(st, &a, st->stream); /* BM = 128, or 64 where tile_rows chose it for wgmma */
+        else if (st->wgmma && gemm_wgmma_ok(&a) && (a.r.tile_bm == 128 || wgmma_bm64(st, avg)))
+            launch_gemm_wgmma(st, &a, st->stream);
         else if (avg <= 16 || per <= 32 || !a.r.tile_off) launch_gemm_small(st, &a, st->stream);
         else launch_gemm_tiled(st, &a, st->stream);
         return;

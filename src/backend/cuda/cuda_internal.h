@@ -380,6 +380,13 @@ int gemv_splits(const cuda_state *st, int groups, int mats, int K);
 void launch_gemm_tiled(cuda_state *st, const gemm_args *a, cudaStream_t s);
 /* Hopper wgmma grouped GEMM (cuda_gemm_wgmma.cu): 1 if it takes these shapes. */
 int gemm_wgmma_ok(const gemm_args *a);
+/* 1 if bf16 grouped experts averaging avg rows each run on the wgmma kernel's 64-row tiles
+ * (DEEPINFER_CUDA_WGMMA_BM64_MAX): cuda_moe.cu builds their tile table with BM = 64 and
+ * cuda_gemm.cu sends that table to the wgmma kernel (other 64-row tables go to the small-M /
+ * tiled kernels) */
+static inline int wgmma_bm64(const cuda_state *st, int avg) {
+    return avg >= st->wgmma_min_rows && avg <= st->wgmma_bm64_max;
+}
 void launch_gemm_wgmma(cuda_state *st, const gemm_args *a, cudaStream_t s);
 void launch_gemm_generic(cuda_state *st, const gemm_args *a, cudaStream_t s);
 /* cuBLASLt: returns 1 if it ran the GEMM (plain or strided-batched), 0 if it has no plan. */

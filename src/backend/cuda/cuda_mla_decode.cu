@@ -627,19 +627,17 @@ static int heads_per_block(int H) {
     return 16;
 }
 
-/* mma.sync kernel: about two blocks per SM; wgmma kernel (one block per SM): the most splits
- * that still fit one wave; at most MLA_NARROW, except one-token steps on the mma.sync kernel
- * with blocks of 16 / 32 heads (R) and st->mla_wide: up to MLA_MAXSPLIT, at least 2 tiles each
- * past MLA_NARROW tiles (split_tiles). Measured (docs/PERF.md, 2026-12-05): 128 splits take
- * one token of 16 heads at 16K / 32K context from 26.4 / 45.2 to 20.1 / 28.8 us (decode +
- * W_UV, H100); the wgmma kernel at 64 heads and steps of 2 tokens were slower with more. */
-/* KV splits per (token, head group): enough blocks for the target (one wave: a block per SM
- * for the wgmma kernel, two for the mma.sync kernel). The wgmma kernel and mma.sync launches
- * of at most 8 splits per token (st->mla_split_floor) round down, so the launch fills at most
- * one wave and no split runs in a mostly idle second one (256 tokens: 1 split instead of 2, no
- * merge; 128: 2 instead of 3); wider mma.sync launches, whose splits hold a tile or two each,
- * round up as measured faster there (16 tokens: 17; docs/PERF.md 2026-12-05). A function of the
- * token count only, as captured graphs need. */
+/* KV splits per (token, head group): enough blocks for one wave (a block per SM for the wgmma
+ * kernel, two for the mma.sync kernel). The wgmma kernel and mma.sync launches of at most 8
+ * splits per token (st->mla_split_floor) round down, so the launch fills at most one wave and
+ * no split runs in a mostly idle second one (256 tokens: 1 split instead of 2, no merge; 128: 2
+ * instead of 3); wider mma.sync launches, whose splits hold a tile or two each, round up as
+ * measured faster there (16 tokens: 17). At most MLA_NARROW, except one-token steps on the
+ * mma.sync kernel with blocks of 16 / 32 heads (R) and st->mla_wide: up to MLA_MAXSPLIT, at
+ * least 2 tiles each past MLA_NARROW tiles (split_tiles; 16 heads at 16K / 32K context 26.4 /
+ * 45.2 -> 20.1 / 28.8 us, decode + W_UV, H100; the wgmma kernel at 64 heads and steps of 2
+ * tokens were slower with more). A function of the token count only, as captured graphs need
+ * (docs/PERF.md, 2026-12-05). */
 static int n_splits(const cuda_state *st, int n_tokens, int n_hg, int R, int wg) {
     int target = wg ? st->n_sm : 2 * st->n_sm, work = n_tokens * n_hg;
     if (work >= target) return 1;

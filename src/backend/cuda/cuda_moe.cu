@@ -359,7 +359,7 @@ static int tile_rows(const cuda_state *st, int Tk, const di_weight *w) {
     bool wg = st->wgmma && w->dtype == DI_DTYPE_BF16;
     int avg = ceil_div_i(Tk, w->n), min_rows = wg ? st->wgmma_min_rows : 96;
     if (avg < min_rows) return 64;
-    return wg && avg <= st->wgmma_bm64_max ? 64 : 128; /* the wgmma kernel's 64-row tiles */
+    return wg && wgmma_bm64(st, avg) ? 64 : 128; /* the wgmma kernel's 64-row tiles */
 }
 
 void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *topk_idx, const float *topk_w, int k,

@@ -1,7 +1,7 @@
 /* cuda_wgmma.cuh - Hopper warpgroup MMA primitives shared by the wgmma kernels (inline PTX):
  * shared-memory matrix descriptors for 128-byte-swizzled bf16 tiles (K-major and MN-major),
- * wgmma.mma_async m64n256k16 / m64n128k16 / m64n64k16 (bf16 in, fp32 accumulate), fences, commit / wait,
- * named barriers.
+ * wgmma.mma_async m64n256k16 / m64n128k16 / m64n64k16 (bf16 in, fp32 accumulate), fences,
+ * commit / wait, named barriers.
  *
  * Owner: cuda. Used by cuda_gemm_wgmma.cu (grouped expert GEMM) and cuda_mla_decode_wgmma.cu.
  * Layout of a swizzled tile: chunk c (16 bytes = 8 bf16) of 128-byte row r lives at
