@@ -191,6 +191,20 @@ typedef struct cuda_state {
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
                                     * for, default 16), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */
+    int gemv_long_k, gemv_long_want; /* experiment: GEMVs of K >= DEEPINFER_CUDA_GEMV_LONG_K columns
+                                    * (0: none, the default) aim for DEEPINFER_CUDA_GEMV_LONG_WANT
+                                    * warps per SM instead (default 32) */
+    size_t l2_pin_bytes, l2_pin_min; /* experiment DEEPINFER_CUDA_L2_PIN=MB (0: off): that much of the L2
+                                    * set aside for persisting lines; one-row GEMV weights of at least
+                                    * DEEPINFER_CUDA_L2_PIN_MIN MB (default 0) are claimed in launch order
+                                    * until it is used up and read through a persisting access-policy
+                                    * window over their claimed bytes, so those stay in L2 across steps */
+    size_t l2_pin_used;
+    int n_l2_pins;
+    struct { const void *w; size_t bytes; } l2_pins[32];
+    const void *launch_window;     /* cuda_launch_cluster: a persisting window over [launch_window,
+                                    * + launch_window_bytes) for this launch (set around one launch) */
+    size_t launch_window_bytes;
     int sp_min_tiles;              /* DEEPINFER_CUDA_SPARSE_MIN_TILES (default 2): sparse MLA decode
                                     * uses at most ceil(ceil(sel_stride / 32) / N) KV splits */
     int mla_wgmma;                 /* DEEPINFER_CUDA_MLA_WGMMA (default 1): MLA decode with heads a

@@ -78,15 +78,26 @@ static void cuda_launch_cluster(cuda_state *st, bool pdl, unsigned cluster, cons
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st->stream;
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-    at[1].id = cudaLaunchAttributeClusterDimension;
-    at[1].val.clusterDim.x = cluster;
-    at[1].val.clusterDim.y = 1;
-    at[1].val.clusterDim.z = 1;
+    cudaLaunchAttribute at[3];
+    unsigned n = 0;
+    at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[n++].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+    if (cluster) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster;
+        at[n].val.clusterDim.y = 1;
+        at[n++].val.clusterDim.z = 1;
+    }
+    if (st->launch_window) {
+        at[n].id = cudaLaunchAttributeAccessPolicyWindow;
+        at[n].val.accessPolicyWindow.base_ptr = (void *)st->launch_window;
+        at[n].val.accessPolicyWindow.num_bytes = st->launch_window_bytes;
+        at[n].val.accessPolicyWindow.hitRatio = 1.0f;
+        at[n].val.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+        at[n++].val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+    }
     cfg.attrs = at;
-    cfg.numAttrs = cluster ? 2 : 1;
+    cfg.numAttrs = n;
     if (pdl && st->capturing && st->lanes_prog) cuda_capture_prog_edges(st);
     cuda_note(st, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), what);
 }
