@@ -290,6 +290,24 @@ static void test_decode(void) {
         g_gpu = save;
         di_backend_free(narrow);
     }
+    /* the experiment DEEPINFER_CUDA_MLA_MIN_TILES=3 (dense splits of at least 3 tiles: fewer,
+     * longer splits at short contexts; the merges count the same splits): the mixed cases, the
+     * wgmma kernel's, the one-token ones and decode + W_UV */
+    setenv("DEEPINFER_CUDA_MLA_MIN_TILES", "3", 1);
+    di_backend *mint = decode_backend(NULL, NULL);
+    unsetenv("DEEPINFER_CUDA_MLA_MIN_TILES");
+    if (mint) {
+        di_backend *save = g_gpu;
+        g_gpu = mint;
+        decode_case("[min tiles 3] v2-lite (split-KV)", 5, ql, cx, v2, 0, 5);
+        decode_case("[min tiles 3] v3 (split-KV)", 5, ql, cx, v3, 0, 5);
+        decode_case("[min tiles 3] 32 heads", 5, ql, cx, v32, 0, 5);
+        decode_wg_cases("[min tiles 3] ");
+        one_token_cases("[min tiles 3] ");
+        test_decode_uv();
+        g_gpu = save;
+        di_backend_free(mint);
+    }
 }
 
 /* ---------------------------------------------------------------- prefill ---- */

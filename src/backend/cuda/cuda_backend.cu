@@ -656,6 +656,8 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     st->mla_uv = env_on("DEEPINFER_CUDA_MLA_UV");
     st->mla_wide = env_on("DEEPINFER_CUDA_MLA_WIDE");
     st->mla_split_floor = env_on("DEEPINFER_CUDA_MLA_SPLIT_FLOOR");
+    const char *mt = getenv("DEEPINFER_CUDA_MLA_MIN_TILES");
+    st->mla_min_tiles = mt && atoi(mt) > 0 && atoi(mt) <= 1024 ? atoi(mt) : 0;
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
     st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 16;
     st->gemv_min_k = gk && atoi(gk) >= 256 ? atoi(gk) : 512;

@@ -191,6 +191,8 @@ typedef struct cuda_state {
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
                                     * for, default 16), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */
+    int mla_min_tiles;             /* experiment DEEPINFER_CUDA_MLA_MIN_TILES (default 0: off): dense MLA
+                                    * decode splits hold at least this many key tiles (dec_args.min_tps) */
     int gemv_long_k, gemv_long_want; /* experiment: GEMVs of K >= DEEPINFER_CUDA_GEMV_LONG_K columns
                                     * (0: none, the default) aim for DEEPINFER_CUDA_GEMV_LONG_WANT
                                     * warps per SM instead (default 32) */
