@@ -384,7 +384,8 @@ static void launch_gemv_t(cuda_state *st, const gemm_args *a, cudaStream_t s) {
     int kslice = (ceil_div_i(K, S) + 255) & ~255;
     dim3 grid(ceil_div_i(groups, R), a->r.active ? mats : a->n_mat);
     if (st->l2_pin_bytes && NT == 1 && !a->r.offsets && !a->r.active && s == st->stream)
-        l2_pin_window(st, a->w.data, (size_t)a->w.rows * a->w.cols * (FP8 ? 1 : 2));
+        l2_pin_window(st, a->w.data,
+                      ((size_t)a->w.mat_stride * (a->n_mat - 1) + (size_t)a->w.rows * a->w.cols) * (FP8 ? 1 : 2));
     if (s == st->stream) cuda_launch_pdl(st, st->pdl >= 1, k_gemv<NT, RW, U, FP8, SILU, SS>, grid, dim3(256), 0, *a, R, S, kslice);
     else k_gemv<NT, RW, U, FP8, SILU, SS><<<grid, 256, 0, s>>>(*a, R, S, kslice);
     st->launch_window = NULL;
