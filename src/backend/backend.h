@@ -286,6 +286,12 @@ struct di_backend {
     /* out[t, i] = silu(gu[t, i]) * gu[t, I + i].  gu: device act [T, 2I]; out: device act [T, I]. */
     void (*silu_mul)(di_backend *be, void *out, const void *gu, int T, int I);
 
+    /* Optional (NULL = none): act = silu_mul(matmul(x, gate_up)) in one op, the same bits as
+     * matmul into a bf16 [T, 2I] buffer then silu_mul. gate_up: weight n=1 [2I, D] (gate rows,
+     * then up rows); x: device act [T, ldx]; act: device act [T, I]. Returns 0, having issued
+     * nothing, for calls it does not take (the caller then runs matmul + silu_mul). */
+    int (*matmul_silu)(di_backend *be, void *act, const void *x, int ldx, const di_weight *gate_up, int I, int T);
+
     /* y[i] += x[i] for i < n, in fp32.  y: device f32 (the residual stream); x: device act. */
     void (*add)(di_backend *be, float *y, const void *x, size_t n);
 

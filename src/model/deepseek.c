@@ -195,8 +195,10 @@ static void swiglu(di_model *m, const di_weight *gate_up, const di_weight *down,
                    unsigned flags) {
     di_backend *be = m->be;
     int D = m->cfg.hidden_size;
-    be->matmul(be, m->ffn_gu, 2 * I, m->x, D, gate_up, T, 0);
-    be->silu_mul(be, m->ffn_act, m->ffn_gu, T, I);
+    if (!(be->matmul_silu && be->matmul_silu(be, m->ffn_act, m->x, D, gate_up, I, T))) {
+        be->matmul(be, m->ffn_gu, 2 * I, m->x, D, gate_up, T, 0);
+        be->silu_mul(be, m->ffn_act, m->ffn_gu, T, I);
+    }
     be->matmul(be, out, D, m->ffn_act, I, down, T, flags);
 }
 

@@ -350,6 +350,63 @@ static void test_gemm(void) {
     }
 }
 
+/* matmul_silu (DEEPINFER_CUDA_GU_SILU=1 on `gs`) against matmul + silu_mul of the default backend
+ * on the same device buffers: bit for bit at one token (and near the CPU); the calls it must
+ * refuse (2 tokens; the default backend, where the switch is off) return 0. */
+static void silu_case(di_backend *gs, int I, int D, int fp8, int ldx_pad) {
+    int ldx = D + ldx_pad;
+    t_weight w = t_weight_make(1, 2 * I, D, fp8, 0.05f);
+    di_weight wc = t_weight_upload(g_cpu, &w, DI_WEIGHT_PLAIN), wg = t_weight_upload(g_gpu, &w, DI_WEIGHT_PLAIN);
+    float *x = t_rand((size_t)2 * ldx, 1.0f);
+    void *dx = g_act(x, (size_t)2 * ldx), *dgu = g_alloc((size_t)4 * I * 2), *da = g_alloc((size_t)2 * I * 2),
+         *db = g_alloc((size_t)2 * I * 2);
+    g_gpu->matmul(g_gpu, dgu, 2 * I, dx, ldx, &wg, 1, 0);
+    g_gpu->silu_mul(g_gpu, da, dgu, 1, I);
+    g_poison(db, (size_t)2 * I * 2);
+    char what[96];
+    snprintf(what, sizeof what, "matmul_silu %s I%d D%d ldx %d", fp8 ? "fp8" : "bf16", I, D, ldx);
+    int took = gs->matmul_silu && gs->matmul_silu(gs, db, dx, ldx, &wg, I, 1);
+    CHECK_MSG(took, "%s: not taken at one token", what);
+    CHECK_OK(gs->sync(gs));
+    uint16_t *ha = (uint16_t *)malloc((size_t)I * 2), *hb = (uint16_t *)malloc((size_t)I * 2);
+    CHECK_OK(g_gpu->download(g_gpu, ha, da, (size_t)I * 2));
+    CHECK_OK(g_gpu->download(g_gpu, hb, db, (size_t)I * 2));
+    size_t diff = 0;
+    for (int i = 0; i < I; i++) diff += ha[i] != hb[i];
+    CHECK_MSG(diff == 0, "%s: %zu of %d outputs differ from matmul + silu_mul", what, diff, I);
+    /* and the values: the CPU's fp32 matmul + silu_mul within bf16 bounds */
+    float *gu = (float *)malloc((size_t)2 * I * 4), *ref = (float *)malloc((size_t)I * 4);
+    g_cpu->matmul(g_cpu, gu, 2 * I, x, ldx, &wc, 1, 0);
+    g_cpu->silu_mul(g_cpu, ref, gu, 1, I);
+    float *got = g_get_act(db, (size_t)I);
+    T_CHECK(what, got, ref, (size_t)I, TOL_L2, TOL_MAX);
+    CHECK_MSG(!gs->matmul_silu(gs, db, dx, ldx, &wg, I, 2), "%s: taken at two tokens", what);
+    CHECK_MSG(!g_gpu->matmul_silu || !g_gpu->matmul_silu(g_gpu, db, dx, ldx, &wg, I, 1),
+              "%s: taken with DEEPINFER_CUDA_GU_SILU off", what);
+    free(got); free(gu); free(ref); free(ha); free(hb); free(x);
+    g_free(dx); g_free(dgu); g_free(da); g_free(db);
+    g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg); t_weight_free(&w);
+}
+
+static void test_silu(void) {
+    setenv("DEEPINFER_CUDA_GU_SILU", "1", 1);
+    di_backend *gs = NULL;
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &gs));
+    unsetenv("DEEPINFER_CUDA_GU_SILU");
+    if (!gs) return;
+    di_backend_reserve r = {8192, 256, 129280, {16, 128, 64, 128, 512, 0.1f}};
+    CHECK_OK(gs->reserve(gs, &r));
+    /* V2-Lite's dense FFN (split-K GEMV), its shared experts, odd I, a padded x, the generic
+     * kernel (D % 8 != 0), fp8 with 128 x 128 scale blocks */
+    silu_case(gs, 10944, 2048, 0, 0);
+    silu_case(gs, 2816, 2048, 0, 8);
+    silu_case(gs, 75, 136, 0, 0);
+    silu_case(gs, 40, 36, 0, 3);
+    silu_case(gs, 10944, 2048, 1, 0);
+    silu_case(gs, 1408, 2048, 1, 0);
+    di_backend_free(gs);
+}
+
 /* cuBLASLt fp8 needs the workspace reserve() sizes (activation-quant buffers) */
 static void reserve_gpu(void) {
     di_backend_reserve r = {8192, 256, 129280, {16, 128, 64, 128, 512, 0.1f}};
@@ -659,7 +716,7 @@ static void test_lanes(void) {
 }
 
 int main(int argc, char **argv) {
-    const t_group groups[] = {{"reserve", reserve_gpu}, {"rows", test_rows}, {"gemm", test_gemm}, {"bmm", test_bmm},
+    const t_group groups[] = {{"reserve", reserve_gpu}, {"rows", test_rows}, {"gemm", test_gemm}, {"silu", test_silu}, {"bmm", test_bmm},
                               {"graph", test_graph}, {"lanes", test_lanes}};
     /* reserve always runs first (it is what a model does at load) */
     return t_main_first_always(argc, argv, groups, (int)(sizeof groups / sizeof groups[0]));

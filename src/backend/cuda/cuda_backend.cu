@@ -656,6 +656,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     st->mla_uv = env_on("DEEPINFER_CUDA_MLA_UV");
     st->mla_wide = env_on("DEEPINFER_CUDA_MLA_WIDE");
     st->mla_split_floor = env_on("DEEPINFER_CUDA_MLA_SPLIT_FLOOR");
+    st->gu_silu = env_set("DEEPINFER_CUDA_GU_SILU");
     const char *mt = getenv("DEEPINFER_CUDA_MLA_MIN_TILES");
     st->mla_min_tiles = mt && atoi(mt) > 0 && atoi(mt) <= 1024 ? atoi(mt) : 0;
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
@@ -752,6 +753,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     be->rmsnorm = cuda_rmsnorm;
     be->add_rmsnorm = cuda_add_rmsnorm;
     be->silu_mul = cuda_silu_mul;
+    be->matmul_silu = cuda_matmul_silu;
     be->add = cuda_add;
     be->gather_rows = cuda_gather_rows;
     be->matmul = cuda_matmul;

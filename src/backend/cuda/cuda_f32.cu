@@ -739,4 +739,5 @@ void cuda_f32_install(di_backend *be) {
     be->moe_experts_shared = NULL;
     be->moe_experts_defer = NULL;
     be->add_rmsnorm_experts = NULL;
+    be->matmul_silu = NULL;
 }

@@ -51,7 +51,13 @@ __global__ void k_gemm_generic(gemm_args a) {
             acc += xv * w_at(a.w, mat, n, k);
             if (I > 0) acc2 += xv * w_at(a.w, mat, I + n, k);
         }
-        if (I > 0) acc = acc / (1.0f + expf(-acc)) * acc2;
+        if (I > 0) {
+            if (a.o.silu_round) { /* the bits of a bf16 GEMM output, then silu_mul */
+                acc = __bfloat162float(__float2bfloat16_rn(acc));
+                acc2 = __bfloat162float(__float2bfloat16_rn(acc2));
+            }
+            acc = acc / (1.0f + expf(-acc)) * acc2;
+        }
         long off = mat * a.o.y_mat_stride + (long)yrow * a.o.ldy + n;
         if (a.o.f32) {
             float *y = (float *)a.o.y + off;
@@ -131,7 +137,7 @@ void cuda_gemm(cuda_state *st, const gemm_out *o, const bf16 *x, long ldx, long 
 
 void cuda_linear(cuda_state *st, void *y, long ldy, int y_f32, int accumulate, const bf16 *x, long ldx,
                  const di_weight *W, int T) {
-    gemm_out o = {y, ldy, 0, y_f32, accumulate, 0};
+    gemm_out o = {y, ldy, 0, y_f32, accumulate, 0, 0};
     gemm_rows r = {NULL, NULL, NULL, 0, T, T, NULL, NULL};
     cuda_gemm(st, &o, x, ldx, 0, W, &r);
 }
@@ -144,10 +150,25 @@ void cuda_matmul(di_backend *be, void *y, int ldy, const void *x, int ldx, const
                 ldx, W, T);
 }
 
+/* backend.h matmul_silu: one token on the main lane (st->gu_silu, an experiment): the gate/up GEMV
+ * with the SiLU-mul in its epilogue, gate and up rounded to bf16 first, so the bits of matmul +
+ * silu_mul without the silu_mul launch. Not on the side lane: the shared experts' GEMV with the
+ * SiLU-mul epilogue measured slower there (docs/PERF.md, 2026-12-02 early morning). */
+int cuda_matmul_silu(di_backend *be, void *act, const void *x, int ldx, const di_weight *W, int I, int T) {
+    cuda_state *st = cst(be);
+    if (!st->gu_silu || T != 1 || st->on_side || !st->gemv || I <= 0 || W->n != 1 || W->rows != 2 * I ||
+        ldx < W->cols || (W->dtype != DI_DTYPE_BF16 && W->dtype != DI_DTYPE_F8_E4M3))
+        return 0;
+    gemm_out o = {act, I, 0, 0, 0, I, 1};
+    gemm_rows r = {NULL, NULL, NULL, 0, T, T, NULL, NULL};
+    cuda_gemm(st, &o, (const bf16 *)x, ldx, 0, W, &r);
+    return 1;
+}
+
 void cuda_bmm(di_backend *be, void *y, int ldy, int hsy, const void *x, int ldx, int hsx, const di_weight *W,
               int T) {
     if (T <= 0) return;
-    gemm_out o = {y, ldy, hsy, 0, 0, 0};
+    gemm_out o = {y, ldy, hsy, 0, 0, 0, 0};
     gemm_rows r = {NULL, NULL, NULL, 0, T, T, NULL, NULL};
     cuda_gemm(cst(be), &o, (const bf16 *)x, ldx, hsx, W, &r);
 }

@@ -322,7 +322,15 @@ __global__ void __launch_bounds__(256) k_gemv(gemm_args a, int R, int S, int ksl
 #pragma unroll
             for (int r = 0; r < (SILU ? RW / 2 : RW); r++) {
                 if (!rok[r]) continue;
-                float v = SILU ? silu_f(acc[r][t]) * acc[r + RW / 2][t] : acc[r][t];
+                float v = acc[r][t];
+                if (SILU) {
+                    float gv = acc[r][t], uv = acc[r + RW / 2][t];
+                    if (a.o.silu_round) {
+                        gv = __bfloat162float(__float2bfloat16_rn(gv));
+                        uv = __bfloat162float(__float2bfloat16_rn(uv));
+                    }
+                    v = silu_f(gv) * uv;
+                }
                 int col = rows[r];
                 if (a.o.f32) {
                     float *y = (float *)a.o.y + base + col;

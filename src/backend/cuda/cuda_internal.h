@@ -191,6 +191,9 @@ typedef struct cuda_state {
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
                                     * for, default 16), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */
+    int gu_silu;                   /* experiment DEEPINFER_CUDA_GU_SILU (default 0): matmul_silu takes
+                                    * one-token main-lane calls (the dense FFN's gate/up GEMV with the
+                                    * SiLU-mul in its epilogue, no silu_mul launch) */
     int mla_min_tiles;             /* experiment DEEPINFER_CUDA_MLA_MIN_TILES (default 0: off): dense MLA
                                     * decode splits hold at least this many key tiles (dec_args.min_tps) */
     int gemv_long_k, gemv_long_want; /* experiment: GEMVs of K >= DEEPINFER_CUDA_GEMV_LONG_K columns
@@ -369,6 +372,8 @@ typedef struct gemm_out {
     int f32;                 /* y is f32 (else bf16) */
     int accumulate;
     int silu_I;              /* > 0: W is [2I, K] gate|up; y[., i] = silu(gate_i) * up_i, i < I */
+    int silu_round;          /* with silu_I, GEMV and generic kernels: gate_i and up_i rounded to bf16
+                              * first (the bits of a bf16 GEMM, then silu_mul) */
 } gemm_out;
 
 /* y = x · W[mat]ᵀ for every matrix of W (n_mat = W->n) with the row mapping `rows`.
@@ -442,6 +447,7 @@ void cuda_rmsnorm(di_backend *be, void *out, int ldo, const void *x, int ldx, co
 void cuda_add_rmsnorm(di_backend *be, float *h, const void *delta, void *out, float *out_f32, const di_weight *w,
                       float eps, int T, int D);
 void cuda_silu_mul(di_backend *be, void *out, const void *gu, int T, int I);
+int cuda_matmul_silu(di_backend *be, void *act, const void *x, int ldx, const di_weight *gate_up, int I, int T);
 void cuda_add(di_backend *be, float *y, const void *x, size_t n);
 void cuda_gather_rows(di_backend *be, float *out, const float *x, const int32_t *rows, int n, int D);
 void cuda_rope(di_backend *be, void *x, int ldx, int n_heads, int hs, const int32_t *positions, int T,

@@ -386,10 +386,10 @@ void cuda_moe_experts(di_backend *be, void *out, const void *x, const int32_t *t
                                               ms.slot_of, 0, no_ptrs, NULL);
     CUDA_LAUNCHED(st, "moe_permute");
     gemm_rows r1 = {ms.offsets, ms.perm, ms.tile_off, bm, Tk, T, ms.active, ms.active + E};
-    gemm_out o1 = {ms.A, I, 0, 0, 0, I};
+    gemm_out o1 = {ms.A, I, 0, 0, 0, I, 0};
     cuda_gemm(st, &o1, (const bf16 *)x, D, 0, gate_up, &r1);
     gemm_rows r2 = {ms.offsets, NULL, ms.tile_off, bm, Tk, T, ms.active, ms.active + E};
-    gemm_out o2 = {ms.Y, D, 0, 0, 0, 0};
+    gemm_out o2 = {ms.Y, D, 0, 0, 0, 0, 0};
     cuda_gemm(st, &o2, ms.A, I, 0, down, &r2);
     launch_combine(st, (bf16 *)out, ms.Y, ms.slot_of, topk_w, k, D, T, false);
 }
