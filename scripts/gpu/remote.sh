@@ -25,6 +25,7 @@
 #          decode + W_UV at 256-32K context, default vs DEEPINFER_CUDA_MLA_WIDE=0)
 #          smpbench (bench_cuda_ops sample: the device sampler, 1 / 16 / 64 / 256 rows, six settings)
 #          l2pin (bench_cuda_l2pin L2PIN_ARGS: does a persisting L2 window survive a step's streaming)
+#          pdljoin (bench_cuda_pdl_join: when a PDL kernel after a join of two lanes starts)
 #          ltsearch (bench_cuda_lt: cuBLASLt's configurations for the 8-16-row bf16 GEMMs, LT_T rows
 #              (16), at most LT_MAX (400) timed per shape -> lt.txt)
 #          (default: info pycoder ops attn model bench e2e engine)
@@ -209,6 +210,9 @@ for s in $steps; do
         ;;
     l2pin)
         run_step bench.l2pin bench.log "$G/bin/bench_cuda_l2pin" ${L2PIN_ARGS:-}
+        ;;
+    pdljoin)
+        run_step bench.pdljoin bench.log "$G/bin/bench_cuda_pdl_join"
         ;;
     engine)
         # the real engine (`deepinfer generate`) at batch B: B random 128-token prompts, 128 new

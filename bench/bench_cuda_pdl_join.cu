@@ -1,0 +1,191 @@
+/* bench_cuda_pdl_join.cu - when does a PDL kernel that follows a join of two lanes start, in a
+ * captured CUDA graph (docs/PERF.md: MLA decode starts only when W_UK and the side lane's
+ * rope_kv_write have ended, although both release it at their start)?
+ *
+ * The pattern of the model's one-token attention, with spin kernels that stamp their blocks'
+ * first start, first return from griddepcontrol.wait and last end (globaltimer):
+ *   main: NORM (1 block, 2 us) -> fork -> W1 ("W_UK": G1 blocks, 4 us, releases at its start)
+ *   side: R2 ("rope_kv_write": 1 block, 6 us, releases at its start; the first launch after the
+ *         fork, so PDL with a programmatic edge from NORM, as the backend's lane edges do)
+ *   join -> K3 ("MLA decode": PDL, 7 blocks, S3 bytes of dynamic shared memory, releases at its
+ *         start, then waits) -> K4 ("W_UV": PDL, 64 blocks)
+ * Variants (each a graph replayed N times; medians reported):
+ *   one_lane        no side lane: K3's only dependency is W1 (plain PDL within one stream)
+ *   join_prog       K3 after the join, both in-edges programmatic (cuda_capture_prog_edges)
+ *   join_plain      K3 after the join, the side edge a full dependency
+ *   *_smem          the same with K3 taking 96 KB of dynamic shared memory (MLA's tiles) while
+ *                   W1 runs 2 blocks of 256 threads on every SM
+ *   *_carve         ..._smem with every node's kernel at a 100% shared-memory carveout preference
+ * Reported (us): K3's first block start relative to W1's end and to R2's end (negative: it
+ * started early), and K3's first return from its wait relative to the later of the two ends.
+ *
+ *   bench_cuda_pdl_join [--iters 30]
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#define CK(x)                                                                                                          \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                       \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+
+static __device__ __forceinline__ unsigned long long gtime() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* stamps of node id: [0] first block start, [1] first return from the wait, [2] last block end */
+enum { NODES = 6, NORM = 0, W1 = 1, R2 = 2, K3 = 3, K4 = 4 };
+
+__global__ void k_node(unsigned long long ns, unsigned long long *st, int id, int wait) {
+    extern __shared__ unsigned char smem[];
+    unsigned long long t0 = gtime();
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    if (wait) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    unsigned long long t1 = gtime();
+    if (threadIdx.x == 0) smem[0] = 1; /* touch the dynamic shared memory when there is any */
+    while (gtime() - t1 < ns) {
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        atomicMin(st + 3 * id, t0);
+        atomicMin(st + 3 * id + 1, t1);
+        atomicMax(st + 3 * id + 2, gtime());
+    }
+}
+
+/* the backend's cuda_capture_prog_edges: the stream's captured kernel dependencies become
+ * programmatic edges */
+static void prog_edges(cudaStream_t s) {
+    cudaStreamCaptureStatus cs;
+    const cudaGraphNode_t *deps = NULL;
+    const cudaGraphEdgeData *ed = NULL;
+    size_t n = 0;
+    CK(cudaStreamGetCaptureInfo(s, &cs, NULL, NULL, &deps, &ed, &n));
+    if (cs != cudaStreamCaptureStatusActive || n == 0 || n > 8) return;
+    cudaGraphNode_t nd[8];
+    cudaGraphEdgeData e[8];
+    for (size_t i = 0; i < n; i++) {
+        nd[i] = deps[i];
+        memset(&e[i], 0, sizeof e[i]);
+        if (ed) e[i] = ed[i];
+        cudaGraphNodeType t;
+        CK(cudaGraphNodeGetType(nd[i], &t));
+        if (t == cudaGraphNodeTypeKernel && e[i].type == cudaGraphDependencyTypeDefault) {
+            e[i].type = cudaGraphDependencyTypeProgrammatic;
+            e[i].from_port = cudaGraphKernelNodePortProgrammatic;
+        }
+    }
+    CK(cudaStreamUpdateCaptureDependencies(s, nd, e, n, cudaStreamSetCaptureDependencies));
+}
+
+struct variant {
+    const char *name;
+    bool side, prog, smem, carve;
+};
+
+static void launch(cudaStream_t s, int blocks, int threads, size_t smem, double us, unsigned long long *st, int id,
+                   bool pdl) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, k_node, (unsigned long long)(us * 1000.0), st, id, pdl ? 1 : 0));
+}
+
+int main(int argc, char **argv) {
+    int iters = 30;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_cuda_pdl_join [--iters N]\n");
+            return 2;
+        }
+    }
+    if (iters < 3) iters = 3;
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    const int n_sm = prop.multiProcessorCount;
+    printf("%s: %d SMs; medians over %d replays (us; negative = before that end)\n", prop.name, n_sm, iters);
+    CK(cudaFuncSetAttribute(k_node, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+    cudaStream_t main_s, side_s;
+    CK(cudaStreamCreateWithFlags(&main_s, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&side_s, cudaStreamNonBlocking));
+    cudaEvent_t fork, join;
+    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    unsigned long long *st;
+    CK(cudaMalloc(&st, (size_t)iters * NODES * 3 * sizeof(unsigned long long)));
+    std::vector<unsigned long long> init((size_t)iters * NODES * 3), got(init.size());
+    for (size_t i = 0; i < init.size(); i++) init[i] = i % 3 == 2 ? 0ull : ~0ull;
+    const variant vs[] = {{"one_lane", false, false, false, false},        {"join_prog", true, true, false, false},
+                          {"join_plain", true, false, false, false},       {"one_lane_smem", false, false, true, false},
+                          {"join_prog_smem", true, true, true, false},     {"join_prog_smem_carve", true, true, true, true}};
+    printf("%-22s %12s %12s %14s %12s\n", "variant", "K3-W1end", "K3-R2end", "K3wait-later", "K3-W1start");
+    for (const variant &v : vs) {
+        CK(cudaFuncSetAttribute(k_node, cudaFuncAttributePreferredSharedMemoryCarveout, v.carve ? 100 : -1));
+        CK(cudaMemcpy(st, init.data(), init.size() * sizeof(unsigned long long), cudaMemcpyHostToDevice));
+        std::vector<cudaGraphExec_t> ex((size_t)iters);
+        int g1 = v.smem ? 2 * n_sm : 256, t1 = 256;
+        for (int it = 0; it < iters; it++) {
+            unsigned long long *s = st + (size_t)it * NODES * 3;
+            CK(cudaStreamBeginCapture(main_s, cudaStreamCaptureModeThreadLocal));
+            launch(main_s, 1, 256, 0, 2.0, s, NORM, false);
+            if (v.side) {
+                CK(cudaEventRecord(fork, main_s));
+                CK(cudaStreamWaitEvent(side_s, fork, 0));
+                prog_edges(side_s);
+                launch(side_s, 1, 256, 0, 6.0, s, R2, true);
+            }
+            launch(main_s, g1, t1, 0, 4.0, s, W1, true);
+            if (v.side) {
+                CK(cudaEventRecord(join, side_s));
+                CK(cudaStreamWaitEvent(main_s, join, 0));
+                if (v.prog) prog_edges(main_s);
+            }
+            launch(main_s, 7, 128, v.smem ? 96 * 1024 : 0, 2.0, s, K3, true);
+            launch(main_s, 64, 256, 0, 2.0, s, K4, true);
+            cudaGraph_t g;
+            CK(cudaStreamEndCapture(main_s, &g));
+            CK(cudaGraphInstantiate(&ex[it], g, 0));
+            CK(cudaGraphDestroy(g));
+        }
+        for (int it = 0; it < iters; it++) CK(cudaGraphLaunch(ex[it], main_s));
+        CK(cudaStreamSynchronize(main_s));
+        for (int it = 0; it < iters; it++) CK(cudaGraphExecDestroy(ex[it]));
+        CK(cudaMemcpy(got.data(), st, got.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        std::vector<double> a, b, c, d;
+        for (int it = 1; it < iters; it++) {
+            const unsigned long long *s = got.data() + (size_t)it * NODES * 3;
+            double w1_end = (double)s[3 * W1 + 2], r2_end = v.side ? (double)s[3 * R2 + 2] : w1_end;
+            double k3 = (double)s[3 * K3], k3w = (double)s[3 * K3 + 1];
+            a.push_back((k3 - w1_end) / 1e3);
+            b.push_back((k3 - r2_end) / 1e3);
+            c.push_back((k3w - std::max(w1_end, r2_end)) / 1e3);
+            d.push_back((k3 - (double)s[3 * W1]) / 1e3);
+        }
+        auto med = [](std::vector<double> &x) {
+            std::sort(x.begin(), x.end());
+            return x[x.size() / 2];
+        };
+        printf("%-22s %12.2f %12.2f %14.2f %12.2f\n", v.name, med(a), v.side ? med(b) : 0.0, med(c), med(d));
+    }
+    cudaFree(st);
+    return 0;
+}
