@@ -47,13 +47,13 @@ static __device__ __forceinline__ unsigned long long gtime() {
 /* stamps of node id: [0] first block start, [1] first return from the wait, [2] last block end */
 enum { NODES = 6, NORM = 0, W1 = 1, R2 = 2, K3 = 3, K4 = 4 };
 
-__global__ void k_node(unsigned long long ns, unsigned long long *st, int id, int wait) {
+__global__ void k_node(unsigned long long ns, unsigned long long *st, int id, int wait, int touch) {
     extern __shared__ unsigned char smem[];
     unsigned long long t0 = gtime();
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     if (wait) asm volatile("griddepcontrol.wait;\n" ::: "memory");
     unsigned long long t1 = gtime();
-    if (threadIdx.x == 0) smem[0] = 1; /* touch the dynamic shared memory when there is any */
+    if (touch && threadIdx.x == 0) smem[0] = 1; /* the dynamic shared memory, when there is any */
     while (gtime() - t1 < ns) {
     }
     __syncthreads();
@@ -106,7 +106,7 @@ static void launch(cudaStream_t s, int blocks, int threads, size_t smem, double 
     at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, k_node, (unsigned long long)(us * 1000.0), st, id, pdl ? 1 : 0));
+    CK(cudaLaunchKernelEx(&cfg, k_node, (unsigned long long)(us * 1000.0), st, id, pdl ? 1 : 0, smem > 0 ? 1 : 0));
 }
 
 int main(int argc, char **argv) {
