@@ -5,7 +5,7 @@
  * The pattern of the model's one-token attention, with spin kernels that stamp their blocks'
  * first start, first return from griddepcontrol.wait and last end (globaltimer):
  *   main: NORM (1 block, 2 us) -> fork -> W1 ("W_UK": G1 blocks, 4 us, releases at its start)
- *   side: R2 ("rope_kv_write": 1 block, 6 us, releases at its start; the first launch after the
+ *   side: R2 ("rope_kv_write": 1 block, 6 us (or 1), releases at its start; the first launch after the
  *         fork, so PDL with a programmatic edge from NORM, as the backend's lane edges do)
  *   join -> K3 ("MLA decode": PDL, 7 blocks, S3 bytes of dynamic shared memory, releases at its
  *         start, then waits) -> K4 ("W_UV": PDL, 64 blocks)
@@ -13,6 +13,7 @@
  *   one_lane        no side lane: K3's only dependency is W1 (plain PDL within one stream)
  *   join_prog       K3 after the join, both in-edges programmatic (cuda_capture_prog_edges)
  *   join_plain      K3 after the join, the side edge a full dependency
+ *   join_prog_r2short  join_prog with the side kernel ending before W1 (1 us instead of 6)
  *   *_smem          the same with K3 taking 96 KB of dynamic shared memory (MLA's tiles) while
  *                   W1 runs 2 blocks of 256 threads on every SM
  *   *_carve         ..._smem with every node's kernel at a 100% shared-memory carveout preference
@@ -92,6 +93,7 @@ static void prog_edges(cudaStream_t s) {
 struct variant {
     const char *name;
     bool side, prog, smem, carve;
+    double r2_us; /* the side kernel's spin (W1 spins 4 us) */
 };
 
 static void launch(cudaStream_t s, int blocks, int threads, size_t smem, double us, unsigned long long *st, int id,
@@ -134,9 +136,13 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&st, (size_t)iters * NODES * 3 * sizeof(unsigned long long)));
     std::vector<unsigned long long> init((size_t)iters * NODES * 3), got(init.size());
     for (size_t i = 0; i < init.size(); i++) init[i] = i % 3 == 2 ? 0ull : ~0ull;
-    const variant vs[] = {{"one_lane", false, false, false, false},        {"join_prog", true, true, false, false},
-                          {"join_plain", true, false, false, false},       {"one_lane_smem", false, false, true, false},
-                          {"join_prog_smem", true, true, true, false},     {"join_prog_smem_carve", true, true, true, true}};
+    const variant vs[] = {{"one_lane", false, false, false, false, 6.0},
+                          {"join_prog", true, true, false, false, 6.0},
+                          {"join_plain", true, false, false, false, 6.0},
+                          {"join_prog_r2short", true, true, false, false, 1.0},
+                          {"one_lane_smem", false, false, true, false, 6.0},
+                          {"join_prog_smem", true, true, true, false, 6.0},
+                          {"join_prog_smem_carve", true, true, true, true, 6.0}};
     printf("%-22s %12s %12s %14s %12s\n", "variant", "K3-W1end", "K3-R2end", "K3wait-later", "K3-W1start");
     for (const variant &v : vs) {
         CK(cudaFuncSetAttribute(k_node, cudaFuncAttributePreferredSharedMemoryCarveout, v.carve ? 100 : -1));
@@ -151,7 +157,7 @@ int main(int argc, char **argv) {
                 CK(cudaEventRecord(fork, main_s));
                 CK(cudaStreamWaitEvent(side_s, fork, 0));
                 prog_edges(side_s);
-                launch(side_s, 1, 256, 0, 6.0, s, R2, true);
+                launch(side_s, 1, 256, 0, v.r2_us, s, R2, true);
             }
             launch(main_s, g1, t1, 0, 4.0, s, W1, true);
             if (v.side) {
