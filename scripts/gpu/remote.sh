@@ -359,7 +359,7 @@ for s in $steps; do
     dkernel)
         # ncu sections (speed of light, occupancy, warp states, memory) of the decode kernels
         # whose names match DKERNEL (regex, default k_small|k_gemv|k_route) in one eager
-        # decode step at DKERNEL_BATCH (1) tokens -> dkernel.txt
+        # decode step at DKERNEL_BATCH (1) tokens after a DKERNEL_PROMPT (16) token prompt -> dkernel.txt
         v2lite || continue
         ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         [ -n "$ncu" ] || { summary "dkernel: ncu not found"; continue; }
@@ -367,7 +367,7 @@ for s in $steps; do
             --kernel-name "regex:${DKERNEL:-k_small|k_gemv|k_route}" --launch-skip "${DKERNEL_SKIP:-40}" \
             --launch-count "${DKERNEL_COUNT:-12}" --section SpeedOfLight --section Occupancy \
             --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats \
-            "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" --batches "${DKERNEL_BATCH:-1}" --prompt 16 --gen 4 \
+            "$G/bin/bench_cuda_e2e" --model "$TMP/v2lite-8l" --batches "${DKERNEL_BATCH:-1}" --prompt "${DKERNEL_PROMPT:-16}" --gen 4 \
             --prefill none --ceilings 0
         ;;
     pbreakdown)
