@@ -14,6 +14,8 @@
  *   join_prog       K3 after the join, both in-edges programmatic (cuda_capture_prog_edges)
  *   join_plain      K3 after the join, the side edge a full dependency
  *   join_prog_r2short  join_prog with the side kernel ending before W1 (1 us instead of 6)
+ *   join_prog_prio  join_prog with the lanes at the highest / lowest stream priority and the
+ *                   graph instantiated with node priorities, as the model's lanes are
  *   *_smem          the same with K3 taking 96 KB of dynamic shared memory (MLA's tiles) while
  *                   W1 runs 2 blocks of 256 threads on every SM
  *   *_carve         ..._smem with every node's kernel at a 100% shared-memory carveout preference
@@ -94,6 +96,8 @@ struct variant {
     const char *name;
     bool side, prog, smem, carve;
     double r2_us; /* the side kernel's spin (W1 spins 4 us) */
+    bool prio;    /* the lanes at the highest / lowest stream priority, node priorities on (the model's
+                   * DEEPINFER_CUDA_LANE_PRIORITY) */
 };
 
 static void launch(cudaStream_t s, int blocks, int threads, size_t smem, double us, unsigned long long *st, int id,
@@ -126,9 +130,13 @@ int main(int argc, char **argv) {
     const int n_sm = prop.multiProcessorCount;
     printf("%s: %d SMs; medians over %d replays (us; negative = before that end)\n", prop.name, n_sm, iters);
     CK(cudaFuncSetAttribute(k_node, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
-    cudaStream_t main_s, side_s;
-    CK(cudaStreamCreateWithFlags(&main_s, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&side_s, cudaStreamNonBlocking));
+    cudaStream_t main_n, side_n, main_p, side_p;
+    int p_least = 0, p_greatest = 0;
+    CK(cudaDeviceGetStreamPriorityRange(&p_least, &p_greatest));
+    CK(cudaStreamCreateWithFlags(&main_n, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&side_n, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithPriority(&main_p, cudaStreamNonBlocking, p_greatest));
+    CK(cudaStreamCreateWithPriority(&side_p, cudaStreamNonBlocking, p_least));
     cudaEvent_t fork, join;
     CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
@@ -136,19 +144,21 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&st, (size_t)iters * NODES * 3 * sizeof(unsigned long long)));
     std::vector<unsigned long long> init((size_t)iters * NODES * 3), got(init.size());
     for (size_t i = 0; i < init.size(); i++) init[i] = i % 3 == 2 ? 0ull : ~0ull;
-    const variant vs[] = {{"one_lane", false, false, false, false, 6.0},
-                          {"join_prog", true, true, false, false, 6.0},
-                          {"join_plain", true, false, false, false, 6.0},
-                          {"join_prog_r2short", true, true, false, false, 1.0},
-                          {"one_lane_smem", false, false, true, false, 6.0},
-                          {"join_prog_smem", true, true, true, false, 6.0},
-                          {"join_prog_smem_carve", true, true, true, true, 6.0}};
+    const variant vs[] = {{"one_lane", false, false, false, false, 6.0, false},
+                          {"join_prog", true, true, false, false, 6.0, false},
+                          {"join_plain", true, false, false, false, 6.0, false},
+                          {"join_prog_r2short", true, true, false, false, 1.0, false},
+                          {"join_prog_prio", true, true, false, false, 6.0, true},
+                          {"one_lane_smem", false, false, true, false, 6.0, false},
+                          {"join_prog_smem", true, true, true, false, 6.0, false},
+                          {"join_prog_smem_carve", true, true, true, true, 6.0, false}};
     printf("%-22s %12s %12s %14s %12s\n", "variant", "K3-W1end", "K3-R2end", "K3wait-later", "K3-W1start");
     for (const variant &v : vs) {
         CK(cudaFuncSetAttribute(k_node, cudaFuncAttributePreferredSharedMemoryCarveout, v.carve ? 100 : -1));
         CK(cudaMemcpy(st, init.data(), init.size() * sizeof(unsigned long long), cudaMemcpyHostToDevice));
         std::vector<cudaGraphExec_t> ex((size_t)iters);
         int g1 = v.smem ? 2 * n_sm : 256, t1 = 256;
+        cudaStream_t main_s = v.prio ? main_p : main_n, side_s = v.prio ? side_p : side_n;
         for (int it = 0; it < iters; it++) {
             unsigned long long *s = st + (size_t)it * NODES * 3;
             CK(cudaStreamBeginCapture(main_s, cudaStreamCaptureModeThreadLocal));
@@ -169,11 +179,11 @@ int main(int argc, char **argv) {
             launch(main_s, 64, 256, 0, 2.0, s, K4, true);
             cudaGraph_t g;
             CK(cudaStreamEndCapture(main_s, &g));
-            CK(cudaGraphInstantiate(&ex[it], g, 0));
+            CK(cudaGraphInstantiate(&ex[it], g, v.prio ? cudaGraphInstantiateFlagUseNodePriority : 0));
             CK(cudaGraphDestroy(g));
         }
-        for (int it = 0; it < iters; it++) CK(cudaGraphLaunch(ex[it], main_s));
-        CK(cudaStreamSynchronize(main_s));
+        for (int it = 0; it < iters; it++) CK(cudaGraphLaunch(ex[it], main_n));
+        CK(cudaStreamSynchronize(main_n));
         for (int it = 0; it < iters; it++) CK(cudaGraphExecDestroy(ex[it]));
         CK(cudaMemcpy(got.data(), st, got.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
         std::vector<double> a, b, c, d;
