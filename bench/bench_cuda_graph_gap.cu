@@ -33,28 +33,13 @@
  *
  *   bench_cuda_graph_gap [--iters 40]
  */
-#include <cuda_runtime.h>
+#include "cuda_rt_bench.cuh"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-
 enum { MAX_NODES = 512 };
-
-static __device__ __forceinline__ unsigned long long gtime() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-    return t;
-}
 
 /* spins ns nanoseconds on every block; block 0 stamps [start, end] of node id */
 __global__ void k_spin(unsigned long long ns, unsigned long long *stamp, int id, int pdl) {

@@ -19,7 +19,7 @@
  *
  *   bench_cuda_l2pin [--cold MB (1900)] [--rounds N (20)]
  */
-#include <cuda_runtime.h>
+#include "cuda_rt_bench.cuh"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,25 +27,11 @@
 #include <algorithm>
 #include <vector>
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "bench_cuda_l2pin: %s: %s\n", #x, cudaGetErrorString(e_));                                 \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
-
-static __device__ __forceinline__ unsigned long long now_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-    return t;
-}
 
 /* Sums n 16-byte words (grid-stride), one result per block; stamps[0] = the earliest block
  * start (atomicMin), stamps[1] = the latest block end (atomicMax). */
 __global__ void k_read(const uint4 *p, size_t n, unsigned *sink, unsigned long long *stamps) {
-    unsigned long long t0 = now_ns();
+    unsigned long long t0 = gtime();
     unsigned acc = 0;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -62,7 +48,7 @@ __global__ void k_read(const uint4 *p, size_t n, unsigned *sink, unsigned long l
     __syncthreads();
     if (threadIdx.x == 0) {
         atomicMin(stamps, t0);
-        atomicMax(stamps + 1, now_ns());
+        atomicMax(stamps + 1, gtime());
     }
 }
 

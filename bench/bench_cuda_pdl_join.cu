@@ -24,7 +24,7 @@
  *
  *   bench_cuda_pdl_join [--iters 30]
  */
-#include <cuda_runtime.h>
+#include "cuda_rt_bench.cuh"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,20 +32,6 @@
 #include <algorithm>
 #include <vector>
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                       \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
-
-static __device__ __forceinline__ unsigned long long gtime() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-    return t;
-}
 
 /* stamps of node id: [0] first block start, [1] first return from the wait, [2] last block end */
 enum { NODES = 6, NORM = 0, W1 = 1, R2 = 2, K3 = 3, K4 = 4 };

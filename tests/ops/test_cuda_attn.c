@@ -237,6 +237,40 @@ static void one_token_cases(const char *tag) {
     }
 }
 
+/* cases() with g_gpu a decode backend made with var=val */
+static void with_decode_env(const char *var, const char *val, void (*cases)(void)) {
+    setenv(var, val, 1);
+    di_backend *be = decode_backend(NULL, NULL);
+    unsetenv(var);
+    if (!be) return;
+    di_backend *save = g_gpu;
+    g_gpu = be;
+    cases();
+    g_gpu = save;
+    di_backend_free(be);
+}
+
+/* DEEPINFER_CUDA_MLA_WIDE=0: one-token steps in at most 64 splits */
+static void wide0_cases(void) {
+    one_token_cases("[wide=0] ");
+    test_decode_uv();
+}
+
+/* DEEPINFER_CUDA_MLA_MIN_TILES=3 (dense splits of at least 3 tiles: fewer, longer splits at
+ * short contexts; the merges count the same splits): mixed cases, the wgmma kernel's, the
+ * one-token ones and decode + W_UV */
+static void min_tiles_cases(void) {
+    int ql[5] = {1, 1, 3, 1, 2}, cx[5] = {1, 64, 65, 700, 3000};
+    di_mla_dims v2 = {16, 128, 64, 128, 512, 0.1352f}, v3 = {128, 128, 64, 128, 512, 0.1352f},
+                v32 = {32, 128, 64, 128, 512, 0.2f};
+    decode_case("[min tiles 3] v2-lite (split-KV)", 5, ql, cx, v2, 0, 5);
+    decode_case("[min tiles 3] v3 (split-KV)", 5, ql, cx, v3, 0, 5);
+    decode_case("[min tiles 3] 32 heads", 5, ql, cx, v32, 0, 5);
+    decode_wg_cases("[min tiles 3] ");
+    one_token_cases("[min tiles 3] ");
+    test_decode_uv();
+}
+
 static void test_decode(void) {
     int ql[5] = {1, 1, 3, 1, 2}, cx[5] = {1, 64, 65, 700, 3000};
     di_mla_dims v2 = {16, 128, 64, 128, 512, 0.1352f}, v3 = {128, 128, 64, 128, 512, 0.1352f};
@@ -279,35 +313,9 @@ static void test_decode(void) {
      * past 64 tiles: 1, 2 and 3+ tiles per split), then the same and mla_decode_uv with
      * DEEPINFER_CUDA_MLA_WIDE=0 (at most 64 splits) */
     one_token_cases("");
-    setenv("DEEPINFER_CUDA_MLA_WIDE", "0", 1);
-    di_backend *narrow = decode_backend(NULL, NULL);
-    unsetenv("DEEPINFER_CUDA_MLA_WIDE");
-    if (narrow) {
-        di_backend *save = g_gpu;
-        g_gpu = narrow;
-        one_token_cases("[wide=0] ");
-        test_decode_uv();
-        g_gpu = save;
-        di_backend_free(narrow);
-    }
-    /* the experiment DEEPINFER_CUDA_MLA_MIN_TILES=3 (dense splits of at least 3 tiles: fewer,
-     * longer splits at short contexts; the merges count the same splits): the mixed cases, the
-     * wgmma kernel's, the one-token ones and decode + W_UV */
-    setenv("DEEPINFER_CUDA_MLA_MIN_TILES", "3", 1);
-    di_backend *mint = decode_backend(NULL, NULL);
-    unsetenv("DEEPINFER_CUDA_MLA_MIN_TILES");
-    if (mint) {
-        di_backend *save = g_gpu;
-        g_gpu = mint;
-        decode_case("[min tiles 3] v2-lite (split-KV)", 5, ql, cx, v2, 0, 5);
-        decode_case("[min tiles 3] v3 (split-KV)", 5, ql, cx, v3, 0, 5);
-        decode_case("[min tiles 3] 32 heads", 5, ql, cx, v32, 0, 5);
-        decode_wg_cases("[min tiles 3] ");
-        one_token_cases("[min tiles 3] ");
-        test_decode_uv();
-        g_gpu = save;
-        di_backend_free(mint);
-    }
+    with_decode_env("DEEPINFER_CUDA_MLA_WIDE", "0", wide0_cases);
+    /* the experiment DEEPINFER_CUDA_MLA_MIN_TILES=3 */
+    with_decode_env("DEEPINFER_CUDA_MLA_MIN_TILES", "3", min_tiles_cases);
 }
 
 /* ---------------------------------------------------------------- prefill ---- */
