@@ -21,6 +21,8 @@
  *   *_carve         ..._smem with every node's kernel at a 100% shared-memory carveout preference
  * Reported (us): K3's first block start relative to W1's end and to R2's end (negative: it
  * started early), and K3's first return from its wait relative to the later of the two ends.
+ * Then one more question of PDL semantics: if a PDL kernel exits without waiting, does the
+ * PDL kernel after it still wait for the one before it (K4's wait against W1's end)?
  *
  *   bench_cuda_pdl_join [--iters 30]
  */
@@ -87,7 +89,7 @@ struct variant {
 };
 
 static void launch(cudaStream_t s, int blocks, int threads, size_t smem, double us, unsigned long long *st, int id,
-                   bool pdl) {
+                   bool pdl, bool wait = true) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(blocks);
     cfg.blockDim = dim3(threads);
@@ -98,7 +100,8 @@ static void launch(cudaStream_t s, int blocks, int threads, size_t smem, double 
     at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, k_node, (unsigned long long)(us * 1000.0), st, id, pdl ? 1 : 0, smem > 0 ? 1 : 0));
+    CK(cudaLaunchKernelEx(&cfg, k_node, (unsigned long long)(us * 1000.0), st, id, pdl && wait ? 1 : 0,
+                          smem > 0 ? 1 : 0));
 }
 
 int main(int argc, char **argv) {
@@ -187,6 +190,39 @@ int main(int argc, char **argv) {
             return x[x.size() / 2];
         };
         printf("%-22s %12.2f %12.2f %14.2f %12.2f\n", v.name, med(a), v.side ? med(b) : 0.0, med(c), med(d));
+    }
+    /* A PDL kernel that returns without griddepcontrol.wait (as an all-greedy sampler block could,
+     * reading its rows' temperatures before the wait): does the PDL kernel after it still wait for
+     * the kernel before it? W1 (4 us) -> K3 (exits at once, waiting or not) -> K4 (waits): K4's
+     * first return from its wait relative to W1's end; negative = the chain broke. */
+    printf("%-22s %14s\n", "successor of", "K4wait-W1end");
+    CK(cudaFuncSetAttribute(k_node, cudaFuncAttributePreferredSharedMemoryCarveout, -1));
+    for (int k3_waits = 1; k3_waits >= 0; k3_waits--) {
+        CK(cudaMemcpy(st, init.data(), init.size() * sizeof(unsigned long long), cudaMemcpyHostToDevice));
+        std::vector<cudaGraphExec_t> ex((size_t)iters);
+        for (int it = 0; it < iters; it++) {
+            unsigned long long *s = st + (size_t)it * NODES * 3;
+            CK(cudaStreamBeginCapture(main_n, cudaStreamCaptureModeThreadLocal));
+            launch(main_n, 1, 256, 0, 2.0, s, NORM, false);
+            launch(main_n, 256, 256, 0, 4.0, s, W1, true);
+            launch(main_n, 7, 128, 0, 0.0, s, K3, true, k3_waits != 0);
+            launch(main_n, 64, 256, 0, 2.0, s, K4, true);
+            cudaGraph_t g;
+            CK(cudaStreamEndCapture(main_n, &g));
+            CK(cudaGraphInstantiate(&ex[it], g, 0));
+            CK(cudaGraphDestroy(g));
+        }
+        for (int it = 0; it < iters; it++) CK(cudaGraphLaunch(ex[it], main_n));
+        CK(cudaStreamSynchronize(main_n));
+        for (int it = 0; it < iters; it++) CK(cudaGraphExecDestroy(ex[it]));
+        CK(cudaMemcpy(got.data(), st, got.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        std::vector<double> w;
+        for (int it = 1; it < iters; it++) {
+            const unsigned long long *s = got.data() + (size_t)it * NODES * 3;
+            w.push_back(((double)s[3 * K4 + 1] - (double)s[3 * W1 + 2]) / 1e3);
+        }
+        std::sort(w.begin(), w.end());
+        printf("%-22s %14.2f  (min %.2f)\n", k3_waits ? "K3 that waits" : "K3 that does not wait", w[w.size() / 2], w[0]);
     }
     cudaFree(st);
     return 0;
