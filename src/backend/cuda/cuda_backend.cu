@@ -653,6 +653,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     const char *sc = getenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");
     st->sample_cluster = sc && (!strcmp(sc, "0") || !strcmp(sc, "4") || !strcmp(sc, "8")) ? atoi(sc) : 1;
     st->sample_greedy = env_on("DEEPINFER_CUDA_SAMPLE_GREEDY");
+    st->sample_early_exit = env_set("DEEPINFER_CUDA_SAMPLE_EARLY_EXIT");
     st->mla_uv = env_on("DEEPINFER_CUDA_MLA_UV");
     st->mla_wide = env_on("DEEPINFER_CUDA_MLA_WIDE");
     st->mla_split_floor = env_on("DEEPINFER_CUDA_MLA_SPLIT_FLOOR");

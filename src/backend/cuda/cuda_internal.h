@@ -229,6 +229,10 @@ typedef struct cuda_state {
                                     * thread-block cluster per row (cuda_sample_cluster.cu; 8 or 4
                                     * blocks by batch size, or forced with 8 / 4); 0 the one-block
                                     * kernel (cuda_sample.cu) */
+    int sample_early_exit;         /* experiment DEEPINFER_CUDA_SAMPLE_EARLY_EXIT (default 0): the cluster
+                                    * sampler's blocks of greedy rows return before their PDL wait.
+                                    * Safe only if a PDL kernel that never waits still leaves its
+                                    * successors ordered after its predecessor (bench_cuda_pdl_join) */
     int sample_greedy;             /* DEEPINFER_CUDA_SAMPLE_GREEDY (default 1): greedy rows on their
                                     * own streaming kernel (cuda_sample_greedy.cu); 0 in the
                                     * sampling kernel with the other rows */
@@ -513,7 +517,8 @@ int cuda_moe_experts_shared(di_backend *be, void *out, const void *x, const int3
                             int k, const di_weight *gate_up, const di_weight *down, const di_weight *sh_gate_up,
                             const di_weight *sh_down, int T, void *scratch, size_t scratch_bytes);
 /* 1: launched on the cluster kernel; 0: V too large for it (the caller uses the one-block kernel).
- * skip_greedy: leave the greedy rows alone (cuda_sample_greedy has them). */
+ * skip_greedy: leave the greedy rows alone (cuda_sample_greedy has them); 2: and return before
+ * the PDL wait (st->sample_early_exit). */
 int cuda_sample_cluster(cuda_state *st, int32_t *tokens, int32_t *status, const float *logits, int n, int V,
                         const di_sample_row *rows, int skip_greedy);
 /* the greedy rows of a sample op (every other row untouched) */
