@@ -142,17 +142,12 @@ int main(int argc, char **argv) {
                 /* one graph per round (its own stamps): hot, then cold */
                 std::vector<cudaGraphExec_t> ex((size_t)rounds);
                 for (int r = 0; r < rounds; r++) {
-                    cudaGraph_t g;
                     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
                     launch_read(s, blocks, hot, hb, sink, stamps + 4 * r, win, hb, v.ratio);
                     launch_read(s, blocks, cold, cold_bytes, sink, stamps + 4 * r + 2, NULL, 0, 1.f);
-                    CK(cudaStreamEndCapture(s, &g));
-                    CK(cudaGraphInstantiate(&ex[r], g, 0));
-                    CK(cudaGraphDestroy(g));
+                    ex[r] = capture_end(s, 0);
                 }
-                for (int r = 0; r < rounds; r++) CK(cudaGraphLaunch(ex[r], s));
-                CK(cudaStreamSynchronize(s));
-                for (int r = 0; r < rounds; r++) CK(cudaGraphExecDestroy(ex[r]));
+                replay_once(ex, s);
             } else {
                 for (int r = 0; r < rounds; r++) {
                     launch_read(s, blocks, hot, hb, sink, stamps + 4 * r, win, hb, v.ratio);
@@ -166,9 +161,7 @@ int main(int argc, char **argv) {
                 hot_us.push_back((st[4 * r + 1] - st[4 * r]) / 1e3);
                 cold_us.push_back((st[4 * r + 3] - st[4 * r + 2]) / 1e3);
             }
-            std::sort(hot_us.begin(), hot_us.end());
-            std::sort(cold_us.begin(), cold_us.end());
-            double h = hot_us[hot_us.size() / 2], c = cold_us[cold_us.size() / 2];
+            double h = median(hot_us), c = median(cold_us);
             printf("%-10s %6.1f %12.2f %12.0f %12.0f\n", v.name, hb / 1048576.0, h, hb / h / 1e3, cold_bytes / c / 1e3);
         }
     }

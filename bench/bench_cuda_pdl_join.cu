@@ -166,14 +166,9 @@ int main(int argc, char **argv) {
             }
             launch(main_s, 7, 128, v.smem ? 96 * 1024 : 0, 2.0, s, K3, true);
             launch(main_s, 64, 256, 0, 2.0, s, K4, true);
-            cudaGraph_t g;
-            CK(cudaStreamEndCapture(main_s, &g));
-            CK(cudaGraphInstantiate(&ex[it], g, v.prio ? cudaGraphInstantiateFlagUseNodePriority : 0));
-            CK(cudaGraphDestroy(g));
+            ex[it] = capture_end(main_s, v.prio ? cudaGraphInstantiateFlagUseNodePriority : 0);
         }
-        for (int it = 0; it < iters; it++) CK(cudaGraphLaunch(ex[it], main_n));
-        CK(cudaStreamSynchronize(main_n));
-        for (int it = 0; it < iters; it++) CK(cudaGraphExecDestroy(ex[it]));
+        replay_once(ex, main_n);
         CK(cudaMemcpy(got.data(), st, got.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
         std::vector<double> a, b, c, d;
         for (int it = 1; it < iters; it++) {
@@ -185,11 +180,8 @@ int main(int argc, char **argv) {
             c.push_back((k3w - std::max(w1_end, r2_end)) / 1e3);
             d.push_back((k3 - (double)s[3 * W1]) / 1e3);
         }
-        auto med = [](std::vector<double> &x) {
-            std::sort(x.begin(), x.end());
-            return x[x.size() / 2];
-        };
-        printf("%-22s %12.2f %12.2f %14.2f %12.2f\n", v.name, med(a), v.side ? med(b) : 0.0, med(c), med(d));
+        printf("%-22s %12.2f %12.2f %14.2f %12.2f\n", v.name, median(a), v.side ? median(b) : 0.0, median(c),
+               median(d));
     }
     /* A PDL kernel that returns without griddepcontrol.wait (as an all-greedy sampler block could,
      * reading its rows' temperatures before the wait): does the PDL kernel after it still wait for
@@ -209,14 +201,9 @@ int main(int argc, char **argv) {
             launch(main_n, 256, 256, 0, 4.0, s, W1, true);
             launch(main_n, 7, 128, 0, 0.0, s, K3, true, k3_waits != 0);
             launch(main_n, 64, 256, 0, 2.0, s, K4, k4_pdl != 0);
-            cudaGraph_t g;
-            CK(cudaStreamEndCapture(main_n, &g));
-            CK(cudaGraphInstantiate(&ex[it], g, 0));
-            CK(cudaGraphDestroy(g));
+            ex[it] = capture_end(main_n, 0);
         }
-        for (int it = 0; it < iters; it++) CK(cudaGraphLaunch(ex[it], main_n));
-        CK(cudaStreamSynchronize(main_n));
-        for (int it = 0; it < iters; it++) CK(cudaGraphExecDestroy(ex[it]));
+        replay_once(ex, main_n);
         CK(cudaMemcpy(got.data(), st, got.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
         std::vector<double> w;
         for (int it = 1; it < iters; it++) {
@@ -224,9 +211,9 @@ int main(int argc, char **argv) {
             /* K4's wait when it is a PDL kernel, else its start */
             w.push_back(((double)s[3 * K4 + (k4_pdl ? 1 : 0)] - (double)s[3 * W1 + 2]) / 1e3);
         }
-        std::sort(w.begin(), w.end());
         const char *what[3] = {"K3 waits, K4 PDL", "K3 no wait, K4 PDL", "K3 no wait, K4 plain"};
-        printf("%-22s %14.2f  (min %.2f)\n", what[form], w[w.size() / 2], w[0]);
+        double mid = median(w); /* sorts w */
+        printf("%-22s %14.2f  (min %.2f)\n", what[form], mid, w[0]);
     }
     cudaFree(st);
     return 0;
