@@ -29,7 +29,8 @@
  *  - fs_extensions(be) adds the CUDA backend's optional fused ops as the compositions backend.h
  *    defines them bit for bit (rope_kv_write, mla_decode_uv, moe_experts_shared up to 4 tokens,
  *    moe_experts_defer + add_rmsnorm_experts from 2 tokens, the result kept in a buffer of the
- *    fake's), so the model takes the paths it takes on CUDA.
+ *    fake's, matmul_silu at one token outside the side lane), so the model takes the paths it
+ *    takes on CUDA.
  * Violations are counted in g_fs.violations (first message in g_fs.why) and fail the call that
  * found them. One fake per process (static state); include once per test, after test_util.h. */
 #ifndef DI_FAKE_STREAM_BACKEND_H
@@ -102,8 +103,9 @@ static struct {
     const void *def_scratch; /* and the arguments that call must repeat */
     const float *def_w;
     int def_k, def_T;
-    long fused[5];          /* calls that took each fused op: rope_kv_write, mla_decode_uv,
-                             * moe_experts_shared, moe_experts_defer, add_rmsnorm_experts */
+    long fused[6];          /* calls that took each fused op: rope_kv_write, mla_decode_uv,
+                             * moe_experts_shared, moe_experts_defer, add_rmsnorm_experts,
+                             * matmul_silu */
 } g_fs;
 
 static inline void fs_violation(const char *msg) {
@@ -566,7 +568,7 @@ static inline di_backend *fs_install(di_backend *be) {
 /* ---- the CUDA backend's fused ops as their backend.h compositions (fs_extensions) ---- */
 
 /* A temporary of at least n floats for fused op `slot` (0: deferred experts, 1: shared gate/up,
- * 2: shared SiLU-mul): the slot's newest if large enough, else a new one (captured ops keep
+ * 2: shared SiLU-mul, 3: matmul_silu's gate/up): the slot's newest if large enough, else a new one (captured ops keep
  * pointing at the old). */
 static inline float *fs_buf(int slot, size_t n) {
     for (int i = g_fs.n_bufs - 1; i >= 0; i--)
@@ -638,6 +640,17 @@ static void fs_add_rmsnorm_experts(di_backend *be, float *h, const void *scratch
     g_fs.deferred = NULL;
 }
 
+/* matmul_silu as CUDA takes it (one token, not on the side lane; DEEPINFER_CUDA_GU_SILU): the
+ * gate/up projection into a temporary, then silu_mul */
+static int fs_matmul_silu(di_backend *be, void *act, const void *x, int ldx, const di_weight *gate_up, int I, int T) {
+    if (T != 1 || g_fs.on_side || gate_up->rows != 2 * I) return 0;
+    g_fs.fused[5]++;
+    float *gu = fs_buf(3, (size_t)T * 2 * I);
+    be->matmul(be, gu, 2 * I, x, ldx, gate_up, T, 0);
+    be->silu_mul(be, act, gu, T, I);
+    return 1;
+}
+
 /* Adds the fused ops to a backend fs_install patched. */
 static inline void fs_extensions(di_backend *be) {
     be->rope_kv_write = fs_rope_kv_write;
@@ -645,6 +658,7 @@ static inline void fs_extensions(di_backend *be) {
     be->moe_experts_shared = fs_moe_experts_shared;
     be->moe_experts_defer = fs_moe_experts_defer;
     be->add_rmsnorm_experts = fs_add_rmsnorm_experts;
+    be->matmul_silu = fs_matmul_silu;
 }
 
 /* A loaded CPU model onto the fake stream: its backend patched (fs_install) and its step state

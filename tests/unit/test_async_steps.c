@@ -78,11 +78,16 @@ static void run_config(const char *preset, const char *dir, int lanes, int defer
              fused ? ", fused ops" : "");
     async_model_runs(m, &g_rs, how, label, runs, same);
     CHECK_MSG(g_fs.violations == 0, "%s: %d contract violations (first: %s)", label, g_fs.violations, g_fs.why);
-    if (fused) /* each fused op taken: with the side lane the deferred experts, else the shared ones */
+    /* each fused op taken: with the side lane the deferred experts, else the shared ones; the
+     * dense layers' one-token SwiGLU as matmul_silu */
+    const int dense = di_model_config_of(m)->first_k_dense_replace > 0;
+    if (fused)
         CHECK_MSG(g_fs.fused[0] > 0 && g_fs.fused[1] > 0 &&
-                      (lanes != FS_LANES_OFF ? g_fs.fused[3] > 0 && g_fs.fused[4] == g_fs.fused[3] : g_fs.fused[2] > 0),
-                  "%s: fused ops taken: rope_kv_write %ld, mla_decode_uv %ld, shared %ld, defer %ld / %ld", label,
-                  g_fs.fused[0], g_fs.fused[1], g_fs.fused[2], g_fs.fused[3], g_fs.fused[4]);
+                      (lanes != FS_LANES_OFF ? g_fs.fused[3] > 0 && g_fs.fused[4] == g_fs.fused[3] : g_fs.fused[2] > 0) &&
+                      (g_fs.fused[5] > 0) == dense,
+                  "%s: fused ops taken: rope_kv_write %ld, mla_decode_uv %ld, shared %ld, defer %ld / %ld, "
+                  "matmul_silu %ld (dense layers: %d)", label, g_fs.fused[0], g_fs.fused[1], g_fs.fused[2],
+                  g_fs.fused[3], g_fs.fused[4], g_fs.fused[5], dense);
     CHECK_MSG(g_fs.captures > 0 && g_fs.launches > 0 && g_fs.copies_out > 0 && g_fs.copies_in > 0 &&
                   g_fs.fence_waits > 0 && (lanes == FS_LANES_OFF) == (g_fs.forks == 0),
               "%s: the asynchronous paths did not run (captures %ld, launches %ld, copies out %ld, in %ld, fence "
