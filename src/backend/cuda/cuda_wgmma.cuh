@@ -21,6 +21,14 @@
         "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
 #define DI_ACC32(i) DI_ACC8(i), DI_ACC8((i) + 8), DI_ACC8((i) + 16), DI_ACC8((i) + 24)
 #define DI_ACC64(i) DI_ACC32(i), DI_ACC32((i) + 32)
+/* The body of a wgmma wrapper compiled for a target without wgmma (never launched there) */
+#define DI_WGMMA_MISSING()                                                                                           \
+    do {                                                                                                             \
+        (void)d;                                                                                                     \
+        (void)da;                                                                                                    \
+        (void)db;                                                                                                    \
+        __trap();                                                                                                    \
+    } while (0)
 
 /* Shared-memory matrix descriptor of a K-major bf16 tile with 128-byte rows, SWIZZLE_128B:
  * start address >> 4 (bits 0-13), leading byte offset (unused for swizzled K-major, 1),
@@ -84,10 +92,7 @@ static __device__ __forceinline__ void wgmma_256(float *d, uint64_t da, uint64_t
         : DI_ACC64(0), DI_ACC64(64)
         : "l"(da), "l"(db), "r"(1), "n"(TB));
 #else
-    (void)d;
-    (void)da;
-    (void)db;
-    __trap();
+    DI_WGMMA_MISSING();
 #endif
 }
 
@@ -114,10 +119,7 @@ static __device__ __forceinline__ void wgmma_64(float *d, uint64_t da, uint64_t 
         : DI_ACC32(0)
         : "l"(da), "l"(db), "r"(1));
 #else
-    (void)d;
-    (void)da;
-    (void)db;
-    __trap();
+    DI_WGMMA_MISSING();
 #endif
 }
 
@@ -138,10 +140,7 @@ static __device__ __forceinline__ void wgmma_128(float *d, uint64_t da, uint64_t
         : DI_ACC64(0)
         : "l"(da), "l"(db), "r"(1));
 #else
-    (void)d;
-    (void)da;
-    (void)db;
-    __trap();
+    DI_WGMMA_MISSING();
 #endif
 }
 
