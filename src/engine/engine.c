@@ -63,7 +63,7 @@ di_status di_engine_create_with(const di_engine_params *p, di_executor *ex, di_c
     if (p->max_model_len > 0 && p->max_model_len < e->max_model_len) e->max_model_len = p->max_model_len;
     int max_blocks_per_seq = (e->max_model_len + DI_BLOCK_TOKENS - 1) / DI_BLOCK_TOKENS;
     if (s == DI_OK) s = di_block_manager_create(e->ex.n_kv_blocks, &e->bm);
-    di_scheduler_config sc = {e->max_batch_tokens, e->max_seqs, p->enable_prefix_cache};
+    di_scheduler_config sc = {e->max_batch_tokens, e->max_seqs, p->enable_prefix_cache, e->ex.exact_recompute};
     if (s == DI_OK) s = di_scheduler_create(&sc, e->bm, &e->sched);
     if (s == DI_OK) s = di_runner_create(e->max_batch_tokens, e->max_seqs, max_blocks_per_seq, &e->runner);
     if (s == DI_OK) s = di_sampler_create(e->ex.vocab_size, &e->sampler);
@@ -477,9 +477,10 @@ static di_status run_sampling_step(di_engine *e, const di_step_plan *plan, const
 }
 
 /* Whether a plan's step may run asynchronously: the executor can launch steps, and every row
- * is a decode row sampled in the executor (so the next step can be chained to it). */
+ * is a one-token decode row sampled in the executor (so the next step can be chained to it). */
 static int plan_async(const di_engine *e, const di_step_plan *plan) {
-    if (!e->ex.launch_sample || plan->n_decode != plan->n_seqs || plan->n_copies > 0) return 0;
+    if (!e->ex.launch_sample || plan->n_decode != plan->n_seqs || plan->n_tokens != plan->n_seqs || plan->n_copies > 0)
+        return 0;
     for (int i = 0; i < plan->n_seqs; i++)
         if (!plan->sample[i]) return 0;
     return 1;

@@ -79,6 +79,9 @@ di_status di_executor_model_create(const char *dir, const di_model_options *opts
     out->forward_sample = m_forward_sample;
     const char *env = getenv("DEEPINFER_DEVICE_SAMPLING");
     out->device_sampling = env && *env ? env[0] != '0' : opts->device == DI_DEVICE_CUDA;
+    /* the CPU backend's rows are batch-invariant (cpu_matmul.c); the CUDA backend's are not (its
+     * kernels and split counts follow the batch size), so exact recompute would buy nothing */
+    out->exact_recompute = opts->device == DI_DEVICE_CPU;
     const char *as = getenv("DEEPINFER_ASYNC_STEPS");
     if (!(as && as[0] == '0')) {
         out->launch_sample = m_launch;

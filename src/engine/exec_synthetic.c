@@ -6,7 +6,9 @@
  *   1. validates the batch (counts within limits, seq_start monotone, positions consecutive
  *      and ending at seq_ctx_len - 1, every slot equal to block_table[seq][pos / 64] * 64 +
  *      pos % 64, block ids inside the pool) and fails with DI_ERR_INTERNAL naming the field;
- *   2. writes value(token, position) into the slot of every batch token;
+ *   2. writes value(token, position) into the slot of every batch token (with decode_differs,
+ *      a different value for tokens of decode entries: the real model's decode and prefill
+ *      paths round differently, and the engine must not mix them up);
  *   3. for each requested row, folds the values of the whole context (positions 0 .. pos)
  *      read back through the block table (reading a never-written slot, or a slot that holds
  *      another position, is an error) into a
@@ -35,11 +37,19 @@ static inline uint64_t token_value(const di_fake_model_config *c, int32_t token,
                         ((uint64_t)(uint32_t)pos * 0xC2B2AE3D27D4EB4Full));
 }
 
+/* value(token, position) of a token computed by a decode entry, with decode_differs */
+static inline uint64_t decode_value(const di_fake_model_config *c, uint64_t v) {
+    return c->decode_differs ? di_rng_mix64(v ^ 0xDEC0DEDEC0DEull) : v;
+}
+
 static inline uint64_t fold(uint64_t h, uint64_t v) { return di_rng_mix64(h ^ v); }
 
-uint64_t di_fake_model_context_hash(const di_fake_model_config *c, const int32_t *tokens, int n) {
+uint64_t di_fake_model_context_hash(const di_fake_model_config *c, const int32_t *tokens, int n_prompt, int n) {
     uint64_t h = c->seed * 31 + 7;
-    for (int i = 0; i < n; i++) h = fold(h, token_value(c, tokens[i], i));
+    for (int i = 0; i < n; i++) {
+        uint64_t v = token_value(c, tokens[i], i);
+        h = fold(h, i < n_prompt ? v : decode_value(c, v));
+    }
     return h;
 }
 
@@ -101,8 +111,10 @@ static di_status forward(void *ctx, const di_batch *b, const float **logits) {
     f->st.forwards++;
     f->st.tokens += (uint64_t)b->n_tokens;
     f->st.logits_rows += (uint64_t)b->n_logits;
+    const int n_decode_tokens = b->seq_start[b->n_decode_seqs];
     for (int t = 0; t < b->n_tokens; t++) {
-        f->kv[b->slot_mapping[t]] = token_value(&f->cfg, b->token_ids[t], b->positions[t]);
+        uint64_t v = token_value(&f->cfg, b->token_ids[t], b->positions[t]);
+        f->kv[b->slot_mapping[t]] = t < n_decode_tokens ? decode_value(&f->cfg, v) : v;
         f->kv_pos[b->slot_mapping[t]] = b->positions[t];
         f->written[b->slot_mapping[t]] = 1;
     }
@@ -177,6 +189,7 @@ di_status di_executor_fake_create(const di_fake_model_config *cfg, di_executor *
     out->forward = forward;
     out->copy_blocks = copy_blocks;
     out->destroy = destroy;
+    out->exact_recompute = cfg->decode_differs;
     return DI_OK;
 }
 

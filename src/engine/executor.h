@@ -38,6 +38,12 @@ typedef struct di_executor {
     di_status (*forward_sample)(void *ctx, const di_batch *batch, const di_sample_row *rows, int32_t *tokens,
                                 int32_t *status);
     int device_sampling;
+    /* 1: each row's results are the same bits whatever else is in the batch (the CPU backend),
+     * but a token's KV computed in a decode step differs in its last bits from the same token's
+     * KV computed in a prefill chunk (the absorbed and the naive MLA round differently). The
+     * engine then keeps the two apart (scheduler.h "Exact recompute"), so preemption and
+     * prefix-cache reuse change no output bit. */
+    int exact_recompute;
     /* Optional (both NULL: absent): asynchronous forward_sample steps, so that the engine can
      * queue the next decode step before the current one's tokens are back (model.h
      * di_model_sample_launch / _collect). launch_sample queues a step and returns;
@@ -72,6 +78,10 @@ typedef struct di_fake_model_config {
     int max_seqs;
     int32_t eos_id;             /* -1: none */
     uint64_t seed;              /* changes the synthetic "weights" */
+    int decode_differs;         /* 1: a token computed by a decode entry (batch index below
+                                 * n_decode_seqs) writes another KV value than the same token in a
+                                 * prefill chunk, as the real model's two MLA paths round
+                                 * differently; the executor then sets exact_recompute */
 } di_fake_model_config;
 
 typedef struct di_fake_model_stats {
@@ -84,8 +94,9 @@ typedef struct di_fake_model_stats {
 di_status di_executor_fake_create(const di_fake_model_config *cfg, di_executor *out);
 void di_executor_fake_stats(const di_executor *ex, di_fake_model_stats *st);
 /* The context hash the fake model derives logits from, for a token sequence computed
- * directly (no cache): lets tests state what the engine must have produced. */
-uint64_t di_fake_model_context_hash(const di_fake_model_config *cfg, const int32_t *tokens, int n);
+ * directly (no cache): lets tests state what the engine must have produced. Positions from
+ * n_prompt on are generated tokens, computed by decode entries (it matters with decode_differs). */
+uint64_t di_fake_model_context_hash(const di_fake_model_config *cfg, const int32_t *tokens, int n_prompt, int n);
 /* The fake model's logits row for a context hash. */
 void di_fake_model_logits(const di_fake_model_config *cfg, uint64_t ctx_hash, float *row);
 

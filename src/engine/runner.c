@@ -105,11 +105,16 @@ const di_batch *di_runner_prepare(di_runner *r, const di_step_plan *p) {
         memset(r->rows, 0, (size_t)r->max_seqs * sizeof *r->rows); /* every row is rewritten */
     }
     int t = 0, n_logits = 0;
-    /* decode entries: one token each, at batch index i */
+    /* decode entries: one token each, at batch index i (an entry of several tokens, a resumed
+     * sequence's generated tokens under exact recompute, takes the general loop below) */
+    int i_general = p->n_decode;
     for (int i = 0; i < p->n_decode; i++, t++) {
         const di_seq *q = p->seqs[i];
         const uint32_t pos = (uint32_t)p->start[i];
-        DI_ASSERT(p->n_new[i] == 1);
+        if (p->n_new[i] != 1) {
+            i_general = i;
+            break;
+        }
         r->seq_start[i] = t;
         r->token_ids[t] = q->tokens[pos];
         r->positions[t] = (int32_t)pos;
@@ -123,7 +128,7 @@ const di_batch *di_runner_prepare(di_runner *r, const di_step_plan *p) {
             r->row_of[i] = -1;
         }
     }
-    for (int i = p->n_decode; i < p->n_seqs; i++) {
+    for (int i = i_general; i < p->n_seqs; i++) {
         const di_seq *q = p->seqs[i];
         const int32_t *blocks = q->blocks;
         r->seq_start[i] = t;

@@ -2,7 +2,8 @@
  *
  * Owner: engine. Buffers are sized at create for the engine's limits (max_batch_tokens,
  * max_seqs, max blocks per sequence); a step allocates nothing. For plan entry i the batch has
- * seq i (decode entries first, as the plan orders them), tokens [start, start + n_new) with
+ * seq i (decode entries first, as the plan orders them: one token each, or several for a
+ * resumed sequence under the scheduler's exact recompute), tokens [start, start + n_new) with
  * positions start.., slots block * 64 + offset through the sequence's block table, context
  * length start + n_new, and, when the entry samples, one logits row for its last token:
  * row_of[i] is that row (or -1). Copy-on-write copies of the plan run before the forward. */

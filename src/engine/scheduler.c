@@ -234,6 +234,19 @@ static inline int plan_decode(di_scheduler *s, di_seq *q) {
     return 1;
 }
 
+/* The end of q's next prefill chunk: its length, but with exact recompute the prompt's end when
+ * q was preempted after generating (its generated tokens are recomputed by decode entries). */
+static inline int prefill_end(const di_scheduler *s, const di_seq *q) {
+    return s->cfg.exact_recompute && q->len > q->prompt_len ? q->prompt_len : q->len;
+}
+
+/* Whether q's next tokens are decode work: its newest token (di_seq_is_decode), or with exact
+ * recompute any generated tokens not computed yet, once its prompt is. */
+static inline int in_decode(const di_scheduler *s, const di_seq *q) {
+    if (!s->cfg.exact_recompute) return di_seq_is_decode(q);
+    return q->len > q->prompt_len && q->n_computed >= q->prompt_len && q->n_computed < q->len;
+}
+
 static void preempt(di_scheduler *s, int running_index) {
     di_seq *q = s->running[running_index];
     remove_at(s->running, &s->n_running, running_index);
@@ -256,14 +269,15 @@ static int victim_after(const di_scheduler *s, int i) {
 
 /* ---- admission ---- */
 
-/* Tries to admit waiting sequence q with up to `budget` tokens; returns tokens planned (0 =
- * not admitted, nothing changed). */
+/* Tries to admit waiting sequence q with up to `budget` tokens; returns tokens planned, or -1
+ * (not admitted, nothing changed). 0: admitted with nothing to plan this step (exact recompute:
+ * the cache held its prompt, its generated tokens are next step's decode work). */
 static int admit(di_scheduler *s, di_seq *q, int budget) {
     DI_ASSERT(q->n_blocks == 0);
     int hits = 0, free_hits = 0;
     if (s->cfg.enable_prefix_cache) {
         int n_look = (q->len - 1) / DI_BLOCK_TOKENS;
-        di_seq_hash_blocks(q, n_look);
+        di_seq_hash_blocks(q, n_look, s->cfg.exact_recompute);
         for (; hits < n_look; hits++) {
             int32_t b = di_block_manager_lookup(s->bm, q->hashes[hits], di_seq_parent_hash(q, hits),
                                                 q->tokens + (size_t)hits * DI_BLOCK_TOKENS);
@@ -273,12 +287,12 @@ static int admit(di_scheduler *s, di_seq *q, int budget) {
         }
     }
     int hit_tokens = hits * DI_BLOCK_TOKENS;
-    int want = q->len - hit_tokens;
+    int want = prefill_end(s, q) - hit_tokens;
     if (want > budget) want = budget;
     int avail = di_block_manager_n_free(s->bm) - free_hits;
     long room = (long)avail * DI_BLOCK_TOKENS;
     int n = want < room ? want : (int)(room > 0 ? room : 0);
-    if (n <= 0) return 0;
+    if (n <= 0 && !(want <= 0 && hit_tokens >= q->prompt_len && q->len > q->prompt_len)) return -1;
     for (int j = 0; j < hits; j++) di_block_manager_ref(s->bm, q->blocks[j]);
     q->n_blocks = hits;
     q->table_version = ++s->versions;
@@ -286,8 +300,8 @@ static int admit(di_scheduler *s, di_seq *q, int budget) {
     q->n_computed = hit_tokens;
     if (q->n_cached_first < 0) q->n_cached_first = hit_tokens;
     s->plan->prefix_hit_tokens += hit_tokens;
-    plan_tokens(s, q, n, needs_cow(s, q));
-    return n;
+    if (n > 0) plan_tokens(s, q, n, needs_cow(s, q));
+    return n > 0 ? n : 0;
 }
 
 /* ---- the plan ---- */
@@ -347,17 +361,20 @@ const di_step_plan *di_scheduler_schedule(di_scheduler *s) {
     int budget = s->cfg.max_batch_tokens;
     di_block_manager *bm = s->bm;
 
-    /* 1. decode */
+    /* 1. decode (and, with exact recompute, resumed sequences' generated tokens) */
     int prefilling = 0; /* running sequences left for step 2 */
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         di_seq *q = s->running[i];
-        if (!di_seq_is_decode(q)) {
+        if (!in_decode(s, q)) {
             prefilling = 1;
             continue;
         }
+        const int want = q->len - q->n_computed < budget ? q->len - q->n_computed : budget;
         for (;;) {
-            if (plan_decode(s, q)) {
-                budget--;
+            int cow, n = want == 1 ? plan_decode(s, q) : fit_tokens(s, q, want, di_block_manager_n_free(bm), &cow);
+            if (n > 0) {
+                if (want > 1) plan_tokens(s, q, n, cow);
+                budget -= n;
                 break;
             }
             int v = victim_after(s, i);
@@ -375,8 +392,8 @@ const di_step_plan *di_scheduler_schedule(di_scheduler *s) {
      * unless the budget ran out, and then this step has none left either) */
     for (int i = 0; prefilling && i < s->n_running && budget > 0; i++) {
         di_seq *q = s->running[i];
-        if (q->plan_stamp == s->stamp || di_seq_is_decode(q)) continue;
-        int want = q->len - q->n_computed;
+        if (q->plan_stamp == s->stamp || in_decode(s, q)) continue;
+        int want = prefill_end(s, q) - q->n_computed;
         if (want > budget) want = budget;
         if (want <= 0) continue; /* nothing to compute until a token is appended */
         for (;;) {
@@ -397,7 +414,7 @@ const di_step_plan *di_scheduler_schedule(di_scheduler *s) {
         di_seq *q = s->waiting[0];
         if (s->seats_used + q->seats > s->cfg.max_seqs) break;
         int n = admit(s, q, budget);
-        if (n == 0) break;
+        if (n < 0) break;
         budget -= n;
         remove_at(s->waiting, &s->n_waiting, 0);
         q->state = DI_SEQ_RUNNING;
@@ -412,7 +429,7 @@ void di_scheduler_commit_entry(di_scheduler *s, const di_step_plan *p, int i) {
     int full = (p->start[i] + p->n_new[i]) / DI_BLOCK_TOKENS;
     if (!s->cfg.enable_prefix_cache || full <= q->n_registered) return;
     if (q->state != DI_SEQ_RUNNING || full > q->n_blocks) return; /* preempted since planning */
-    di_seq_hash_blocks(q, full);
+    di_seq_hash_blocks(q, full, s->cfg.exact_recompute);
     for (int j = q->n_registered; j < full; j++)
         di_block_manager_register(s->bm, q->blocks[j], q->hashes[j], di_seq_parent_hash(q, j),
                                   q->tokens + (size_t)j * DI_BLOCK_TOKENS);

@@ -16,6 +16,13 @@
  *      and it is skipped in a step that preempted (the freed blocks would only thrash).
  * Copy-on-write: a sequence about to write into a block shared with another sequence gets a
  * fresh block and the plan lists the copy (src -> dst) the runner performs before the forward.
+ * Exact recompute (config exact_recompute, for executors whose rows do not depend on the rest
+ * of the batch but whose decode and prefill paths round differently, e.g. the CPU backend's
+ * absorbed vs naive MLA): every token's KV is computed the way it was the first time. A
+ * preempted sequence recomputes its prompt in prefill chunks that stop at prompt_len and its
+ * generated tokens as decode entries of several tokens (step 1: the tokens from n_computed to
+ * len, budget and blocks allowing), and prefix-cache blocks holding generated tokens are keyed
+ * apart (di_seq_hash_blocks split_generated). Preemption and cache reuse then change no bit.
  *
  * Overlap: planning advances n_computed (and allocates blocks) as if the step ran, and needs
  * no token values of the step being planned; di_scheduler_commit (registering newly full
@@ -34,10 +41,12 @@ typedef struct di_scheduler_config {
     int max_batch_tokens;      /* token budget per step (>= 1) */
     int max_seqs;              /* running seats (>= 1) */
     int enable_prefix_cache;
+    int exact_recompute;       /* see "Exact recompute" above (0: a preempted sequence's prompt and
+                                * generated tokens are recomputed together in prefill chunks) */
 } di_scheduler_config;
 
-/* One step's work. Sequences [0, n_decode) are decode (1 token each), the rest prefill
- * chunks. Arrays are owned by the scheduler; the scheduler alternates between two plans, so
+/* One step's work. Sequences [0, n_decode) are decode (1 token each; with exact_recompute
+ * also a resumed sequence's generated tokens, several at once), the rest prefill chunks. Arrays are owned by the scheduler; the scheduler alternates between two plans, so
  * a plan stays valid until the second schedule call after the one that made it. */
 typedef struct di_step_plan {
     int n_seqs, n_decode, n_tokens;

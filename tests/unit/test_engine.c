@@ -4,7 +4,9 @@
  * filters and penalties, n = 1..3, EOS / length endings) must produce, per request, exactly
  * the tokens of the reference generator (the sampler over directly computed logits, no cache)
  * when run alone, all in one batch, with the prefix cache off, with a KV pool so small that
- * preemption happens, with token budgets from 1 to 512 (chunked prefill), and with few seats.
+ * preemption happens, with token budgets from 1 to 512 (chunked prefill), and with few seats,
+ * all of it also with a fake whose decode entries write other KV values than prefill chunks
+ * (the engine's exact recompute must then keep every token's KV as it was first computed).
  * After every run no block is held. Also: prefix-cache reuse of exactly a 3-block prefix
  * (counted, same tokens, only new tokens computed), copy-on-write for n > 1, abort, stop token
  * ids, min_tokens, logprobs, usage and timing fields, di_generate order, request errors, and
@@ -135,12 +137,15 @@ static int same_results(const result *a, const result *b, int i, const char *wha
     return ok;
 }
 
-static void test_invariance(void) {
+/* decode_differs: the fake's decode entries write other KV values than its prefill chunks
+ * (exact recompute on) */
+static void invariance(int decode_differs) {
     static workload w;
     make_workload(&w);
     static result ref[NREQ], alone[NREQ], batch[NREQ], tmp[NREQ];
+    fprintf(stderr, "   decode_differs %d\n", decode_differs);
     /* the reference, computed without the engine */
-    engine_setup big = {.blocks = 512, .budget = 512, .max_seqs = 64, .prefix = 1};
+    engine_setup big = {.blocks = 512, .budget = 512, .max_seqs = 64, .prefix = 1, .decode_differs = decode_differs};
     di_fake_model_config fc = fake_cfg(&big);
     for (int i = 0; i < NREQ; i++) {
         const di_sampling_params *p = &w.in[i].sampling;
@@ -193,6 +198,7 @@ static void test_invariance(void) {
     };
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
         memset(tmp, 0, sizeof tmp);
+        cfgs[c].s.decode_differs = decode_differs;
         run_engine(&cfgs[c].s, &w, 0, NREQ, tmp, &info);
         ok = 1;
         for (int i = 0; i < NREQ; i++) ok &= same_results(&tmp[i], &ref[i], i, cfgs[c].name);
@@ -202,6 +208,59 @@ static void test_invariance(void) {
                 (unsigned long long)info.st.prefix_hit_tokens);
         if (cfgs[c].s.blocks <= 10) CHECK(info.st.preemptions > 0);
         if (!cfgs[c].s.prefix) CHECK_EQ_INT(info.st.prefix_hit_tokens, 0);
+    }
+}
+
+static void test_invariance(void) {
+    invariance(0);
+    invariance(1);
+}
+
+/* A prompt that continues an earlier request's prompt and output (a chat's next turn): with a
+ * fake whose decode entries write other KV values (exact recompute), the prefix cache must not
+ * hand it the blocks holding the earlier request's generated tokens (their KV came from decode
+ * steps, the new prompt's is computed in prefill), so its tokens equal a cold engine's; without
+ * it, those blocks are reused. */
+static void test_prefix_generated(void) {
+    for (int dd = 0; dd < 2; dd++) {
+        engine_setup s = {.blocks = 64, .budget = 512, .max_seqs = 8, .prefix = 1, .decode_differs = dd};
+        int32_t a[100], b[100 + 60 + 40];
+        for (int i = 0; i < 100; i++) a[i] = base_token(700 + i);
+        di_request_input ra;
+        di_request_input_init(&ra);
+        ra.prompt_ids = a;
+        ra.n_prompt_ids = 100;
+        ra.sampling.temperature = 0;
+        ra.sampling.max_tokens = 60;
+        ra.sampling.ignore_eos = 1;
+        di_engine *e = make_engine(&s);
+        di_request_output *res_a = NULL, *res_b = NULL, *res_cold = NULL;
+        CHECK_OK(di_generate(e, &ra, 1, &res_a));
+        CHECK_EQ_INT((int)res_a[0].choices[0].n_tokens, 60);
+        memcpy(b, a, sizeof a);
+        memcpy(b + 100, res_a[0].choices[0].token_ids, 60 * sizeof *b);
+        for (int i = 160; i < 200; i++) b[i] = base_token(1900 + i);
+        di_request_input rb = ra;
+        rb.prompt_ids = b;
+        rb.n_prompt_ids = 200;
+        rb.sampling.max_tokens = 30;
+        di_engine_stats before, after;
+        di_engine_get_stats(e, &before);
+        CHECK_OK(di_generate(e, &rb, 1, &res_b));
+        di_engine_get_stats(e, &after);
+        di_engine *cold = make_engine(&s);
+        CHECK_OK(di_generate(cold, &rb, 1, &res_cold));
+        CHECK_EQ_INT((int)res_b[0].choices[0].n_tokens, 30);
+        CHECK_MSG(res_b[0].choices[0].n_tokens == res_cold[0].choices[0].n_tokens &&
+                      !memcmp(res_b[0].choices[0].token_ids, res_cold[0].choices[0].token_ids, 30 * sizeof(int32_t)),
+                  "decode_differs %d: the continuation's tokens differ from a cold engine's", dd);
+        /* blocks 0 (prompt) and, without exact recompute, 1 (prompt and generated) reused */
+        CHECK_EQ_INT((int)(after.prefix_hit_tokens - before.prefix_hit_tokens), dd ? 64 : 128);
+        di_generate_results_free(res_a, 1);
+        di_generate_results_free(res_b, 1);
+        di_generate_results_free(res_cold, 1);
+        di_engine_free(e);
+        di_engine_free(cold);
     }
 }
 
@@ -379,7 +438,7 @@ static void test_fields(void) {
     memcpy(ctx, prompt, sizeof prompt);
     for (int t = 0; t < 20; t++) {
         float row[FAKE_VOCAB];
-        di_fake_model_logits(&fc, di_fake_model_context_hash(&fc, ctx, 30 + t), row);
+        di_fake_model_logits(&fc, di_fake_model_context_hash(&fc, ctx, 30, 30 + t), row);
         double m = -1e30, sum = 0;
         for (int v = 0; v < FAKE_VOCAB; v++) m = row[v] > m ? row[v] : m;
         for (int v = 0; v < FAKE_VOCAB; v++) sum += exp(row[v] - m);
@@ -578,5 +637,5 @@ static void test_reporting(void) {
     }
 }
 
-TEST_MAIN(test_invariance, test_prefix_cache_reuse, test_n_completions, test_abort, test_fields, test_request_errors,
+TEST_MAIN(test_invariance, test_prefix_generated, test_prefix_cache_reuse, test_n_completions, test_abort, test_fields, test_request_errors,
           test_generate_order, test_reporting)

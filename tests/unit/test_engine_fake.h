@@ -92,6 +92,7 @@ typedef struct engine_setup {
     int prefix;
     int max_model_len;
     int with_codec;
+    int decode_differs;  /* the fake's decode_differs (and so the engine's exact recompute) */
 } engine_setup;
 
 static inline di_fake_model_config fake_cfg(const engine_setup *s) {
@@ -101,7 +102,8 @@ static inline di_fake_model_config fake_cfg(const engine_setup *s) {
                               .max_batch_tokens = s->budget,
                               .max_seqs = s->max_seqs,
                               .eos_id = FAKE_EOS,
-                              .seed = 17};
+                              .seed = 17,
+                              .decode_differs = s->decode_differs};
     return c;
 }
 
@@ -146,7 +148,7 @@ static inline void ref_generate(const di_fake_model_config *fc, const int32_t *p
     out->n = 0;
     out->finish = DI_FINISH_LENGTH;
     while (out->n < max_new) {
-        di_fake_model_logits(fc, di_fake_model_context_hash(fc, ctx, len), row);
+        di_fake_model_logits(fc, di_fake_model_context_hash(fc, ctx, plen, len), row);
         di_sample_request rq = {.params = p, .seed = seed, .position = (uint32_t)len, .stream = (uint32_t)stream,
                                 .n_generated = out->n, .prompt_counts = pc.cap ? &pc : NULL,
                                 .output_counts = oc.cap ? &oc : NULL, .eos_ids = &eos, .n_eos = 1};

@@ -2,7 +2,8 @@
  * written into the build directory at test time) through the public API (di_engine_create,
  * di_generate, the step API): greedy outputs of 64 mixed-length requests are identical when
  * each runs alone, all in one batch, with the prefix cache off, with a KV pool so small that
- * preemption happens, and with small token budgets (chunked prefill); the first requests
+ * preemption happens, and with small token budgets (chunked prefill), down to the bits of their
+ * logprobs (the engine's exact recompute on the CPU backend); the first requests
  * also match an independent greedy reference (argmax of di_model_forward over the whole
  * context, no cache, one sequence). Seeded sampling is batch-independent and n > 1
  * completions (copy-on-write through di_model_copy_blocks) match single runs. Text: a text
@@ -65,20 +66,29 @@ static void make_workload(workload *w, int vocab) {
         w->in[i].sampling.max_tokens = 1 + (int)((h >> 24) % ((int)PLEN < (int)MAXP ? 6 : MAXNEW));
         if (i % 3 == 1) w->in[i].sampling.max_tokens = 10;
         w->in[i].sampling.ignore_eos = i % 2;
+        w->in[i].sampling.logprobs = 2; /* the raw logits' log-softmax: compared bit for bit */
     }
 }
 
 typedef struct result {
     int32_t toks[4][MAXNEW];
+    float lp[4][MAXNEW][3]; /* with logprobs: the token's, then the two most likely tokens' */
     int n[4];
     int n_choices;
 } result;
 
 static void keep(const di_request_output *o, result *r) {
+    memset(r, 0, sizeof *r);
     r->n_choices = (int)o->n_choices;
     for (size_t k = 0; k < o->n_choices && k < 4; k++) {
         r->n[k] = (int)o->choices[k].n_tokens;
         memcpy(r->toks[k], o->choices[k].token_ids, o->choices[k].n_tokens * sizeof(int32_t));
+        const di_token_logprob *lp = o->choices[k].logprobs;
+        for (size_t t = 0; lp && t < o->choices[k].n_tokens && t < MAXNEW; t++) {
+            r->lp[k][t][0] = lp[t].logprob;
+            r->lp[k][t][1] = lp[t].n_top > 0 ? lp[t].top_logprobs[0] : 0;
+            r->lp[k][t][2] = lp[t].n_top > 1 ? lp[t].top_logprobs[1] : 0;
+        }
     }
 }
 
@@ -106,12 +116,17 @@ static void run(di_engine *e, const di_request_input *in, int n, result *out, di
     CHECK_EQ_INT(st->kv_blocks_free, st->kv_blocks_total);
 }
 
-static int same(const result *a, const result *b) {
+/* the same tokens, and with lp the same logprob bits (the CPU backend's rows do not depend on
+ * the batch, and the engine's exact recompute keeps every token's KV as first computed) */
+static int same_lp(const result *a, const result *b, int lp) {
     if (a->n_choices != b->n_choices) return 0;
     for (int k = 0; k < a->n_choices; k++)
-        if (a->n[k] != b->n[k] || memcmp(a->toks[k], b->toks[k], (size_t)a->n[k] * 4)) return 0;
+        if (a->n[k] != b->n[k] || memcmp(a->toks[k], b->toks[k], (size_t)a->n[k] * 4) ||
+            (lp && memcmp(a->lp[k], b->lp[k], (size_t)a->n[k] * sizeof a->lp[k][0])))
+            return 0;
     return 1;
 }
+static int same(const result *a, const result *b) { return same_lp(a, b, 1); }
 
 /* greedy by full forward passes over the whole context (naive prefill path, no reuse) */
 static void reference(di_model *m, const int32_t *prompt, int len, int max_new, int ignore_eos, result *r) {
@@ -163,7 +178,7 @@ static void test_greedy_invariance(void) {
         di_engine_free(e);
         if (i < 6) {
             reference(m, w.prompts[i], (int)w.in[i].n_prompt_ids, w.in[i].sampling.max_tokens, w.in[i].sampling.ignore_eos, &ref);
-            ok &= same(&alone[i], &ref);
+            ok &= same_lp(&alone[i], &ref, 0); /* the reference has no logprobs */
         }
     }
     CHECK_MSG(ok, "engine alone vs full-forward greedy reference");

@@ -5,7 +5,9 @@
  * randomized stress run (tiny KV
  * pool, forks, aborts while waiting or running, random budgets) that checks after every step
  * that block refcounts equal the references held by running sequences, no block is leaked and
- * every plan respects the budget and the seat limit. */
+ * every plan respects the budget and the seat limit. With exact recompute (in some stress
+ * rounds, and a direct test) a preempted sequence's prompt comes back in prefill chunks that end
+ * at the prompt and its generated tokens as one multi-token decode entry. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -29,10 +31,13 @@ typedef struct sim {
     int steps, bad;
 } sim;
 
+static int g_exact; /* the next sim_init's exact_recompute */
+
 static void sim_init(sim *m, int blocks, int budget, int max_seqs, int prefix) {
     memset(m, 0, sizeof *m);
     CHECK_OK(di_block_manager_create(blocks, &m->bm));
-    m->cfg = (di_scheduler_config){.max_batch_tokens = budget, .max_seqs = max_seqs, .enable_prefix_cache = prefix};
+    m->cfg = (di_scheduler_config){.max_batch_tokens = budget, .max_seqs = max_seqs, .enable_prefix_cache = prefix,
+                                   .exact_recompute = g_exact};
     CHECK_OK(di_scheduler_create(&m->cfg, m->bm, &m->s));
 }
 
@@ -104,7 +109,12 @@ static void check_plan(sim *m, const di_step_plan *p) {
     for (int i = 0; i < p->n_seqs; i++) {
         di_seq *q = p->seqs[i];
         sum += p->n_new[i];
-        if (i < p->n_decode && p->n_new[i] != 1) m->bad = 1;
+        /* decode entries: one token, or with exact recompute generated tokens only; prefill
+         * chunks then never reach into generated tokens */
+        if (i < p->n_decode && p->n_new[i] != 1 && !m->cfg.exact_recompute) m->bad = 1;
+        if (m->cfg.exact_recompute && q->len > q->prompt_len &&
+            (i < p->n_decode ? p->start[i] < q->prompt_len : p->start[i] + p->n_new[i] > q->prompt_len))
+            m->bad = 1;
         if (p->start[i] + p->n_new[i] != q->n_computed || q->n_computed > q->len) m->bad = 1;
         if (p->sample[i] != (q->n_computed == q->len)) m->bad = 1;
         if (p->n_new[i] < 1) m->bad = 1;
@@ -355,6 +365,7 @@ static void check_stress_end(sim *m, int blocks, int round) {
 static void test_stress(void) {
     for (int round = 0; round < 6; round++) {
         sim m;
+        g_exact = round % 3 == 1;
         uint64_t x = 1234 + (uint64_t)round;
         int blocks = 6 + round * 3, budget = 17 + round * 40, max_seqs = 3 + round;
         sim_init(&m, blocks, budget, max_seqs, round % 2 == 0);
@@ -404,10 +415,44 @@ static void test_stress(void) {
             if (added >= 60 && di_scheduler_n_running(m.s) + di_scheduler_n_waiting(m.s) == 0) break;
         }
         check_stress_end(&m, blocks, round);
-        fprintf(stderr, "   round %d: %d steps, %llu preemptions, %d sequences\n", round, m.steps,
-                (unsigned long long)di_scheduler_preemptions(m.s), m.n);
+        fprintf(stderr, "   round %d%s: %d steps, %llu preemptions, %d sequences\n", round,
+                g_exact ? " (exact recompute)" : "", m.steps, (unsigned long long)di_scheduler_preemptions(m.s), m.n);
         sim_free(&m);
     }
+    g_exact = 0;
+}
+
+/* Exact recompute: test_preemption_order's scenario (three 60-token prompts, a 3-block pool);
+ * the preempted A comes back as a prefill chunk of exactly its prompt, then one decode entry of
+ * the generated tokens that fit its block (check_plan checks every later plan). */
+static void test_exact_recompute(void) {
+    sim m;
+    g_exact = 1;
+    sim_init(&m, 3, 512, 8, 0);
+    g_exact = 0;
+    int32_t prompt[60];
+    for (int i = 0; i < 60; i++) prompt[i] = i;
+    sim_add(&m, prompt, 60, 10, 0, 1);  /* A */
+    sim_add(&m, prompt, 60, 10, -1, 1); /* B */
+    sim_add(&m, prompt, 60, 10, 0, 1);  /* C */
+    for (int k = 0; k < 6; k++) sim_step(&m);
+    CHECK(m.q[0].state == DI_SEQ_WAITING && m.q[0].len == 65);
+    int seen = 0, ok = 1;
+    while (di_scheduler_n_running(m.s) + di_scheduler_n_waiting(m.s) > 0 && m.steps < 500) {
+        const di_step_plan *p = sim_step(&m);
+        for (int i = 0; i < p->n_seqs; i++) {
+            if (p->seqs[i] != &m.q[0] || m.q[0].n_preempted != 1) continue;
+            if (seen == 0) ok &= i >= p->n_decode && p->start[i] == 0 && p->n_new[i] == 60 && !p->sample[i];
+            else if (seen == 1) /* 4: the rest of its one block (position 64 needs a block none frees) */
+                ok &= i < p->n_decode && p->start[i] == 60 && p->n_new[i] == 4 && !p->sample[i];
+            seen++;
+        }
+    }
+    CHECK_MSG(ok && seen >= 2, "A's entries after its preemption (%d seen)", seen);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(m.q[i].len, 70);
+    CHECK_EQ_INT(di_block_manager_n_free(m.bm), 3);
+    CHECK(!m.bad);
+    sim_free(&m);
 }
 
 /* The engine's asynchronous loop against the scheduler: a decode-only plan is followed by
@@ -421,7 +466,9 @@ static void test_stress_chained(void) {
         sim m;
         uint64_t x = 777 + (uint64_t)round;
         int blocks = 8 + round * 4, budget = 40 + round * 60, max_seqs = 4 + 2 * round;
+        g_exact = round >= 2;
         sim_init(&m, blocks, budget, max_seqs, round % 2 == 1);
+        g_exact = 0;
         int32_t base[400];
         for (int i = 0; i < 400; i++) base[i] = i % 89;
         int added = 0, chained = 0;
@@ -489,5 +536,5 @@ static void test_stress_chained(void) {
     }
 }
 
-TEST_MAIN(test_chunked_prefill, test_preemption_order, test_prefix_reuse, test_fork_cow, test_chained, test_stress,
+TEST_MAIN(test_chunked_prefill, test_preemption_order, test_exact_recompute, test_prefix_reuse, test_fork_cow, test_chained, test_stress,
           test_stress_chained)
