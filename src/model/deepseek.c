@@ -163,8 +163,12 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
         ab = &sparse;
         /* with a selection (some context beyond index_topk) every token, prefill ones too, takes
          * the absorbed path: it reads its <= index_topk selected latent rows in place, where the
-         * naive path would decompress the whole context to use a few of its rows */
-        if (ab->sel_pos) {
+         * naive path would decompress the whole context to use a few of its rows. On a
+         * batch-invariant backend (m->v32_absorbed) it does so in every batch, so a token's
+         * path, and its bits, never depend on the other sequences' lengths; the CUDA backend
+         * keeps the naive path for batches of short contexts (a cheaper prefill; its rows are
+         * not batch-invariant anyway) */
+        if (ab->sel_pos || m->v32_absorbed) {
             n_decode_seqs = ab->n_seqs;
             n_decode_tokens = T;
         }

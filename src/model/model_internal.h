@@ -54,6 +54,9 @@ struct di_model {
     di_rope_params rope;           /* rope.inv_freq -> device buffer */
     di_rope_params rope_idx;       /* V3.2 indexer: same table, NeoX pairs */
     int v32;                       /* deepseek_v32: run the lightning indexer */
+    int v32_absorbed;              /* V3.2 on a batch-invariant backend (the CPU): every token
+                                    * takes the absorbed MLA path, whether or not the batch holds
+                                    * a context beyond index_topk (deepseek.c attention) */
     int rope_split_max_t;          /* decode steps of at most this many tokens with a side lane: the
                                     * latent's norm + k_pe rope + cache write beside the query path,
                                     * right after the latent GEMV, and q's rope on the main lane
