@@ -1,0 +1,239 @@
+/* fuzz_engine.c - libFuzzer target for the engine under hostile requests: a fuzzed request
+ * line (or an array of up to three) is parsed as `deepinfer generate --input` parses it, queued
+ * beside a fixed control request on a tiny generated model (CPU backend, a KV pool of a few
+ * blocks, so admission limits, preemption by recompute and prefix-cache reuse all happen), and
+ * the engine is stepped until every request is finished, with an optional abort of a fuzzed
+ * request part-way. Checked on every input:
+ *   - nothing crashes, leaks or reads out of bounds (ASan + UBSan), every error has a message;
+ *   - the engine finishes within a bounded number of steps (no livelock under preemption);
+ *   - the control request's output (tokens, logprobs, text, finish reasons) is bit for bit the
+ *     output it had alone on a fresh engine: no request may change what another one gets.
+ * Fuzzed requests are capped at 8 new tokens and 4 completions so an input runs in milliseconds.
+ *
+ *   bash fuzz/build_engine_fuzz.sh && build-fuzz/fuzz_engine -max_total_time=60 -rss_limit_mb=4096 \
+ *       -dict=fuzz/inputs.dict fuzz/corpus/engine
+ * Input: byte 0 = flags (bit 0: control request queued last; bits 1-3: abort the first fuzzed
+ * request after that many steps, 0 = never), then a JSON request object or array of objects.
+ * Environment: DI_FUZZ_PRESET (mkmodel preset, default tiny-v3), DI_FUZZ_KV_BLOCKS (default 6),
+ * DI_FUZZ_BATCH_TOKENS (default 96). */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/status.h"
+#include "deepinfer.h"
+#include "engine/engine_internal.h"
+#include "engine/request_json.h"
+#include "io/mkmodel.h"
+
+enum { MAX_FUZZ_REQS = 3, MAX_NEW = 8, MAX_N = 4, MAX_STEPS = 400, CONTROL_N = 2 };
+
+/* One completion's result, deep-copied from the engine's output. */
+typedef struct result {
+    int n_tokens;
+    int32_t tokens[64];
+    float logprob[64];
+    int32_t top_tokens[64][3];
+    float top_logprobs[64][3];
+    char text[1024];
+    int finish;
+} result;
+
+static di_engine *g_engine;
+static result g_control_ref[CONTROL_N];
+enum { CONTROL_LEN = 80 }; /* a full block the prefix cache keeps between inputs, and a tail */
+static int32_t g_control_ids[CONTROL_LEN];
+
+static void fail(const char *what) {
+    fprintf(stderr, "fuzz_engine: %s\n", what);
+    abort();
+}
+
+static void check_message(di_status s) {
+    if (s != DI_OK && !di_last_error()[0]) {
+        fprintf(stderr, "fuzz_engine: error %d without a message\n", (int)s);
+        abort();
+    }
+    di_error_clear();
+}
+
+static void control_request(di_request_input *r) {
+    di_request_input_init(r);
+    r->prompt_ids = g_control_ids;
+    r->n_prompt_ids = CONTROL_LEN;
+    r->sampling.n = CONTROL_N;
+    r->sampling.max_tokens = MAX_NEW;
+    r->sampling.temperature = 0.8f;
+    r->sampling.top_p = 0.9f;
+    r->sampling.has_seed = 1;
+    r->sampling.seed = 1234;
+    r->sampling.logprobs = 3;
+    r->sampling.ignore_eos = 1;
+}
+
+static void copy_result(const di_completion_output *c, result *out) {
+    memset(out, 0, sizeof *out);
+    out->n_tokens = (int)c->n_tokens;
+    if (c->n_tokens > 64) fail("the control request produced more tokens than it asked for");
+    for (size_t i = 0; i < c->n_tokens; i++) {
+        out->tokens[i] = c->token_ids[i];
+        if (!c->logprobs) fail("the control request's logprobs are missing");
+        out->logprob[i] = c->logprobs[i].logprob;
+        for (int j = 0; j < c->logprobs[i].n_top && j < 3; j++) {
+            out->top_tokens[i][j] = c->logprobs[i].top_tokens[j];
+            out->top_logprobs[i][j] = c->logprobs[i].top_logprobs[j];
+        }
+    }
+    snprintf(out->text, sizeof out->text, "%.*s", (int)c->text_len, c->text);
+    out->finish = (int)c->finish_reason;
+}
+
+static di_engine *make_engine(void) {
+    static char dir[256];
+    if (!dir[0]) {
+        const char *preset = getenv("DI_FUZZ_PRESET") ? getenv("DI_FUZZ_PRESET") : "tiny-v3";
+        snprintf(dir, sizeof dir, "/tmp/deepinfer_fuzz_engine_%d_%s", (int)getpid(), preset);
+        di_model_config cfg;
+        di_mk_dtype dt;
+        if (di_mkmodel_preset(preset, &cfg, &dt) != DI_OK) fail(di_last_error());
+        di_mkmodel_opts o = {0};
+        o.seed = 1;
+        o.dtype = DI_MK_BF16;
+        o.n_threads = 1;
+        if (di_mkmodel_write(&cfg, &o, dir) != DI_OK) fail(di_last_error());
+    }
+    di_engine_params ep;
+    di_engine_params_init(&ep);
+    ep.model_dir = dir;
+    ep.n_threads = 1;
+    ep.kv_blocks = getenv("DI_FUZZ_KV_BLOCKS") ? atoi(getenv("DI_FUZZ_KV_BLOCKS")) : 6; /* 384 tokens: a few
+                                * long requests preempt each other */
+    ep.max_model_len = 256;
+    ep.max_seqs = 8;
+    ep.max_batch_tokens = getenv("DI_FUZZ_BATCH_TOKENS") ? atoi(getenv("DI_FUZZ_BATCH_TOKENS")) : 96; /* chunked
+                                * prefill of longer prompts */
+    di_engine *e = NULL;
+    if (di_engine_create(&ep, &e) != DI_OK) fail(di_last_error());
+    return e;
+}
+
+/* Steps e until nothing is unfinished; records the control request's completions (id ctl) in
+ * got; aborts request abort_id after abort_after steps (abort_after 0: never). */
+static void run_to_end(di_engine *e, int64_t ctl, result *got, int *got_done, int64_t abort_id, int abort_after) {
+    for (int step = 0; di_engine_has_unfinished(e); step++) {
+        if (step == MAX_STEPS) fail("the engine did not finish within the step bound");
+        if (abort_after && step == abort_after) check_message(di_engine_abort(e, abort_id));
+        const di_request_output *const *outs = NULL;
+        size_t n = 0;
+        di_status s = di_engine_step(e, &outs, &n);
+        if (s != DI_OK) {
+            fprintf(stderr, "fuzz_engine: step %d failed: %s\n", step, di_last_error());
+            abort();
+        }
+        for (size_t i = 0; i < n; i++) {
+            const di_request_output *o = outs[i];
+            if (o->request_id == ctl && o->finished) {
+                if (o->n_choices != CONTROL_N) fail("the control request lost a completion");
+                for (size_t c = 0; c < o->n_choices; c++) copy_result(&o->choices[c], &got[c]);
+                *got_done = 1;
+            }
+            /* every output must serialise (as `generate --output` writes it) */
+            json_t *j = di_request_output_json(o, NULL);
+            if (!j) fail("output JSON failed");
+            char *txt = json_dumps(j, JSON_COMPACT);
+            if (!txt) fail("output JSON did not serialise");
+            free(txt);
+            json_decref(j);
+        }
+    }
+}
+
+static void init_once(void) {
+    if (g_engine) return;
+    for (int i = 0; i < CONTROL_LEN; i++) g_control_ids[i] = 3 + (i * 37 + 11) % 250;
+    /* the control request alone on a fresh engine: the reference */
+    di_engine *ref = make_engine();
+    di_request_input r;
+    control_request(&r);
+    int64_t id;
+    if (di_engine_add_request(ref, &r, &id) != DI_OK) fail(di_last_error());
+    int done = 0;
+    run_to_end(ref, id, g_control_ref, &done, -1, 0);
+    if (!done) fail("the control request did not finish alone");
+    di_engine_free(ref);
+    g_engine = make_engine();
+}
+
+static int same(const result *a, const result *b) {
+    return a->n_tokens == b->n_tokens && a->finish == b->finish && !strcmp(a->text, b->text) &&
+           !memcmp(a->tokens, b->tokens, sizeof a->tokens) && !memcmp(a->logprob, b->logprob, sizeof a->logprob) &&
+           !memcmp(a->top_tokens, b->top_tokens, sizeof a->top_tokens) &&
+           !memcmp(a->top_logprobs, b->top_logprobs, sizeof a->top_logprobs);
+}
+
+/* Parses one fuzzed request object, caps its size, queues it; returns its id or -1. */
+static int64_t add_fuzzed(const json_t *obj, int k) {
+    di_request_input def;
+    di_request_input_init(&def);
+    def.sampling.max_tokens = MAX_NEW;
+    char where[32];
+    snprintf(where, sizeof where, "fuzz request %d", k);
+    di_request_json rj;
+    di_status s = di_request_json_parse(obj, &def, where, di_engine_tokenizer(g_engine), 0, &rj);
+    check_message(s);
+    if (s != DI_OK) return -1;
+    di_sampling_params *p = &rj.in.sampling;
+    if (p->max_tokens <= 0 || p->max_tokens > MAX_NEW) p->max_tokens = MAX_NEW;
+    if (p->n > MAX_N) p->n = MAX_N;
+    int64_t id = -1;
+    s = di_engine_add_request(g_engine, &rj.in, &id); /* copies what it keeps */
+    check_message(s);
+    di_request_json_free(&rj);
+    return s == DI_OK ? id : -1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    init_once();
+    const int control_last = data[0] & 1, abort_after = (data[0] >> 1) & 7;
+    json_error_t je;
+    json_t *root = json_loadb((const char *)data + 1, size - 1, 0, &je);
+    if (!root) return 0;
+    di_request_input ctl_req;
+    control_request(&ctl_req);
+    int64_t ctl = -1, first = -1;
+    if (!control_last && di_engine_add_request(g_engine, &ctl_req, &ctl) != DI_OK) fail(di_last_error());
+    if (json_is_array(root)) {
+        for (size_t i = 0; i < json_array_size(root) && i < MAX_FUZZ_REQS; i++) {
+            int64_t id = add_fuzzed(json_array_get(root, i), (int)i);
+            if (first < 0) first = id;
+        }
+    } else {
+        first = add_fuzzed(root, 0);
+    }
+    json_decref(root);
+    if (control_last && di_engine_add_request(g_engine, &ctl_req, &ctl) != DI_OK) fail(di_last_error());
+    result got[CONTROL_N];
+    int done = 0;
+    run_to_end(g_engine, ctl, got, &done, first, first >= 0 ? abort_after : 0);
+    if (!done) fail("the control request did not finish");
+    for (int c = 0; c < CONTROL_N; c++)
+        if (!same(&got[c], &g_control_ref[c])) {
+            fprintf(stderr, "fuzz_engine: control completion %d differs from its run alone (%d vs %d tokens)\n", c,
+                    got[c].n_tokens, g_control_ref[c].n_tokens);
+            for (int i = 0; i < got[c].n_tokens || i < g_control_ref[c].n_tokens; i++)
+                fprintf(stderr, "  %d: token %d vs %d, logprob %.9g vs %.9g, top %d/%d/%d vs %d/%d/%d\n", i,
+                        got[c].tokens[i], g_control_ref[c].tokens[i], got[c].logprob[i], g_control_ref[c].logprob[i],
+                        got[c].top_tokens[i][0], got[c].top_tokens[i][1], got[c].top_tokens[i][2],
+                        g_control_ref[c].top_tokens[i][0], g_control_ref[c].top_tokens[i][1],
+                        g_control_ref[c].top_tokens[i][2]);
+            fprintf(stderr, "  text \"%s\" vs \"%s\", finish %d vs %d\n", got[c].text, g_control_ref[c].text,
+                    got[c].finish, g_control_ref[c].finish);
+            abort();
+        }
+    return 0;
+}
