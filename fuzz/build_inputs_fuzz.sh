@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
-# Builds the input-parser libFuzzer target (clang 14 with libclang-rt-14-dev) into build-fuzz/:
+# Builds the libFuzzer targets of what users hand the engine (clang 14 with libclang-rt-14-dev)
+# into build-fuzz/:
 #   build-fuzz/fuzz_inputs   safetensors files, config.json, `generate --input` request lines
+#   build-fuzz/fuzz_engine   request lines run on a tiny generated model beside a control request
 # Run e.g.: build-fuzz/fuzz_inputs -max_total_time=60 -rss_limit_mb=4096 fuzz/corpus/inputs
-# (the seed corpus: one file per parser, first byte 0 / 1 / 2; fuzz/seed_inputs.py remakes it)
+#           build-fuzz/fuzz_engine -max_total_time=60 -rss_limit_mb=4096 -dict=fuzz/inputs.dict fuzz/corpus/engine
+# (seed corpora: fuzz/seed_inputs.py and fuzz/seed_engine.py remake them). Arguments: the targets
+# to build (default both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CC=${CC:-clang-14}
 OUT=build-fuzz
 mkdir -p "$OUT"
-# the library's C sources (the request defaults come from the engine, which needs the rest);
-# no CLI, no CUDA
+# the library's C sources (the engine, model, CPU backend, tokenizer, recipe, mkmodel); no CLI,
+# no CUDA
 SRCS=$(find src -name '*.c' -not -path 'src/cli/*' | sort)
 FLAGS="-g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc"
 LIBS="$(pkg-config --cflags --libs jansson libpcre2-8 libutf8proc) -lpthread -lm"
-# shellcheck disable=SC2086
-$CC $FLAGS fuzz/fuzz_inputs.c $SRCS $LIBS -o "$OUT/fuzz_inputs"
-echo "built $OUT/fuzz_inputs"
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_inputs fuzz_engine)
+for t in "${targets[@]}"; do
+    # shellcheck disable=SC2086
+    $CC $FLAGS "fuzz/$t.c" $SRCS $LIBS -o "$OUT/$t"
+    echo "built $OUT/$t"
+done

@@ -12,7 +12,7 @@
  *     request may change what another one gets.
  * Fuzzed requests are capped at 8 new tokens and 4 completions so an input runs in milliseconds.
  *
- *   bash fuzz/build_engine_fuzz.sh && build-fuzz/fuzz_engine -max_total_time=60 -rss_limit_mb=4096 \
+ *   bash fuzz/build_inputs_fuzz.sh fuzz_engine && build-fuzz/fuzz_engine -max_total_time=60 -rss_limit_mb=4096 \
  *       -dict=fuzz/inputs.dict fuzz/corpus/engine
  * Input: byte 0 = flags (bit 0: control request queued last; bits 1-3: abort the first fuzzed
  * request after that many steps, 0 = never), then a JSON request object or array of objects.

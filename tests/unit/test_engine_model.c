@@ -92,10 +92,10 @@ static void keep(const di_request_output *o, result *r) {
     }
 }
 
-static di_engine *engine(int kv_blocks, int budget, int max_seqs, int prefix) {
+static di_engine *engine_at(const char *dir, int kv_blocks, int budget, int max_seqs, int prefix) {
     di_engine_params p;
     di_engine_params_init(&p);
-    p.model_dir = g_dir;
+    p.model_dir = dir;
     p.kv_blocks = kv_blocks;
     p.max_batch_tokens = budget;
     p.max_seqs = max_seqs;
@@ -104,6 +104,9 @@ static di_engine *engine(int kv_blocks, int budget, int max_seqs, int prefix) {
     di_engine *e = NULL;
     CHECK_OK(di_engine_create(&p, &e));
     return e;
+}
+static di_engine *engine(int kv_blocks, int budget, int max_seqs, int prefix) {
+    return engine_at(g_dir, kv_blocks, budget, max_seqs, prefix);
 }
 
 static void run(di_engine *e, const di_request_input *in, int n, result *out, di_engine_stats *st) {
@@ -376,13 +379,7 @@ static void test_v32_batch_paths(void) {
     result alone, both[2];
     di_engine_stats st;
     for (int pass = 0; pass < 2; pass++) {
-        di_engine_params p;
-        di_engine_params_init(&p);
-        p.model_dir = dir;
-        p.kv_blocks = 16;
-        p.n_threads = 2;
-        di_engine *e = NULL;
-        CHECK_OK(di_engine_create(&p, &e));
+        di_engine *e = engine_at(dir, 16, 512, 8, 1);
         if (!e) return;
         if (pass == 0) run(e, in, 1, &alone, &st);
         else run(e, in, 2, both, &st);
