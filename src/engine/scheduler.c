@@ -269,15 +269,16 @@ static int victim_after(const di_scheduler *s, int i) {
 
 /* ---- admission ---- */
 
-/* Tries to admit waiting sequence q with up to `budget` tokens; returns tokens planned, or -1
- * (not admitted, nothing changed). 0: admitted with nothing to plan this step (exact recompute:
- * the cache held its prompt, its generated tokens are next step's decode work). */
+/* Tries to admit waiting sequence q with up to `budget` tokens; returns tokens planned (0 =
+ * not admitted, nothing changed). The prefix cache serves full blocks before the last token up
+ * to prefill_end(q) (all of q's tokens; with exact recompute, its prompt's), so the chunk
+ * planned is never empty. */
 static int admit(di_scheduler *s, di_seq *q, int budget) {
     DI_ASSERT(q->n_blocks == 0);
     int hits = 0, free_hits = 0;
     if (s->cfg.enable_prefix_cache) {
-        int n_look = (q->len - 1) / DI_BLOCK_TOKENS;
-        di_seq_hash_blocks(q, n_look, s->cfg.exact_recompute);
+        int n_look = (prefill_end(s, q) - 1) / DI_BLOCK_TOKENS;
+        di_seq_hash_blocks(q, n_look);
         for (; hits < n_look; hits++) {
             int32_t b = di_block_manager_lookup(s->bm, q->hashes[hits], di_seq_parent_hash(q, hits),
                                                 q->tokens + (size_t)hits * DI_BLOCK_TOKENS);
@@ -292,7 +293,7 @@ static int admit(di_scheduler *s, di_seq *q, int budget) {
     int avail = di_block_manager_n_free(s->bm) - free_hits;
     long room = (long)avail * DI_BLOCK_TOKENS;
     int n = want < room ? want : (int)(room > 0 ? room : 0);
-    if (n <= 0 && !(want <= 0 && hit_tokens >= q->prompt_len && q->len > q->prompt_len)) return -1;
+    if (n <= 0) return 0;
     for (int j = 0; j < hits; j++) di_block_manager_ref(s->bm, q->blocks[j]);
     q->n_blocks = hits;
     q->table_version = ++s->versions;
@@ -300,8 +301,8 @@ static int admit(di_scheduler *s, di_seq *q, int budget) {
     q->n_computed = hit_tokens;
     if (q->n_cached_first < 0) q->n_cached_first = hit_tokens;
     s->plan->prefix_hit_tokens += hit_tokens;
-    if (n > 0) plan_tokens(s, q, n, needs_cow(s, q));
-    return n > 0 ? n : 0;
+    plan_tokens(s, q, n, needs_cow(s, q));
+    return n;
 }
 
 /* ---- the plan ---- */
@@ -414,7 +415,7 @@ const di_step_plan *di_scheduler_schedule(di_scheduler *s) {
         di_seq *q = s->waiting[0];
         if (s->seats_used + q->seats > s->cfg.max_seqs) break;
         int n = admit(s, q, budget);
-        if (n < 0) break;
+        if (n == 0) break;
         budget -= n;
         remove_at(s->waiting, &s->n_waiting, 0);
         q->state = DI_SEQ_RUNNING;
@@ -427,9 +428,12 @@ const di_step_plan *di_scheduler_schedule(di_scheduler *s) {
 void di_scheduler_commit_entry(di_scheduler *s, const di_step_plan *p, int i) {
     di_seq *q = p->seqs[i];
     int full = (p->start[i] + p->n_new[i]) / DI_BLOCK_TOKENS;
+    /* exact recompute: only blocks of prompt tokens (a block holding generated tokens has KV
+     * from decode steps, which no prompt's prefill would reproduce) */
+    if (s->cfg.exact_recompute && full > q->prompt_len / DI_BLOCK_TOKENS) full = q->prompt_len / DI_BLOCK_TOKENS;
     if (!s->cfg.enable_prefix_cache || full <= q->n_registered) return;
     if (q->state != DI_SEQ_RUNNING || full > q->n_blocks) return; /* preempted since planning */
-    di_seq_hash_blocks(q, full, s->cfg.exact_recompute);
+    di_seq_hash_blocks(q, full);
     for (int j = q->n_registered; j < full; j++)
         di_block_manager_register(s->bm, q->blocks[j], q->hashes[j], di_seq_parent_hash(q, j),
                                   q->tokens + (size_t)j * DI_BLOCK_TOKENS);

@@ -21,8 +21,9 @@
  * absorbed vs naive MLA): every token's KV is computed the way it was the first time. A
  * preempted sequence recomputes its prompt in prefill chunks that stop at prompt_len and its
  * generated tokens as decode entries of several tokens (step 1: the tokens from n_computed to
- * len, budget and blocks allowing), and prefix-cache blocks holding generated tokens are keyed
- * apart (di_seq_hash_blocks split_generated). Preemption and cache reuse then change no bit.
+ * len, budget and blocks allowing), and only blocks of prompt tokens enter the prefix cache (a
+ * block holding generated tokens has KV from decode steps, which no prefill of a prompt, nor a
+ * resumed sequence's prefill, reproduces). Preemption and cache reuse then change no bit.
  *
  * Overlap: planning advances n_computed (and allocates blocks) as if the step ran, and needs
  * no token values of the step being planned; di_scheduler_commit (registering newly full

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/hash.h"
 #include "core/status.h"
 
 di_status di_seq_init(di_seq *s, const int32_t *prompt, int prompt_len, int cap) {
@@ -47,15 +46,9 @@ void di_seq_copy_tokens(di_seq *dst, const di_seq *src) {
     dst->n_hashed = src->n_hashed;
 }
 
-void di_seq_hash_blocks(di_seq *s, int n_full, int split_generated) {
+void di_seq_hash_blocks(di_seq *s, int n_full) {
     DI_ASSERT(n_full * DI_BLOCK_TOKENS <= s->len && n_full <= s->cap_blocks);
-    for (int j = s->n_hashed; j < n_full; j++) {
-        uint64_t h = di_block_manager_hash(di_seq_parent_hash(s, j), s->tokens + (size_t)j * DI_BLOCK_TOKENS);
-        int prompt_in_block = s->prompt_len - j * DI_BLOCK_TOKENS; /* < 64: generated tokens in it */
-        if (prompt_in_block < 0) prompt_in_block = 0; /* the chain's parents say the rest */
-        if (split_generated && prompt_in_block < DI_BLOCK_TOKENS)
-            h = di_hash64_chain(h, &prompt_in_block, sizeof prompt_in_block) ^ 0x67656e6572617465ull; /* "generate" */
-        s->hashes[j] = h;
-    }
+    for (int j = s->n_hashed; j < n_full; j++)
+        s->hashes[j] = di_block_manager_hash(di_seq_parent_hash(s, j), s->tokens + (size_t)j * DI_BLOCK_TOKENS);
     if (n_full > s->n_hashed) s->n_hashed = n_full;
 }

@@ -63,12 +63,8 @@ di_status di_seq_init(di_seq *s, const int32_t *prompt, int prompt_len, int cap)
 void di_seq_release(di_seq *s);
 /* dst (initialized with the same cap) takes src's tokens and hashes; no blocks. */
 void di_seq_copy_tokens(di_seq *dst, const di_seq *src);
-/* Computes chain hashes of full blocks up to n_full (<= len / 64). split_generated (the
- * scheduler's exact_recompute): a block holding generated tokens (positions >= prompt_len) gets
- * a hash of its own, salted with how many of its tokens are prompt tokens, so the prefix cache
- * serves it only to a sequence whose same positions were computed the same way (prompt tokens
- * in prefill chunks, generated ones in decode steps), never to another prompt. */
-void di_seq_hash_blocks(di_seq *s, int n_full, int split_generated);
+/* Computes chain hashes of full blocks up to n_full (<= len / 64). */
+void di_seq_hash_blocks(di_seq *s, int n_full);
 static inline uint64_t di_seq_parent_hash(const di_seq *s, int block) {
     return block == 0 ? DI_PREFIX_HASH_ROOT : s->hashes[block - 1];
 }

@@ -220,7 +220,7 @@ static void test_invariance(void) {
  * fake whose decode entries write other KV values (exact recompute), the prefix cache must not
  * hand it the blocks holding the earlier request's generated tokens (their KV came from decode
  * steps, the new prompt's is computed in prefill), so its tokens equal a cold engine's; without
- * it, those blocks are reused. */
+ * exact recompute those blocks are reused. */
 static void test_prefix_generated(void) {
     for (int dd = 0; dd < 2; dd++) {
         engine_setup s = {.blocks = 64, .budget = 512, .max_seqs = 8, .prefix = 1, .decode_differs = dd};

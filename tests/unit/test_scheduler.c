@@ -73,6 +73,10 @@ static void check_state(sim *m) {
         if (q->state == DI_SEQ_RUNNING) {
             seats += q->seats;
             int expect_blocks = (q->n_computed + DI_BLOCK_TOKENS - 1) / DI_BLOCK_TOKENS;
+            if (m->cfg.exact_recompute && q->n_registered > q->prompt_len / DI_BLOCK_TOKENS) {
+                fprintf(stderr, "seq %d: exact recompute registered a block of generated tokens\n", i);
+                m->bad = 1;
+            }
             if (q->n_registered * DI_BLOCK_TOKENS > q->n_computed) {
                 fprintf(stderr, "seq %d: %d blocks registered with %d tokens computed\n", i, q->n_registered, q->n_computed);
                 m->bad = 1;
