@@ -17,7 +17,8 @@
  * Input: byte 0 = flags (bit 0: control request queued last; bits 1-3: abort the first fuzzed
  * request after that many steps, 0 = never), then a JSON request object or array of objects.
  * Environment: DI_FUZZ_PRESET (mkmodel preset, default tiny-v3), DI_FUZZ_KV_BLOCKS (default 6),
- * DI_FUZZ_BATCH_TOKENS (default 96). */
+ * DI_FUZZ_BATCH_TOKENS (default 96), DI_FUZZ_DIR (where the model is written, default /tmp).
+ * The CPU suite replays fuzz/corpus/engine through this file (tests/unit/test_fuzz_engine_corpus.c). */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -107,7 +108,9 @@ static di_engine *make_engine(void) {
     static char dir[256];
     if (!dir[0]) {
         const char *preset = getenv("DI_FUZZ_PRESET") ? getenv("DI_FUZZ_PRESET") : "tiny-v3";
-        snprintf(dir, sizeof dir, "/tmp/deepinfer_fuzz_engine_%d_%s", (int)getpid(), preset);
+        const char *root = getenv("DI_FUZZ_DIR");
+        if (root) snprintf(dir, sizeof dir, "%s/fuzz_engine_%s", root, preset); /* rewritten each run */
+        else snprintf(dir, sizeof dir, "/tmp/deepinfer_fuzz_engine_%d_%s", (int)getpid(), preset);
         di_model_config cfg;
         di_mk_dtype dt;
         if (di_mkmodel_preset(preset, &cfg, &dt) != DI_OK) fail(di_last_error());
