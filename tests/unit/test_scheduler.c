@@ -31,13 +31,12 @@ typedef struct sim {
     int steps, bad;
 } sim;
 
-static int g_exact; /* the next sim_init's exact_recompute */
-
-static void sim_init(sim *m, int blocks, int budget, int max_seqs, int prefix) {
+/* exact: the scheduler's exact_recompute */
+static void sim_init(sim *m, int blocks, int budget, int max_seqs, int prefix, int exact) {
     memset(m, 0, sizeof *m);
     CHECK_OK(di_block_manager_create(blocks, &m->bm));
     m->cfg = (di_scheduler_config){.max_batch_tokens = budget, .max_seqs = max_seqs, .enable_prefix_cache = prefix,
-                                   .exact_recompute = g_exact};
+                                   .exact_recompute = exact};
     CHECK_OK(di_scheduler_create(&m->cfg, m->bm, &m->s));
 }
 
@@ -147,7 +146,7 @@ static const di_step_plan *sim_step(sim *m) {
 
 static void test_chunked_prefill(void) {
     sim m;
-    sim_init(&m, 64, 100, 8, 1);
+    sim_init(&m, 64, 100, 8, 1, 0);
     int32_t prompt[250];
     for (int i = 0; i < 250; i++) prompt[i] = i;
     sim_add(&m, prompt, 250, 3, 0, 1);
@@ -171,7 +170,7 @@ static void test_chunked_prefill(void) {
 static void test_preemption_order(void) {
     sim m;
     /* 3 sequences of 60-token prompts, each needs a 2nd block at token 64; only 3 blocks */
-    sim_init(&m, 3, 512, 8, 0);
+    sim_init(&m, 3, 512, 8, 0, 0);
     int32_t prompt[60];
     for (int i = 0; i < 60; i++) prompt[i] = i;
     sim_add(&m, prompt, 60, 10, 0, 1);   /* A */
@@ -207,7 +206,7 @@ static void test_preemption_order(void) {
 
 static void test_prefix_reuse(void) {
     sim m;
-    sim_init(&m, 32, 1024, 8, 1);
+    sim_init(&m, 32, 1024, 8, 1, 0);
     int32_t a[3 * 64 + 10], b[3 * 64 + 30];
     for (int i = 0; i < 3 * 64 + 10; i++) a[i] = 1000 + i;
     memcpy(b, a, 3 * 64 * sizeof *b);
@@ -229,7 +228,7 @@ static void test_prefix_reuse(void) {
     CHECK_EQ_INT(m.q[ic].n_cached_first, 64);
     /* prefix cache off: nothing reused */
     sim m2;
-    sim_init(&m2, 32, 1024, 8, 0);
+    sim_init(&m2, 32, 1024, 8, 0, 0);
     sim_add(&m2, a, 3 * 64 + 10, 1, 0, 1);
     sim_step(&m2);
     sim_add(&m2, b, 3 * 64 + 30, 1, 0, 1);
@@ -244,7 +243,7 @@ static void test_prefix_reuse(void) {
 
 static void test_fork_cow(void) {
     sim m;
-    sim_init(&m, 16, 512, 8, 1);
+    sim_init(&m, 16, 512, 8, 1, 0);
     int32_t prompt[100];
     for (int i = 0; i < 100; i++) prompt[i] = i;
     int ip = sim_add(&m, prompt, 100, 5, 0, 3);
@@ -292,7 +291,7 @@ static void test_fork_cow(void) {
  * not the latest plan; rows left out by the keep mask; di_scheduler_unplan takes a plan back. */
 static void test_chained(void) {
     sim m;
-    sim_init(&m, 3, 512, 4, 0);
+    sim_init(&m, 3, 512, 4, 0, 0);
     int32_t prompt[70];
     for (int i = 0; i < 70; i++) prompt[i] = i;
     int a = sim_add(&m, prompt, 62, 20, 0, 1), b = sim_add(&m, prompt + 5, 10, 60, 0, 1);
@@ -369,10 +368,9 @@ static void check_stress_end(sim *m, int blocks, int round) {
 static void test_stress(void) {
     for (int round = 0; round < 6; round++) {
         sim m;
-        g_exact = round % 3 == 1;
         uint64_t x = 1234 + (uint64_t)round;
         int blocks = 6 + round * 3, budget = 17 + round * 40, max_seqs = 3 + round;
-        sim_init(&m, blocks, budget, max_seqs, round % 2 == 0);
+        sim_init(&m, blocks, budget, max_seqs, round % 2 == 0, round % 3 == 1);
         int32_t base[400];
         for (int i = 0; i < 400; i++) base[i] = i % 97;
         int pending_fork[MAXQ] = {0};
@@ -420,10 +418,9 @@ static void test_stress(void) {
         }
         check_stress_end(&m, blocks, round);
         fprintf(stderr, "   round %d%s: %d steps, %llu preemptions, %d sequences\n", round,
-                g_exact ? " (exact recompute)" : "", m.steps, (unsigned long long)di_scheduler_preemptions(m.s), m.n);
+                m.cfg.exact_recompute ? " (exact recompute)" : "", m.steps, (unsigned long long)di_scheduler_preemptions(m.s), m.n);
         sim_free(&m);
     }
-    g_exact = 0;
 }
 
 /* Exact recompute: test_preemption_order's scenario (three 60-token prompts, a 3-block pool);
@@ -431,9 +428,7 @@ static void test_stress(void) {
  * the generated tokens that fit its block (check_plan checks every later plan). */
 static void test_exact_recompute(void) {
     sim m;
-    g_exact = 1;
-    sim_init(&m, 3, 512, 8, 0);
-    g_exact = 0;
+    sim_init(&m, 3, 512, 8, 0, 1);
     int32_t prompt[60];
     for (int i = 0; i < 60; i++) prompt[i] = i;
     sim_add(&m, prompt, 60, 10, 0, 1);  /* A */
@@ -470,9 +465,7 @@ static void test_stress_chained(void) {
         sim m;
         uint64_t x = 777 + (uint64_t)round;
         int blocks = 8 + round * 4, budget = 40 + round * 60, max_seqs = 4 + 2 * round;
-        g_exact = round >= 2;
-        sim_init(&m, blocks, budget, max_seqs, round % 2 == 1);
-        g_exact = 0;
+        sim_init(&m, blocks, budget, max_seqs, round % 2 == 1, round >= 2);
         int32_t base[400];
         for (int i = 0; i < 400; i++) base[i] = i % 89;
         int added = 0, chained = 0;
