@@ -256,21 +256,6 @@ static void wide0_cases(void) {
     test_decode_uv();
 }
 
-/* DEEPINFER_CUDA_MLA_MIN_TILES=3 (dense splits of at least 3 tiles: fewer, longer splits at
- * short contexts; the merges count the same splits): mixed cases, the wgmma kernel's, the
- * one-token ones and decode + W_UV */
-static void min_tiles_cases(void) {
-    int ql[5] = {1, 1, 3, 1, 2}, cx[5] = {1, 64, 65, 700, 3000};
-    di_mla_dims v2 = {16, 128, 64, 128, 512, 0.1352f}, v3 = {128, 128, 64, 128, 512, 0.1352f},
-                v32 = {32, 128, 64, 128, 512, 0.2f};
-    decode_case("[min tiles 3] v2-lite (split-KV)", 5, ql, cx, v2, 0, 5);
-    decode_case("[min tiles 3] v3 (split-KV)", 5, ql, cx, v3, 0, 5);
-    decode_case("[min tiles 3] 32 heads", 5, ql, cx, v32, 0, 5);
-    decode_wg_cases("[min tiles 3] ");
-    one_token_cases("[min tiles 3] ");
-    test_decode_uv();
-}
-
 static void test_decode(void) {
     int ql[5] = {1, 1, 3, 1, 2}, cx[5] = {1, 64, 65, 700, 3000};
     di_mla_dims v2 = {16, 128, 64, 128, 512, 0.1352f}, v3 = {128, 128, 64, 128, 512, 0.1352f};
@@ -314,8 +299,6 @@ static void test_decode(void) {
      * DEEPINFER_CUDA_MLA_WIDE=0 (at most 64 splits) */
     one_token_cases("");
     with_decode_env("DEEPINFER_CUDA_MLA_WIDE", "0", wide0_cases);
-    /* the experiment DEEPINFER_CUDA_MLA_MIN_TILES=3 */
-    with_decode_env("DEEPINFER_CUDA_MLA_MIN_TILES", "3", min_tiles_cases);
 }
 
 /* ---------------------------------------------------------------- prefill ---- */

@@ -350,10 +350,10 @@ static void test_gemm(void) {
     }
 }
 
-/* matmul_silu (DEEPINFER_CUDA_GU_SILU=1 on `gs`) against matmul + silu_mul of the default backend
- * on the same device buffers: bit for bit at one token (and near the CPU); the calls it must
- * refuse (2 tokens; the default backend, where the switch is off) return 0. */
-static void silu_case(di_backend *gs, int I, int D, int fp8, int ldx_pad) {
+/* matmul_silu (on `gs`: DEEPINFER_CUDA_GU_SILU at its default, on) against matmul + silu_mul of
+ * the test's backend on the same device buffers: bit for bit at one token (and near the CPU);
+ * the calls it must refuse (2 tokens; `off`, a backend with DEEPINFER_CUDA_GU_SILU=0) return 0. */
+static void silu_case(di_backend *gs, di_backend *off, int I, int D, int fp8, int ldx_pad) {
     int ldx = D + ldx_pad;
     t_weight w = t_weight_make(1, 2 * I, D, fp8, 0.05f);
     di_weight wc = t_weight_upload(g_cpu, &w, DI_WEIGHT_PLAIN), wg = t_weight_upload(g_gpu, &w, DI_WEIGHT_PLAIN);
@@ -381,30 +381,37 @@ static void silu_case(di_backend *gs, int I, int D, int fp8, int ldx_pad) {
     float *got = g_get_act(db, (size_t)I);
     T_CHECK(what, got, ref, (size_t)I, TOL_L2, TOL_MAX);
     CHECK_MSG(!gs->matmul_silu(gs, db, dx, ldx, &wg, I, 2), "%s: taken at two tokens", what);
-    CHECK_MSG(!g_gpu->matmul_silu || !g_gpu->matmul_silu(g_gpu, db, dx, ldx, &wg, I, 1),
-              "%s: taken with DEEPINFER_CUDA_GU_SILU off", what);
+    CHECK_MSG(!off->matmul_silu || !off->matmul_silu(off, db, dx, ldx, &wg, I, 1),
+              "%s: taken with DEEPINFER_CUDA_GU_SILU=0", what);
     free(got); free(gu); free(ref); free(ha); free(hb); free(x);
     g_free(dx); g_free(dgu); g_free(da); g_free(db);
     g_cpu->weight_free(g_cpu, &wc); g_gpu->weight_free(g_gpu, &wg); t_weight_free(&w);
 }
 
 static void test_silu(void) {
-    setenv("DEEPINFER_CUDA_GU_SILU", "1", 1);
-    di_backend *gs = NULL;
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &gs));
     unsetenv("DEEPINFER_CUDA_GU_SILU");
-    if (!gs) return;
+    di_backend *gs = NULL, *off = NULL;
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &gs));
+    setenv("DEEPINFER_CUDA_GU_SILU", "0", 1);
+    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &off));
+    unsetenv("DEEPINFER_CUDA_GU_SILU");
+    if (!gs || !off) {
+        if (gs) di_backend_free(gs);
+        if (off) di_backend_free(off);
+        return;
+    }
     di_backend_reserve r = {8192, 256, 129280, {16, 128, 64, 128, 512, 0.1f}};
     CHECK_OK(gs->reserve(gs, &r));
     /* V2-Lite's dense FFN (split-K GEMV), its shared experts, odd I, a padded x, the generic
      * kernel (D % 8 != 0), fp8 with 128 x 128 scale blocks */
-    silu_case(gs, 10944, 2048, 0, 0);
-    silu_case(gs, 2816, 2048, 0, 8);
-    silu_case(gs, 75, 136, 0, 0);
-    silu_case(gs, 40, 36, 0, 3);
-    silu_case(gs, 10944, 2048, 1, 0);
-    silu_case(gs, 1408, 2048, 1, 0);
+    silu_case(gs, off, 10944, 2048, 0, 0);
+    silu_case(gs, off, 2816, 2048, 0, 8);
+    silu_case(gs, off, 75, 136, 0, 0);
+    silu_case(gs, off, 40, 36, 0, 3);
+    silu_case(gs, off, 10944, 2048, 1, 0);
+    silu_case(gs, off, 1408, 2048, 1, 0);
     di_backend_free(gs);
+    di_backend_free(off);
 }
 
 /* cuBLASLt fp8 needs the workspace reserve() sizes (activation-quant buffers) */

@@ -549,10 +549,6 @@ static void c_destroy(di_backend *be) {
     if (st) {
         if (st->main_stream) cudaStreamSynchronize(st->main_stream);
         if (st->side_stream) cudaStreamSynchronize(st->side_stream);
-        if (st->l2_pin_bytes) { /* the experiment's set-aside back to normal lines */
-            cudaCtxResetPersistingL2Cache();
-            cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
-        }
         if (st->lt_ws_side) cudaFree(st->lt_ws_side);
         if (st->moe_zero_dev) cudaFree(st->moe_zero_dev);
         if (st->ev_fork) cudaEventDestroy(st->ev_fork);
@@ -653,33 +649,15 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     const char *sc = getenv("DEEPINFER_CUDA_SAMPLE_CLUSTER");
     st->sample_cluster = sc && (!strcmp(sc, "0") || !strcmp(sc, "4") || !strcmp(sc, "8")) ? atoi(sc) : 1;
     st->sample_greedy = env_on("DEEPINFER_CUDA_SAMPLE_GREEDY");
-    st->sample_early_exit = env_set("DEEPINFER_CUDA_SAMPLE_EARLY_EXIT");
     st->mla_uv = env_on("DEEPINFER_CUDA_MLA_UV");
     st->mla_wide = env_on("DEEPINFER_CUDA_MLA_WIDE");
     st->mla_split_floor = env_on("DEEPINFER_CUDA_MLA_SPLIT_FLOOR");
-    st->gu_silu = env_set("DEEPINFER_CUDA_GU_SILU");
-    const char *mt = getenv("DEEPINFER_CUDA_MLA_MIN_TILES");
-    st->mla_min_tiles = mt && atoi(mt) > 0 && atoi(mt) <= 1024 ? atoi(mt) : 0;
+    st->gu_silu = env_on("DEEPINFER_CUDA_GU_SILU");
+    const char *co = getenv("DEEPINFER_CUDA_CARVEOUT");
+    st->carveout = co && co[0] >= '0' && co[0] <= '9' && atoi(co) <= 100 ? atoi(co) : -1;
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
     st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 16;
     st->gemv_min_k = gk && atoi(gk) >= 256 ? atoi(gk) : 512;
-    const char *lk = getenv("DEEPINFER_CUDA_GEMV_LONG_K"), *lw = getenv("DEEPINFER_CUDA_GEMV_LONG_WANT");
-    st->gemv_long_k = lk && atoi(lk) > 0 ? atoi(lk) : 0;
-    st->gemv_long_want = lw && atoi(lw) > 0 ? atoi(lw) : 32;
-    const char *l2p = getenv("DEEPINFER_CUDA_L2_PIN");
-    if (l2p && atoi(l2p) > 0 && prop.persistingL2CacheMaxSize > 0) {
-        size_t want = (size_t)atoi(l2p) << 20, most = (size_t)prop.persistingL2CacheMaxSize;
-        if ((size_t)prop.accessPolicyMaxWindowSize < most) most = (size_t)prop.accessPolicyMaxWindowSize;
-        const char *l2m = getenv("DEEPINFER_CUDA_L2_PIN_MIN");
-        st->l2_pin_min = l2m && atoi(l2m) > 0 ? (size_t)atoi(l2m) << 20 : 0;
-        st->l2_pin_bytes = want < most ? want : most;
-        if (cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, st->l2_pin_bytes) != cudaSuccess) {
-            cudaGetLastError();
-            st->l2_pin_bytes = 0;
-        }
-        fprintf(stderr, "cuda backend: L2 %d MB, persisting at most %zu MB, set aside %zu bytes\n",
-                prop.l2CacheSize >> 20, most >> 20, st->l2_pin_bytes);
-    }
     const char *sm = getenv("DEEPINFER_CUDA_SPARSE_MIN_TILES");
     st->sp_min_tiles = sm && atoi(sm) > 0 ? atoi(sm) : 2;
     st->lt_min_rows = lm ? atoi(lm) : 2;

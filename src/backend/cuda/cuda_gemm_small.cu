@@ -348,32 +348,9 @@ __global__ void __launch_bounds__(256) k_gemv(gemm_args a, int R, int S, int ksl
  * block while the grid is short of st->gemv_want warps per SM and each slice keeps at least
  * st->gemv_min_k columns */
 int gemv_splits(const cuda_state *st, int groups, int mats, int K) {
-    int per_sm = st->gemv_long_k && K >= st->gemv_long_k ? st->gemv_long_want : st->gemv_want;
-    int want = st->n_sm * per_sm, S = 1;
+    int want = st->n_sm * st->gemv_want, S = 1;
     while (S < 8 && (long)groups * mats * S < want && ceil_div_i(K, 2 * S) >= st->gemv_min_k) S *= 2;
     return S;
-}
-
-/* Experiment (DEEPINFER_CUDA_L2_PIN): the persisting window of a one-row GEMV over weight w
- * (bytes long) into st->launch_window*, claiming w (up to the set-aside left) the first time a
- * weight of at least l2_pin_min bytes is seen; nothing for weights not claimed. */
-static void l2_pin_window(cuda_state *st, const void *w, size_t bytes) {
-    for (int i = 0; i < st->n_l2_pins; i++)
-        if (st->l2_pins[i].w == w) {
-            st->launch_window = w;
-            st->launch_window_bytes = st->l2_pins[i].bytes;
-            return;
-        }
-    size_t left = st->l2_pin_bytes - st->l2_pin_used;
-    if (bytes < st->l2_pin_min || left < ((size_t)1 << 20) || st->n_l2_pins == 32) return;
-    size_t take = bytes < left ? bytes : left;
-    st->l2_pins[st->n_l2_pins].w = w;
-    st->l2_pins[st->n_l2_pins++].bytes = take;
-    st->l2_pin_used += take;
-    st->launch_window = w;
-    st->launch_window_bytes = take;
-    if (getenv("DEEPINFER_CUDA_L2_PIN_LOG"))
-        fprintf(stderr, "cuda backend: L2 pin %d: %zu of %zu bytes at %p\n", st->n_l2_pins, take, bytes, w);
 }
 
 /* U = 16-byte weight loads in flight per lane and row in one K step: bf16 1; fp8 (8-byte loads)
@@ -391,12 +368,11 @@ static void launch_gemv_t(cuda_state *st, const gemm_args *a, cudaStream_t s) {
     int R = 8 / S;
     int kslice = (ceil_div_i(K, S) + 255) & ~255;
     dim3 grid(ceil_div_i(groups, R), a->r.active ? mats : a->n_mat);
-    if (st->l2_pin_bytes && NT == 1 && !a->r.offsets && !a->r.active && s == st->stream)
-        l2_pin_window(st, a->w.data,
-                      ((size_t)a->w.mat_stride * (a->n_mat - 1) + (size_t)a->w.rows * a->w.cols) * (FP8 ? 1 : 2));
     if (s == st->stream) cuda_launch_pdl(st, st->pdl >= 1, k_gemv<NT, RW, U, FP8, SILU, SS>, grid, dim3(256), 0, *a, R, S, kslice);
-    else k_gemv<NT, RW, U, FP8, SILU, SS><<<grid, 256, 0, s>>>(*a, R, S, kslice);
-    st->launch_window = NULL;
+    else {
+        cuda_carveout(st, (const void *)k_gemv<NT, RW, U, FP8, SILU, SS>);
+        k_gemv<NT, RW, U, FP8, SILU, SS><<<grid, 256, 0, s>>>(*a, R, S, kslice);
+    }
     CUDA_LAUNCHED(st, "gemv");
 }
 

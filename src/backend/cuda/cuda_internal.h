@@ -191,25 +191,9 @@ typedef struct cuda_state {
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
                                     * for, default 16), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */
-    int gu_silu;                   /* experiment DEEPINFER_CUDA_GU_SILU (default 0): matmul_silu takes
-                                    * one-token main-lane calls (the dense FFN's gate/up GEMV with the
-                                    * SiLU-mul in its epilogue, no silu_mul launch) */
-    int mla_min_tiles;             /* experiment DEEPINFER_CUDA_MLA_MIN_TILES (default 0: off): dense MLA
-                                    * decode splits hold at least this many key tiles (dec_args.min_tps) */
-    int gemv_long_k, gemv_long_want; /* experiment: GEMVs of K >= DEEPINFER_CUDA_GEMV_LONG_K columns
-                                    * (0: none, the default) aim for DEEPINFER_CUDA_GEMV_LONG_WANT
-                                    * warps per SM instead (default 32) */
-    size_t l2_pin_bytes, l2_pin_min; /* experiment DEEPINFER_CUDA_L2_PIN=MB (0: off): that much of the L2
-                                    * set aside for persisting lines; one-row GEMV weights of at least
-                                    * DEEPINFER_CUDA_L2_PIN_MIN MB (default 0) are claimed in launch order
-                                    * until it is used up and read through a persisting access-policy
-                                    * window over their claimed bytes, so those stay in L2 across steps */
-    size_t l2_pin_used;
-    int n_l2_pins;
-    struct { const void *w; size_t bytes; } l2_pins[32];
-    const void *launch_window;     /* cuda_launch_cluster: a persisting window over [launch_window,
-                                    * + launch_window_bytes) for this launch (set around one launch) */
-    size_t launch_window_bytes;
+    int gu_silu;                   /* DEEPINFER_CUDA_GU_SILU (default 1): matmul_silu takes one-token
+                                    * main-lane calls (the dense FFN's gate/up GEMV with the SiLU-mul in
+                                    * its epilogue, no silu_mul launch); 0 declines them */
     int sp_min_tiles;              /* DEEPINFER_CUDA_SPARSE_MIN_TILES (default 2): sparse MLA decode
                                     * uses at most ceil(ceil(sel_stride / 32) / N) KV splits */
     int mla_wgmma;                 /* DEEPINFER_CUDA_MLA_WGMMA (default 1): MLA decode with heads a
@@ -229,10 +213,14 @@ typedef struct cuda_state {
                                     * thread-block cluster per row (cuda_sample_cluster.cu; 8 or 4
                                     * blocks by batch size, or forced with 8 / 4); 0 the one-block
                                     * kernel (cuda_sample.cu) */
-    int sample_early_exit;         /* experiment DEEPINFER_CUDA_SAMPLE_EARLY_EXIT (default 0): the cluster
-                                    * sampler's blocks of greedy rows return before their PDL wait.
-                                    * Safe only if a PDL kernel that never waits still leaves its
-                                    * successors ordered after its predecessor (bench_cuda_pdl_join) */
+    int carveout;                  /* experiment DEEPINFER_CUDA_CARVEOUT=N (0-100; default -1: not set):
+                                    * every kernel launched through cuda_launch_cluster or the GEMV's
+                                    * side-lane launch gets that shared-memory carveout preference, so
+                                    * an SM running GEMV blocks keeps room for MLA decode's ~95 KB
+                                    * blocks (bench_cuda_pdl_join: a PDL successor with 96 KB starts
+                                    * only after its predecessor ends unless the carveout leaves room) */
+    int n_carved;
+    const void *carved[256];       /* the kernels already given st->carveout */
     int sample_greedy;             /* DEEPINFER_CUDA_SAMPLE_GREEDY (default 1): greedy rows on their
                                     * own streaming kernel (cuda_sample_greedy.cu); 0 in the
                                     * sampling kernel with the other rows */
@@ -517,8 +505,7 @@ int cuda_moe_experts_shared(di_backend *be, void *out, const void *x, const int3
                             int k, const di_weight *gate_up, const di_weight *down, const di_weight *sh_gate_up,
                             const di_weight *sh_down, int T, void *scratch, size_t scratch_bytes);
 /* 1: launched on the cluster kernel; 0: V too large for it (the caller uses the one-block kernel).
- * skip_greedy: leave the greedy rows alone (cuda_sample_greedy has them); 2: and return before
- * the PDL wait (st->sample_early_exit). */
+ * skip_greedy: leave the greedy rows alone (cuda_sample_greedy has them). */
 int cuda_sample_cluster(cuda_state *st, int32_t *tokens, int32_t *status, const float *logits, int n, int V,
                         const di_sample_row *rows, int skip_greedy);
 /* the greedy rows of a sample op (every other row untouched) */

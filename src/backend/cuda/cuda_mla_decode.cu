@@ -723,7 +723,6 @@ static int mla_decode_run(cuda_state *st, dec_args *ap, void *out, const void *q
     a.part = NULL;
     a.ml = NULL;
     a.early = st->mla_early;
-    a.min_tps = ab->sel_pos ? 0 : st->mla_min_tiles;
     dec_sel sp = {ab->sel_pos, ab->sel_count, ab->sel_stride};
     int fast = d->kv_rank == FDV && d->rope_dim == FD - FDV && d->n_heads % 16 == 0 && ldqpe % 8 == 0 &&
                hsqpe % 8 == 0 && ((uintptr_t)qpe & 15) == 0 && ((uintptr_t)qt & 15) == 0;

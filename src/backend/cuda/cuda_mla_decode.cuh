@@ -21,8 +21,6 @@ typedef struct dec_args {
     float *ml;   /* [n_tokens * H * nsplit][2] */
     int early;   /* k_mla_decode_fast (dense): metadata and earlier steps' cache rows before the PDL
                   * wait, launched with PDL (DEEPINFER_CUDA_MLA_EARLY) */
-    int min_tps; /* dense launches: at least this many tiles per split (DEEPINFER_CUDA_MLA_MIN_TILES, an
-                  * experiment; 0 = off): short contexts then use fewer splits; sparse: 0 */
 } dec_args;
 
 /* Tiles per split of a token with ntiles tiles: ceil(ntiles / nsplit), but at least 2 once the
@@ -36,8 +34,7 @@ static __host__ __device__ __forceinline__ int split_tiles_of(int ntiles, int ns
     return nsplit > MLA_NARROW && ntiles > MLA_NARROW && tps < 2 ? 2 : tps;
 }
 static __device__ __forceinline__ int split_tiles(const dec_args &a, int ntiles) {
-    int tps = split_tiles_of(ntiles, a.nsplit);
-    return tps > a.min_tps ? tps : a.min_tps;
+    return split_tiles_of(ntiles, a.nsplit);
 }
 
 static __device__ __forceinline__ long cache_slot(const dec_args &a, int seq, int p) {

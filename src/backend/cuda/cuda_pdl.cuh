@@ -67,6 +67,17 @@ static __device__ __forceinline__ float4 ld_act16f(const void *p) {
     return v;
 }
 
+/* The experiment DEEPINFER_CUDA_CARVEOUT: kernel fn's shared-memory carveout preference set to
+ * st->carveout the first time it is launched (nothing when the switch is off). */
+static inline void cuda_carveout(cuda_state *st, const void *fn) {
+    if (st->carveout < 0) return;
+    for (int i = 0; i < st->n_carved; i++)
+        if (st->carved[i] == fn) return;
+    if (st->n_carved < (int)(sizeof st->carved / sizeof st->carved[0])) st->carved[st->n_carved++] = fn;
+    cuda_note(st, cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, st->carveout),
+              "carveout attribute");
+}
+
 /* kernel<<<grid, block, smem, st->stream>>>(args...) in thread-block clusters of `cluster`
  * blocks along x (0: no cluster attribute), with programmatic stream serialisation allowed
  * when `pdl` is true; launch errors are recorded in st under `what`. */
@@ -78,7 +89,7 @@ static void cuda_launch_cluster(cuda_state *st, bool pdl, unsigned cluster, cons
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st->stream;
-    cudaLaunchAttribute at[3];
+    cudaLaunchAttribute at[2];
     unsigned n = 0;
     at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[n++].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
@@ -88,17 +99,10 @@ static void cuda_launch_cluster(cuda_state *st, bool pdl, unsigned cluster, cons
         at[n].val.clusterDim.y = 1;
         at[n++].val.clusterDim.z = 1;
     }
-    if (st->launch_window) {
-        at[n].id = cudaLaunchAttributeAccessPolicyWindow;
-        at[n].val.accessPolicyWindow.base_ptr = (void *)st->launch_window;
-        at[n].val.accessPolicyWindow.num_bytes = st->launch_window_bytes;
-        at[n].val.accessPolicyWindow.hitRatio = 1.0f;
-        at[n].val.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
-        at[n++].val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
-    }
     cfg.attrs = at;
     cfg.numAttrs = n;
     if (pdl && st->capturing && st->lanes_prog) cuda_capture_prog_edges(st);
+    cuda_carveout(st, (const void *)kernel);
     cuda_note(st, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), what);
 }
 

@@ -549,9 +549,6 @@ __global__ void __launch_bounds__(CS_THREADS, 1)
     const float *x = logits + (long)row * V;
     const di_sample_row P = rows[row]; /* the step's upload: readable before the PDL wait */
     const bool greedy = P.temperature < 1e-5f;
-    /* skip_greedy 2 (st->sample_early_exit, an experiment): a greedy row's cluster leaves before
-     * the wait, so an all-greedy batch does not hold the SMs for waves of waiting blocks */
-    if (greedy && skip_greedy == 2) return;
     pdl_wait(); /* st->sample_pdl: the logits (and the greedy kernel's rows) come from earlier kernels */
     if (greedy && skip_greedy) return; /* the whole cluster (same row): cuda_sample_greedy.cu has it */
     const float T = greedy ? 1.0f : P.temperature;
