@@ -276,8 +276,7 @@ void cuda_sample(di_backend *be, int32_t *tokens, int32_t *status, const float *
     cuda_state *st = cst(be);
     if (n <= 0) return;
     if (st->sample_greedy) cuda_sample_greedy(st, tokens, status, logits, n, V, rows);
-    int skip = st->sample_greedy ? 1 : 0;
-    if (st->sample_cluster && cuda_sample_cluster(st, tokens, status, logits, n, V, rows, skip)) return;
+    if (st->sample_cluster && cuda_sample_cluster(st, tokens, status, logits, n, V, rows, st->sample_greedy)) return;
     k_sample<<<n, SBT, 0, st->stream>>>(logits, V, rows, tokens, status, st->sample_greedy);
     CUDA_LAUNCHED(st, "sample");
 }
