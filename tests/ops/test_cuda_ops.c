@@ -448,38 +448,6 @@ static void test_bmm(void) {
         }
 }
 
-/* DEEPINFER_CUDA_ROWS_GEMM=16 (the PDL few-rows kernel, cuda_gemm_rows.cu): on a backend of its
- * own, the plain and per-head GEMMs of 2-16 rows (bf16 and fp8, accumulated, f32 out, padded x,
- * N not a multiple of 16, K slices that end inside a 256-column batch) against the CPU. */
-static void test_rowsgemm(void) {
-    setenv("DEEPINFER_CUDA_ROWS_GEMM", "16", 1);
-    di_backend *rb = NULL;
-    CHECK_OK(di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &rb));
-    unsetenv("DEEPINFER_CUDA_ROWS_GEMM");
-    if (!rb) return;
-    di_backend_reserve r = {8192, 256, 129280, {16, 128, 64, 128, 512, 0.1f}};
-    CHECK_OK(rb->reserve(rb, &r));
-    const int Ts[] = {2, 3, 8, 9, 13, 16};
-    const int NK[][2] = {{2048, 2048}, {3072, 2048}, {576, 2048}, {136, 2816}, {40, 32}, {8, 96}, {1000, 1408}};
-    for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
-        for (size_t b = 0; b < sizeof NK / sizeof NK[0]; b++) {
-            unsigned fl = (a + b) % 3 == 0 ? DI_MM_ACCUMULATE : (a + b) % 3 == 1 ? DI_MM_OUT_F32 : 0;
-            gemm_case(rb, Ts[a], NK[b][0], NK[b][1], 0, fl, (int)(a % 2) * 8, " (rows kernel)", TOL_L2, TOL_MAX);
-        }
-    for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++) {
-        gemm_case(rb, Ts[a], 2048, 2048, 0, DI_MM_OUT_F32 | DI_MM_ACCUMULATE, 0, " (rows kernel, residual)", 1e-4, 1e-4);
-        gemm_case(rb, Ts[a], 2048, 1408, 1, DI_MM_OUT_F32 | DI_MM_ACCUMULATE, 0, " (rows kernel, residual)", TOL_L2,
-                  TOL_MAX);
-        gemm_case(rb, Ts[a], 576, 2048, 1, a % 2 ? DI_MM_ACCUMULATE : 0, 8, " (rows kernel)", TOL_L2, TOL_MAX);
-    }
-    /* the per-head absorptions (W_UK transposed, W_UV bf16 / fp8) at 5, 12 and 16 rows */
-    di_backend *save = g_gpu;
-    g_gpu = rb;
-    test_bmm();
-    g_gpu = save;
-    di_backend_free(rb);
-}
-
 /* ---------------------------------------------------------------- graphs ---- */
 
 /* The buffers and weights of one residual step (add_rmsnorm with its f32 copy, the router, a
@@ -756,7 +724,7 @@ static void test_lanes(void) {
 
 int main(int argc, char **argv) {
     const t_group groups[] = {{"reserve", reserve_gpu}, {"rows", test_rows}, {"gemm", test_gemm}, {"silu", test_silu}, {"bmm", test_bmm},
-                              {"rowsgemm", test_rowsgemm}, {"graph", test_graph}, {"lanes", test_lanes}};
+                              {"graph", test_graph}, {"lanes", test_lanes}};
     /* reserve always runs first (it is what a model does at load) */
     return t_main_first_always(argc, argv, groups, (int)(sizeof groups / sizeof groups[0]));
 }

@@ -661,9 +661,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     const char *sm = getenv("DEEPINFER_CUDA_SPARSE_MIN_TILES");
     st->sp_min_tiles = sm && atoi(sm) > 0 ? atoi(sm) : 2;
     st->lt_min_rows = lm ? atoi(lm) : 2;
-    const char *rg = getenv("DEEPINFER_CUDA_ROWS_GEMM"), *rm = getenv("DEEPINFER_CUDA_ROWS_GEMM_MB");
-    st->rows_gemm = rg && atoi(rg) > 0 ? (atoi(rg) < 16 ? atoi(rg) : 16) : 0;
-    st->rows_gemm_mb = rm && atoi(rm) > 0 ? atoi(rm) : 32;
     if (st->lt_min_rows < 1) st->lt_min_rows = 1;
     /* the main lane at the highest stream priority and the side lane at the lowest, so that
      * the critical path's blocks are scheduled first when both lanes have blocks waiting

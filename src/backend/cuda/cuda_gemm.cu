@@ -126,11 +126,6 @@ void cuda_gemm(cuda_state *st, const gemm_out *o, const bf16 *x, long ldx, long 
         launch_gemv(st, &a, st->stream);
         return;
     }
-    if (per <= st->rows_gemm && o->silu_I <= 0 &&
-        (double)a.w.rows * a.w.cols * a.n_mat * (a.w.fp8 ? 1 : 2) <= st->rows_gemm_mb * 1048576.0) {
-        launch_gemm_rows(st, &a, st->stream);
-        return;
-    }
     if (!a.w.fp8 && o->silu_I <= 0 && per >= st->lt_min_rows && lt_gemm(st, &a)) return;
     if (per <= 32) {
         launch_gemm_small(st, &a, st->stream);

@@ -147,11 +147,6 @@ typedef struct cuda_state {
                                     * plans take the heuristic's i-th result (LT_LOG lists them) */
     int lt_min_rows;               /* DEEPINFER_CUDA_LT_MIN_ROWS (default 2): plain / batched bf16
                                     * GEMMs with at least this many rows go to cuBLASLt */
-    int rows_gemm, rows_gemm_mb;   /* DEEPINFER_CUDA_ROWS_GEMM=N (experiment, default 0 = off): plain /
-                                    * batched GEMMs of 2..N (<= 16) rows whose weights are at most
-                                    * DEEPINFER_CUDA_ROWS_GEMM_MB (default 32) MB run on k_gemm_rows
-                                    * (cuda_gemm_rows.cu, PDL, weights loaded before the wait)
-                                    * instead of cuBLASLt / k_gemm_small */
     int moe_small;                 /* DEEPINFER_CUDA_MOE_SMALL=N (0..4, default 1): experts of steps of
                                     * at most N tokens without permutation (cuda_moe_small.cu);
                                     * measured faster than the permuted path only at one token */
@@ -391,8 +386,6 @@ typedef struct gemm_args {
     int n_mat;
 } gemm_args;
 void launch_gemm_small(cuda_state *st, const gemm_args *a, cudaStream_t s);
-/* plain / batched, 1..16 rows, no SiLU (cuda_gemm_rows.cu): PDL-launched on the main lane */
-void launch_gemm_rows(cuda_state *st, const gemm_args *a, cudaStream_t s);
 /* FMA GEMV for at most `max_rows` (<= 4 typical) rows per matrix: coalesced weight rows */
 void launch_gemv(cuda_state *st, const gemm_args *a, cudaStream_t s);
 /* its K slices per block for `groups` groups of 4 rows over `mats` matrices of K columns */
