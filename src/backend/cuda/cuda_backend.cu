@@ -653,8 +653,6 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     st->mla_wide = env_on("DEEPINFER_CUDA_MLA_WIDE");
     st->mla_split_floor = env_on("DEEPINFER_CUDA_MLA_SPLIT_FLOOR");
     st->gu_silu = env_on("DEEPINFER_CUDA_GU_SILU");
-    const char *co = getenv("DEEPINFER_CUDA_CARVEOUT");
-    st->carveout = co && co[0] >= '0' && co[0] <= '9' && atoi(co) <= 100 ? atoi(co) : -1;
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");
     st->gemv_want = gw && atoi(gw) > 0 ? atoi(gw) : 16;
     st->gemv_min_k = gk && atoi(gk) >= 256 ? atoi(gk) : 512;

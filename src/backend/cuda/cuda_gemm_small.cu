@@ -369,10 +369,7 @@ static void launch_gemv_t(cuda_state *st, const gemm_args *a, cudaStream_t s) {
     int kslice = (ceil_div_i(K, S) + 255) & ~255;
     dim3 grid(ceil_div_i(groups, R), a->r.active ? mats : a->n_mat);
     if (s == st->stream) cuda_launch_pdl(st, st->pdl >= 1, k_gemv<NT, RW, U, FP8, SILU, SS>, grid, dim3(256), 0, *a, R, S, kslice);
-    else {
-        cuda_carveout(st, (const void *)k_gemv<NT, RW, U, FP8, SILU, SS>);
-        k_gemv<NT, RW, U, FP8, SILU, SS><<<grid, 256, 0, s>>>(*a, R, S, kslice);
-    }
+    else k_gemv<NT, RW, U, FP8, SILU, SS><<<grid, 256, 0, s>>>(*a, R, S, kslice);
     CUDA_LAUNCHED(st, "gemv");
 }
 

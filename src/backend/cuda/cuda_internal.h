@@ -213,14 +213,6 @@ typedef struct cuda_state {
                                     * thread-block cluster per row (cuda_sample_cluster.cu; 8 or 4
                                     * blocks by batch size, or forced with 8 / 4); 0 the one-block
                                     * kernel (cuda_sample.cu) */
-    int carveout;                  /* experiment DEEPINFER_CUDA_CARVEOUT=N (0-100; default -1: not set):
-                                    * every kernel launched through cuda_launch_cluster or the GEMV's
-                                    * side-lane launch gets that shared-memory carveout preference, so
-                                    * an SM running GEMV blocks keeps room for MLA decode's ~95 KB
-                                    * blocks (bench_cuda_pdl_join: a PDL successor with 96 KB starts
-                                    * only after its predecessor ends unless the carveout leaves room) */
-    int n_carved;
-    const void *carved[256];       /* the kernels already given st->carveout */
     int sample_greedy;             /* DEEPINFER_CUDA_SAMPLE_GREEDY (default 1): greedy rows on their
                                     * own streaming kernel (cuda_sample_greedy.cu); 0 in the
                                     * sampling kernel with the other rows */

@@ -67,17 +67,6 @@ static __device__ __forceinline__ float4 ld_act16f(const void *p) {
     return v;
 }
 
-/* The experiment DEEPINFER_CUDA_CARVEOUT: kernel fn's shared-memory carveout preference set to
- * st->carveout the first time it is launched (nothing when the switch is off). */
-static inline void cuda_carveout(cuda_state *st, const void *fn) {
-    if (st->carveout < 0) return;
-    for (int i = 0; i < st->n_carved; i++)
-        if (st->carved[i] == fn) return;
-    if (st->n_carved < (int)(sizeof st->carved / sizeof st->carved[0])) st->carved[st->n_carved++] = fn;
-    cuda_note(st, cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, st->carveout),
-              "carveout attribute");
-}
-
 /* kernel<<<grid, block, smem, st->stream>>>(args...) in thread-block clusters of `cluster`
  * blocks along x (0: no cluster attribute), with programmatic stream serialisation allowed
  * when `pdl` is true; launch errors are recorded in st under `what`. */
@@ -102,7 +91,6 @@ static void cuda_launch_cluster(cuda_state *st, bool pdl, unsigned cluster, cons
     cfg.attrs = at;
     cfg.numAttrs = n;
     if (pdl && st->capturing && st->lanes_prog) cuda_capture_prog_edges(st);
-    cuda_carveout(st, (const void *)kernel);
     cuda_note(st, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), what);
 }
 
