@@ -62,11 +62,11 @@ static di_model *load_fake(const char *dir) {
     return m;
 }
 
-/* One fake-stream configuration: the scenario on a fresh model, then the fake's own checks. */
 /* where the fused rope_kv_write of a multi-token decode step runs (di_model.rope_lane,
  * DEEPINFER_ROPE_LANE): 1 the default; 0 and 2 the experiment's other placements */
 static int g_rope_lane = 1;
 
+/* One fake-stream configuration: the scenario on a fresh model, then the fake's own checks. */
 static void run_config(const char *preset, const char *dir, int lanes, int deferred_in, int how, int *runs,
                        int *same) {
     di_model *m = load_fake(dir);
