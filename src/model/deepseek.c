@@ -98,6 +98,12 @@ static void queries(di_model *m, const di_layer *ly, int T) {
     }
 }
 
+/* decode's query absorption q̃ = W_UKᵀ q_nope per head, for the step's n decode tokens */
+static void absorb_queries(di_model *m, const di_layer *ly, int n) {
+    int H = m->mla.n_heads, qk = m->mla.nope_dim + m->mla.rope_dim, r = m->mla.kv_rank;
+    m->be->bmm(m->be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n);
+}
+
 /* h += MLA(x); x is the normed input; o_proj accumulates into the f32 residual stream h. */
 static void attention(di_model *m, const di_layer *ly, int l, void *cache, const di_attn_batch *dense,
                       int n_decode_seqs, int n_decode_tokens) {
@@ -147,11 +153,11 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
          * beside the W_UK absorption, which reads only q_nope. */
         if (rope_beside && m->rope_lane == 2 && n_decode_tokens > 0 && be->side_begin && be->side_begin(be, T)) {
             /* DEEPINFER_ROPE_LANE=2: the absorption beside, the rope on the main lane */
-            be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
+            absorb_queries(m, ly, n_decode_tokens);
             be->side_end(be);
             uk_beside = 1;
         }
-        side_rope = !uk_beside && m->rope_lane == 1 && rope_beside && be->side_begin && be->side_begin(be, T);
+        side_rope = m->rope_lane == 1 && rope_beside && be->side_begin && be->side_begin(be, T);
         if (be->rope_kv_write) {
             be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, m->kva, W, r, cache, ab->slot_mapping, W,
                               ab->positions, T, &m->rope, &ly->kv_a_norm, (float)c->rms_norm_eps);
@@ -181,7 +187,7 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     }
     /* decode: q̃ = W_UKᵀ q_nope; ō = attn over latents; o = W_UV ō */
     if (n_decode_tokens > 0) {
-        if (!uk_beside) be->bmm(be, m->qt, H * r, r, m->q, H * qk, qk, &ly->w_uk_t, n_decode_tokens);
+        if (!uk_beside) absorb_queries(m, ly, n_decode_tokens);
         if (side_rope || uk_beside) be->side_join(be);
         if (be->mla_decode_uv) {
             be->mla_decode_uv(be, m->o, H * d->v_dim, d->v_dim, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk,
