@@ -141,7 +141,7 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
                           &ly->kv_a_norm, (float)c->rms_norm_eps);
     if (side) be->side_end(be);
     if (!q_first) queries(m, ly, T);
-    int side_rope = 0, uk_beside = 0;
+    int side_rope = 0;
     if (split) {
         be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, NULL, 0, 0, NULL, ab->slot_mapping, W,
                           ab->positions, T, &m->rope, NULL, (float)c->rms_norm_eps);
@@ -151,13 +151,7 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
         /* RoPE on every head's q_pe and on the shared k_pe, then [c | k_pe] into the cache (one
          * fused op with c's norm where the backend has it); when rope_beside, on the side lane
          * beside the W_UK absorption, which reads only q_nope. */
-        if (rope_beside && m->rope_lane == 2 && n_decode_tokens > 0 && be->side_begin && be->side_begin(be, T)) {
-            /* DEEPINFER_ROPE_LANE=2: the absorption beside, the rope on the main lane */
-            absorb_queries(m, ly, n_decode_tokens);
-            be->side_end(be);
-            uk_beside = 1;
-        }
-        side_rope = m->rope_lane == 1 && rope_beside && be->side_begin && be->side_begin(be, T);
+        side_rope = rope_beside && be->side_begin && be->side_begin(be, T);
         if (be->rope_kv_write) {
             be->rope_kv_write(be, act_at(m, m->q, dn), H * qk, H, qk, m->kva, W, r, cache, ab->slot_mapping, W,
                               ab->positions, T, &m->rope, &ly->kv_a_norm, (float)c->rms_norm_eps);
@@ -187,8 +181,8 @@ static void attention(di_model *m, const di_layer *ly, int l, void *cache, const
     }
     /* decode: q̃ = W_UKᵀ q_nope; ō = attn over latents; o = W_UV ō */
     if (n_decode_tokens > 0) {
-        if (!uk_beside) absorb_queries(m, ly, n_decode_tokens);
-        if (side_rope || uk_beside) be->side_join(be);
+        absorb_queries(m, ly, n_decode_tokens);
+        if (side_rope) be->side_join(be);
         if (be->mla_decode_uv) {
             be->mla_decode_uv(be, m->o, H * d->v_dim, d->v_dim, m->olat, m->qt, act_at(m, m->q, dn), H * qk, qk,
                               cache, ab, 0, n_decode_seqs, d, &ly->w_uv, n_decode_tokens);

@@ -36,8 +36,6 @@ static void setup_params(di_model *m) {
     /* measured on the H200 (v2lite-8l, 3 rounds): batch 1 +1.4%, batch 16 -0.4%: one token only */
     const char *rs = getenv("DEEPINFER_ROPE_SPLIT");
     m->rope_split_max_t = rs && rs[0] >= '0' && rs[0] <= '9' ? atoi(rs) : 1;
-    const char *rl = getenv("DEEPINFER_ROPE_LANE");
-    m->rope_lane = rl && (rl[0] == '0' || rl[0] == '2') && !rl[1] ? rl[0] - '0' : 1;
     if (m->v32)
         m->idx = (di_indexer_dims){c->index_n_heads, c->index_head_dim, c->index_topk,
                                    (float)(1.0 / sqrt((double)c->index_head_dim)),

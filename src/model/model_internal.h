@@ -61,10 +61,6 @@ struct di_model {
                                     * latent's norm + k_pe rope + cache write beside the query path,
                                     * right after the latent GEMV, and q's rope on the main lane
                                     * (DEEPINFER_ROPE_SPLIT=N, default 1; 0: never) */
-    int rope_lane;                 /* the unsplit rope_kv_write of a decode step with a side lane
-                                    * (experiment DEEPINFER_ROPE_LANE): 1 (default) on the side lane
-                                    * beside the W_UK absorption; 0 on the main lane before it;
-                                    * 2 on the main lane with W_UK forked onto the side lane */
     di_indexer_dims idx;
     float *inv_freq;
     /* KV pool: [n_layers + n_mtp][kv_blocks * 64][kv_width] act */
