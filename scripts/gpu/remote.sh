@@ -54,6 +54,10 @@
 #          hfgreedy: tools/golden/hf_greedy_agreement.py, transformers' own greedy agreement in bf16
 #              vs fp32 on the pycoder greedy prompts, beside deepinfer's CPU and CUDA outputs
 #              (runs `test_cuda_pycoder greedy` first unless its outputs exist) -> hf.log
+#          peer: llama.cpp on the same card and model (staged by scripts/gpu/build_llamacpp.sh into
+#              .peer; carry it too): v2lite-8l converted to GGUF here, llama-batched-bench at PEER_NPL
+#              sequences (prompt 128, 128 new tokens) and llama-bench pp512 -> bench.log; then
+#              scripts/gpu/peer_ratio.py: the ratios against the call's e2e runs -> peer.txt
 #          e2ebase: bench_cuda_e2e of another staged tree E2E_BASE (e.g. a build of main carried
 #              as .gpu-base) with the same BENCH_ARGS, for before/after numbers in one call
 #   env:   OUT (logs; default /tmp/gpu-out), DI_GPU_TMP (scratch; default /tmp/di-gpu),
@@ -443,6 +447,45 @@ for s in $steps; do
         STEP_TIMEOUT=${HF_TIMEOUT:-240} run_step hf.greedy hf.log python3 "$G/src/tools/golden/hf_greedy_agreement.py" \
             --model "$DI_PYCODER_MODEL" --dir "$TMP" --device cuda --out "$OUT/hf_greedy.json"
         ;;
+    peer)
+        # the peer on the same card and model: llama.cpp (staged by scripts/gpu/build_llamacpp.sh
+        # into .peer, carried beside .gpu; PEER_DIR to override). The v2lite-8l made here is
+        # converted to a bf16 GGUF by llama.cpp's own converter (the same weights, with
+        # DeepSeek-V3's real tokenizer so the converter knows it), then llama-batched-bench: PEER_NPL
+        # (1,16,64,128,256) concurrent sequences, prompt 128, 128 new tokens, flash attention,
+        # every layer on the GPU (its S_TG column is decode tok/s), and llama-bench's pp512 (prefill
+        # of one 512-token prompt). Run e2e in the same call for the ratios.
+        P=${PEER_DIR:-$ROOT/.peer}
+        case $P in /*) ;; *) P=$CALLER_PWD/$P ;; esac
+        if [ -f "$P/bundle.tar.xz" ] && [ ! -x "$P/bin/llama-batched-bench" ]; then
+            tar -xJf "$P/bundle.tar.xz" -C "$P" 2>/dev/null ||
+                python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$P/bundle.tar.xz" "$P"
+        fi
+        [ -x "$P/bin/llama-batched-bench" ] || { summary "peer: no llama.cpp in $P (scripts/gpu/build_llamacpp.sh; carry .peer)"; continue; }
+        v2lite || continue
+        echo "(peer: $(cat "$P/VERSION" 2>/dev/null))" >>"$OUT/bench.log"
+        if [ ! -f "$TMP/v2lite-8l.gguf" ]; then
+            hfd=$TMP/v2lite-8l-hf
+            mkdir -p "$hfd"
+            for f in "$TMP"/v2lite-8l/*; do ln -sf "$f" "$hfd/"; done
+            rm -f "$hfd/tokenizer.json" "$hfd/tokenizer_config.json"
+            cp "$P/tokenizers/deepseek-v3/tokenizer.json" "$P/tokenizers/deepseek-v3/tokenizer_config.json" "$hfd/"
+            STEP_TIMEOUT=${PEER_CONVERT_TIMEOUT:-300} run_step peer.convert bench.log python3 "$P/py/convert_hf_to_gguf.py" \
+                "$hfd" --outtype bf16 --outfile "$TMP/v2lite-8l.gguf.part"
+            [ "$LAST_RC" = 0 ] && mv "$TMP/v2lite-8l.gguf.part" "$TMP/v2lite-8l.gguf"
+        fi
+        [ -f "$TMP/v2lite-8l.gguf" ] || { summary "peer: the GGUF conversion failed (bench.log)"; continue; }
+        LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" ldd "$P/bin/llama-batched-bench" | grep 'not found' >>"$OUT/bench.log"
+        npl=${PEER_NPL:-1,16,64,128,256}
+        nmax=$(echo "$npl" | tr ',' '\n' | sort -n | tail -1)
+        LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" run_step peer.batched bench.log "$P/bin/llama-batched-bench" \
+            -m "$TMP/v2lite-8l.gguf" -ngl 99 -fa on -c $((nmax * 256 + 256)) -b 2048 -ub 512 \
+            -npp 128 -ntg 128 -npl "$npl"
+        LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" run_step peer.bench bench.log "$P/bin/llama-bench" \
+            -m "$TMP/v2lite-8l.gguf" -ngl 99 -fa 1 -p 512 -n 128 -r 3
+        # the ratios against whatever e2e runs this call's bench.log holds so far (peer.txt)
+        python3 "$G/src/scripts/gpu/peer_ratio.py" "$OUT/bench.log" >"$OUT/peer.txt" 2>&1
+        ;;
     e2ebase)
         B=${E2E_BASE:-}
         case $B in /* | '') ;; *) B=$CALLER_PWD/$B ;; esac
@@ -480,9 +523,10 @@ for s in $steps; do
     esac
 done
 # the last lines of each log, so the call's own output shows the outcome
+[ -f "$OUT/peer.txt" ] && { echo "---- peer.txt (the same call's e2e against llama.cpp)"; cat "$OUT/peer.txt"; }
 [ -f "$OUT/breakdown.txt" ] && { echo "---- breakdown (by kernel)"; grep -A 40 '== by kernel' "$OUT/breakdown.txt" | head -n 90; }
 for f in tests.log bench.log hf.log; do
-    [ -f "$OUT/$f" ] && { echo "---- $f (failures and tables)"; grep -E 'FAIL|failed|ceiling|tok/s|of roofline|checks,|golden:|generate:|routing|pycoder|sampling|differ from|TPOT|\(engine|\(e2ebase|\(variant|flipped|bfloat16|==== |us/op| [0-9]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+%' "$OUT/$f" | tail -n 150; }
+    [ -f "$OUT/$f" ] && { echo "---- $f (failures and tables)"; grep -E 'FAIL|failed|ceiling|tok/s|of roofline|checks,|golden:|generate:|routing|pycoder|sampling|differ from|TPOT|\(engine|\(e2ebase|\(peer|^\| +[0-9]+ \||^\| +[a-z].*pp|^\| +[a-z].*tg|\(variant|flipped|bfloat16|==== |us/op| [0-9]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+%' "$OUT/$f" | tail -n 150; }
 done
 echo "---- summary"
 cat "$OUT/summary.txt"
