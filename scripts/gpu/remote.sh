@@ -55,9 +55,10 @@
 #              vs fp32 on the pycoder greedy prompts, beside deepinfer's CPU and CUDA outputs
 #              (runs `test_cuda_pycoder greedy` first unless its outputs exist) -> hf.log
 #          peer: llama.cpp on the same card and model (staged by scripts/gpu/build_llamacpp.sh into
-#              .peer; carry it too): v2lite-8l converted to GGUF here, llama-batched-bench at PEER_NPL
-#              sequences (prompt 128, 128 new tokens) and llama-bench pp512 -> bench.log; then
-#              scripts/gpu/peer_ratio.py: the ratios against the call's e2e runs -> peer.txt
+#              .peer, carried in pieces over two calls): v2lite-8l converted to GGUF here, then
+#              llama-batched-bench at PEER_NPL sequences (prompt 128, 128 new tokens) and
+#              llama-bench pp512 -> bench.log; scripts/gpu/peer_ratio.py: the ratios against the
+#              call's e2e runs -> peer.txt
 #          e2ebase: bench_cuda_e2e of another staged tree E2E_BASE (e.g. a build of main carried
 #              as .gpu-base) with the same BENCH_ARGS, for before/after numbers in one call
 #   env:   OUT (logs; default /tmp/gpu-out), DI_GPU_TMP (scratch; default /tmp/di-gpu),
@@ -448,20 +449,26 @@ for s in $steps; do
             --model "$DI_PYCODER_MODEL" --dir "$TMP" --device cuda --out "$OUT/hf_greedy.json"
         ;;
     peer)
-        # the peer on the same card and model: llama.cpp (staged by scripts/gpu/build_llamacpp.sh
-        # into .peer, carried beside .gpu; PEER_DIR to override). The v2lite-8l made here is
-        # converted to a bf16 GGUF by llama.cpp's own converter (the same weights, with
-        # DeepSeek-V3's real tokenizer so the converter knows it), then llama-batched-bench: PEER_NPL
-        # (1,16,64,128,256) concurrent sequences, prompt 128, 128 new tokens, flash attention,
-        # every layer on the GPU (its S_TG column is decode tok/s), and llama-bench's pp512 (prefill
-        # of one 512-token prompt). Run e2e in the same call for the ratios.
+        # the peer on the same card and model: llama.cpp, staged by scripts/gpu/build_llamacpp.sh
+        # into .peer (PEER_DIR to override): tools.tar.xz and the CUDA library in two pieces,
+        # cuda.xz.00 / .01, which may come in two calls on the same machine (the call's 64 MiB
+        # limit). With tools.tar.xz the v2lite-8l made here is converted once to a bf16 GGUF by
+        # llama.cpp's own converter (the same weights, with DeepSeek-V3's real tokenizer so the
+        # converter knows it); with both pieces: llama-batched-bench at PEER_NPL (1,16,64,128,256)
+        # concurrent sequences, prompt 128, 128 new tokens, flash attention, every layer on the
+        # GPU (its S_TG column is decode tok/s), llama-bench's pp512 (prefill of one 512-token
+        # prompt), and peer_ratio.py against this call's e2e runs (-> peer.txt).
         P=${PEER_DIR:-$ROOT/.peer}
         case $P in /*) ;; *) P=$CALLER_PWD/$P ;; esac
-        if [ -f "$P/bundle.tar.xz" ] && [ ! -x "$P/bin/llama-batched-bench" ]; then
-            tar -xJf "$P/bundle.tar.xz" -C "$P" 2>/dev/null ||
-                python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$P/bundle.tar.xz" "$P"
+        if [ -f "$P/tools.tar.xz" ] && [ ! -x "$P/bin/llama-batched-bench" ]; then
+            tar -xJf "$P/tools.tar.xz" -C "$P" 2>/dev/null ||
+                python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$P/tools.tar.xz" "$P"
         fi
-        [ -x "$P/bin/llama-batched-bench" ] || { summary "peer: no llama.cpp in $P (scripts/gpu/build_llamacpp.sh; carry .peer)"; continue; }
+        [ -x "$P/bin/llama-batched-bench" ] || { summary "peer: no llama.cpp tools in $P (scripts/gpu/build_llamacpp.sh; carry .peer/tools.tar.xz)"; continue; }
+        cso=$(cat "$P/cuda.name" 2>/dev/null)
+        if [ -n "$cso" ] && [ ! -f "$P/lib/$cso" ] && [ -f "$P/cuda.xz.00" ] && [ -f "$P/cuda.xz.01" ]; then
+            cat "$P"/cuda.xz.0[01] | xz -dc >"$P/lib/$cso.part" && mv "$P/lib/$cso.part" "$P/lib/$cso"
+        fi
         v2lite || continue
         echo "(peer: $(cat "$P/VERSION" 2>/dev/null))" >>"$OUT/bench.log"
         if [ ! -f "$TMP/v2lite-8l.gguf" ]; then
@@ -469,12 +476,14 @@ for s in $steps; do
             mkdir -p "$hfd"
             for f in "$TMP"/v2lite-8l/*; do ln -sf "$f" "$hfd/"; done
             rm -f "$hfd/tokenizer.json" "$hfd/tokenizer_config.json"
-            cp "$P/tokenizers/deepseek-v3/tokenizer.json" "$P/tokenizers/deepseek-v3/tokenizer_config.json" "$hfd/"
+            tar -xJf "$ROOT/tests/data/tokenizers/tokenizers.tar.xz" -C "$TMP" tokenizers/deepseek-v3
+            cp "$TMP/tokenizers/deepseek-v3/tokenizer.json" "$TMP/tokenizers/deepseek-v3/tokenizer_config.json" "$hfd/"
             STEP_TIMEOUT=${PEER_CONVERT_TIMEOUT:-300} run_step peer.convert bench.log python3 "$P/py/convert_hf_to_gguf.py" \
                 "$hfd" --outtype bf16 --outfile "$TMP/v2lite-8l.gguf.part"
             [ "$LAST_RC" = 0 ] && mv "$TMP/v2lite-8l.gguf.part" "$TMP/v2lite-8l.gguf"
         fi
         [ -f "$TMP/v2lite-8l.gguf" ] || { summary "peer: the GGUF conversion failed (bench.log)"; continue; }
+        [ -n "$cso" ] && [ -f "$P/lib/$cso" ] || { summary "peer: the CUDA library's pieces are not all here yet (converted only)"; continue; }
         LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" ldd "$P/bin/llama-batched-bench" | grep 'not found' >>"$OUT/bench.log"
         npl=${PEER_NPL:-1,16,64,128,256}
         nmax=$(echo "$npl" | tr ',' '\n' | sort -n | tail -1)
@@ -483,7 +492,6 @@ for s in $steps; do
             -npp 128 -ntg 128 -npl "$npl"
         LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" run_step peer.bench bench.log "$P/bin/llama-bench" \
             -m "$TMP/v2lite-8l.gguf" -ngl 99 -fa 1 -p 512 -n 128 -r 3
-        # the ratios against whatever e2e runs this call's bench.log holds so far (peer.txt)
         python3 "$G/src/scripts/gpu/peer_ratio.py" "$OUT/bench.log" >"$OUT/peer.txt" 2>&1
         ;;
     e2ebase)
