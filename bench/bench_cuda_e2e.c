@@ -1,7 +1,9 @@
 /* bench_cuda_e2e.c - end-to-end decode and prefill throughput of a model on the CUDA backend
  * (di_model_forward_sample: device sampling, decode steps replayed from CUDA graphs), each with
  * its roofline bound from the model's byte and FLOP counts over the ceilings measured in the
- * same run, and the ratio to llama.cpp's numbers for the benchmark model (issue 6).
+ * same run, and the ratio to the llama.cpp numbers issue 6 gives for the benchmark model, which
+ * were measured on an H200 ("llama.cpp@H200"; on any other card see remote.sh's `peer` step,
+ * which runs llama.cpp on the same card in the same call).
  *
  *   bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128]
  *                  [--prefill 512,8192|none] [--ceilings 0|1] [--trace K] [--async 0|1] [--warmup 0|1]
@@ -113,7 +115,7 @@ static void report(const char *what, double tok_s, int tokens_per_unit, double b
     double bound_tok = tokens_per_unit / bound;
     printf("%-28s %10.0f tok/s   roofline %10.0f tok/s (%s-bound: %.2f GB, %.2f TFLOP per step)  %5.1f%%", what,
            tok_s, bound_tok, tb >= tf ? "memory" : "compute", bytes / 1e9, flops / 1e12, 100.0 * tok_s / bound_tok);
-    if (peer > 0) printf("   llama.cpp %6.0f -> %.2fx", peer, tok_s / peer);
+    if (peer > 0) printf("   llama.cpp@H200 %6.0f -> %.2fx", peer, tok_s / peer);
     printf("\n");
     fflush(stdout);
 }

@@ -4,7 +4,8 @@
 Reads remote.sh's bench.log, where the `e2e` step left bench_cuda_e2e's lines ("decode batch B
 ... N tok/s", "prefill L ... N tok/s") and the `peer` step llama-batched-bench's table (its S_TG
 column: decode tok/s over B concurrent sequences, prompt 128, 128 new tokens) and llama-bench's
-pp512 row (prefill of one 512-token prompt), and prints one row per workload both measured:
+pp512 row (prefill of one 512-token prompt) and tg128 row (one sequence's decode: batch 1 again),
+and prints one row per workload both measured:
 deepinfer tok/s, llama.cpp tok/s, and the ratio. With several runs of a workload (rounds), each
 side's best is used and the range is shown.
 
@@ -30,12 +31,14 @@ def parse(lines):
             if pp == 128 and tg == 128:
                 peer.setdefault(("decode", b), []).append(float(cells[7]))
             continue
-        # llama-bench: ... | test | t/s ("18080.12 ± 30.10")
+        # llama-bench: ... | test | t/s ("18080.12 ± 30.10"): ppL = prefill of L tokens, tgN = one
+        # sequence's decode (a batch-1 number beside batched-bench's)
         if len(cells) >= 3:
-            t = re.fullmatch(r"pp(\d+)", cells[-2])
+            t = re.fullmatch(r"(pp|tg)(\d+)", cells[-2])
             v = re.match(r"([0-9.]+)", cells[-1])
             if t and v:
-                peer.setdefault(("prefill", int(t.group(1))), []).append(float(v.group(1)))
+                key = ("prefill", int(t.group(2))) if t.group(1) == "pp" else ("decode", 1)
+                peer.setdefault(key, []).append(float(v.group(1)))
     return ours, peer
 
 

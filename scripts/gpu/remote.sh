@@ -457,7 +457,8 @@ for s in $steps; do
         # converter knows it); with both pieces: llama-batched-bench at PEER_NPL (1,16,64,128,256)
         # concurrent sequences, prompt 128, 128 new tokens, flash attention, every layer on the
         # GPU (its S_TG column is decode tok/s), llama-bench's pp512 (prefill of one 512-token
-        # prompt), and peer_ratio.py against this call's e2e runs (-> peer.txt).
+        # prompt) and tg128 (one sequence's decode, a second batch-1 number), and peer_ratio.py
+        # against this call's e2e runs (-> peer.txt; each side's best run).
         P=${PEER_DIR:-$ROOT/.peer}
         case $P in /*) ;; *) P=$CALLER_PWD/$P ;; esac
         if [ -f "$P/tools.tar.xz" ] && [ ! -x "$P/bin/llama-batched-bench" ]; then
@@ -485,13 +486,14 @@ for s in $steps; do
         [ -f "$TMP/v2lite-8l.gguf" ] || { summary "peer: the GGUF conversion failed (bench.log)"; continue; }
         [ -n "$cso" ] && [ -f "$P/lib/$cso" ] || { summary "peer: the CUDA library's pieces are not all here yet (converted only)"; continue; }
         LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" ldd "$P/bin/llama-batched-bench" | grep 'not found' >>"$OUT/bench.log"
-        npl=${PEER_NPL:-1,16,64,128,256}
-        nmax=$(echo "$npl" | tr ',' '\n' | sort -n | tail -1)
-        LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" run_step peer.batched bench.log "$P/bin/llama-batched-bench" \
-            -m "$TMP/v2lite-8l.gguf" -ngl 99 -fa on -c $((nmax * 256 + 256)) -b 2048 -ub 512 \
-            -npp 128 -ntg 128 -npl "$npl"
+        # one run per batch size, each with a KV cache of just its B x 256 cells (one shared
+        # 65K-cell cache measured batch 1 at 585 tok/s against 656 with its own, H100)
+        for b in $(echo "${PEER_NPL:-1,16,64,128,256}" | tr ',' ' '); do
+            LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" run_step "peer.batched.b$b" bench.log "$P/bin/llama-batched-bench" \
+                -m "$TMP/v2lite-8l.gguf" -ngl 99 -fa on -c $((b * 256)) -b 2048 -ub 512 -npp 128 -ntg 128 -npl "$b"
+        done
         LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" run_step peer.bench bench.log "$P/bin/llama-bench" \
-            -m "$TMP/v2lite-8l.gguf" -ngl 99 -fa 1 -p 512 -n 128 -r 3
+            -m "$TMP/v2lite-8l.gguf" -ngl 99 -fa 1 -p 512 -n 128 -r 5
         python3 "$G/src/scripts/gpu/peer_ratio.py" "$OUT/bench.log" >"$OUT/peer.txt" 2>&1
         ;;
     e2ebase)
