@@ -37,11 +37,14 @@ OUTDIR="$ROOT/.peer"
 mkdir -p "$WORK"
 TARBALL="$WORK/$PY_PKG-$PY_VERSION.tar.gz"
 if [ ! -f "$TARBALL" ]; then
-    pip download --no-binary :all: --no-deps --dest "$WORK" "llama-cpp-python==$PY_VERSION"
+    python3 -m pip --version >/dev/null 2>&1 ||
+        { echo "build_llamacpp.sh: needs pip to fetch the source (apt-get install python3-pip)" >&2; exit 1; }
+    python3 -m pip download --no-binary :all: --no-deps --dest "$WORK" "llama-cpp-python==$PY_VERSION"
 fi
 echo "$PY_SHA256  $TARBALL" | sha256sum -c -
 SRC="$WORK/$PY_PKG-$PY_VERSION/vendor/llama.cpp"
 [ -d "$SRC" ] || tar -xzf "$TARBALL" -C "$WORK"
+command -v nvcc >/dev/null || { echo "build_llamacpp.sh: nvcc not found (CUDA toolkit needed)" >&2; exit 1; }
 COMMIT=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)
 # One change to the source: llama.cpp tells DeepSeek-V2-Lite (no q-LoRA) from V2 by its layer
 # count (26 or 27) and otherwise requires the q_lora_rank key, which the 8-layer benchmark model
