@@ -58,6 +58,6 @@ fi
 # a baseline benchmark binary to compare against in the same call (remote.sh `variants`)
 [ -n "${DI_GPU_BASE_BENCH:-}" ] && cp "$DI_GPU_BASE_BENCH" "$dest/bin/bench_cuda_e2e_base"
 if [ "${DI_GPU_NO_BUNDLE:-0}" != 1 ]; then
-    (cd "$dest" && tar -cf - bin lib $(ls -d src/tests 2>/dev/null) | xz -9 -T1 >bundle.tar.xz && rm -rf bin lib src/tests)
+    (cd "$dest" && tar -cf - bin lib src/tests | xz -9 -T1 >bundle.tar.xz && rm -rf bin lib src/tests)
 fi
 echo "staged $(du -sh "$dest" | cut -f1) into $dest"

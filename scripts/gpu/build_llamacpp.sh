@@ -7,9 +7,9 @@
 # (the only registry this machine reaches), vendored in the llama-cpp-python sdist, pinned by
 # version and sha256 below; nothing of it is committed to this repository. The build is CUDA for
 # sm_90 only (H100 / H200), shared libraries, the two benchmark tools (llama-batched-bench,
-# llama-bench; one patch, see below), plus convert_hf_to_gguf.py and gguf-py to turn the mkmodel-made benchmark model
-# into a GGUF on the device (with DeepSeek-V3's tokenizer from tests/data/tokenizers, which
-# travels with the checkout).
+# llama-bench; one patch, see below), plus convert_hf_to_gguf.py and gguf-py to turn the
+# mkmodel-made benchmark model into a GGUF on the device (with DeepSeek-V3's tokenizer from
+# tests/data/tokenizers, which travels with the checkout).
 #
 # Output: .peer/ (ignored by git):
 #   VERSION            what was built

@@ -5,9 +5,8 @@ Reads remote.sh's bench.log, where the `e2e` step left bench_cuda_e2e's lines ("
 ... N tok/s", "prefill L ... N tok/s") and the `peer` step llama-batched-bench's table (its S_TG
 column: decode tok/s over B concurrent sequences, prompt 128, 128 new tokens) and llama-bench's
 pp512 row (prefill of one 512-token prompt) and tg128 row (one sequence's decode: batch 1 again),
-and prints one row per workload both measured:
-deepinfer tok/s, llama.cpp tok/s, and the ratio. With several runs of a workload (rounds), each
-side's best is used and the range is shown.
+and prints one row per workload both measured: deepinfer tok/s, llama.cpp tok/s, and the ratio.
+With several runs of a workload (rounds), each side's best is used and the range is shown.
 
 usage: python3 peer_ratio.py BENCH_LOG
 """

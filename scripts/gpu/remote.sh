@@ -485,14 +485,15 @@ for s in $steps; do
         fi
         [ -f "$TMP/v2lite-8l.gguf" ] || { summary "peer: the GGUF conversion failed (bench.log)"; continue; }
         [ -n "$cso" ] && [ -f "$P/lib/$cso" ] || { summary "peer: the CUDA library's pieces are not all here yet (converted only)"; continue; }
-        LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" ldd "$P/bin/llama-batched-bench" | grep 'not found' >>"$OUT/bench.log"
+        pld="$P/lib${lt:+:$(dirname "$lt")}" # llama.cpp's libraries, then the machine's CUDA ones
+        LD_LIBRARY_PATH="$pld" ldd "$P/bin/llama-batched-bench" | grep 'not found' >>"$OUT/bench.log"
         # one run per batch size, each with a KV cache of just its B x 256 cells (one shared
         # 65K-cell cache measured batch 1 at 585 tok/s against 656 with its own, H100)
         for b in $(echo "${PEER_NPL:-1,16,64,128,256}" | tr ',' ' '); do
-            LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" run_step "peer.batched.b$b" bench.log "$P/bin/llama-batched-bench" \
+            LD_LIBRARY_PATH="$pld" run_step "peer.batched.b$b" bench.log "$P/bin/llama-batched-bench" \
                 -m "$TMP/v2lite-8l.gguf" -ngl 99 -fa on -c $((b * 256)) -b 2048 -ub 512 -npp 128 -ntg 128 -npl "$b"
         done
-        LD_LIBRARY_PATH="$P/lib${lt:+:$(dirname "$lt")}" run_step peer.bench bench.log "$P/bin/llama-bench" \
+        LD_LIBRARY_PATH="$pld" run_step peer.bench bench.log "$P/bin/llama-bench" \
             -m "$TMP/v2lite-8l.gguf" -ngl 99 -fa 1 -p 512 -n 128 -r 5
         python3 "$G/src/scripts/gpu/peer_ratio.py" "$OUT/bench.log" >"$OUT/peer.txt" 2>&1
         ;;
