@@ -345,10 +345,10 @@ __global__ void __launch_bounds__(256) k_gemv(gemm_args a, int R, int S, int ksl
 }
 
 /* K slices of a GEMV of `groups` row groups over `mats` matrices: split K over the warps of a
- * block while the grid is short of st->gemv_want warps per SM and each slice keeps at least
- * st->gemv_min_k columns */
+ * block while the grid is short of st->gemv_want warps per SM (st->side_gemv_want on the side
+ * lane) and each slice keeps at least st->gemv_min_k columns */
 int gemv_splits(const cuda_state *st, int groups, int mats, int K) {
-    int want = st->n_sm * st->gemv_want, S = 1;
+    int want = st->n_sm * (st->on_side ? st->side_gemv_want : st->gemv_want), S = 1;
     while (S < 8 && (long)groups * mats * S < want && ceil_div_i(K, 2 * S) >= st->gemv_min_k) S *= 2;
     return S;
 }

@@ -191,6 +191,12 @@ typedef struct cuda_state {
     int gemv_want, gemv_min_k;     /* GEMV split-K: DEEPINFER_CUDA_GEMV_WANT (warps per SM the grid aims
                                     * for, default 16), DEEPINFER_CUDA_GEMV_MIN_K (least columns per K
                                     * slice, default 512) */
+    int side_gemv_want;            /* DEEPINFER_CUDA_SIDE_GEMV_WANT (default 8): the same target for the
+                                    * side lane's GEMVs. At one V2-Lite token only the shared experts'
+                                    * gate/up changes with it (16: 2 K slices, 352 blocks; 8: one slice,
+                                    * 176 blocks, leaving SM slots to the routed experts' kernel beside
+                                    * it): batch 1 +0.8% on an H100; 4 and 2 also split the shared
+                                    * down GEMV less (-0.2%, -2.5%) (docs/PERF.md, 2026-12-06) */
     int gu_silu;                   /* DEEPINFER_CUDA_GU_SILU (default 1): matmul_silu takes one-token
                                     * main-lane calls (the dense FFN's gate/up GEMV with the SiLU-mul in
                                     * its epilogue, no silu_mul launch); 0 declines them */
