@@ -152,6 +152,11 @@ static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_b
         ok = ok && LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dummy, sizeof dummy));
         ok = ok && LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dummy, sizeof dummy));
     }
+    /* side-lane plans: chosen for part of the SMs, the rest being the main lane's (side_sms) */
+    if (ok && st->on_side && st->side_sms > 0) {
+        int32_t sms = st->side_sms;
+        ok = LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof sms));
+    }
     ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->a, ab_t, g->K, g->N, g->K)) &&
          set_batch(p->a, g->batch, g->sa, g->ptr_array);
     ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->b, ab_t, g->K, g->T, g->fp8 ? g->K : g->ldx)) &&
@@ -239,6 +244,7 @@ static lt_plan *plan_for(cuda_state *st, const lt_shape *g, int align) {
     key = mix(key, (uint64_t)g->sb);
     key = mix(key, (uint64_t)g->sc);
     key = mix(key, (uint64_t)align);
+    key = mix(key, (uint64_t)(st->on_side && st->side_sms > 0));
     if (!key) key = 1;
     lt_plan *p = &st->plans[key % LT_CACHE];
     if (p->key != key) {

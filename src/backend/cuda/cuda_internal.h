@@ -197,6 +197,12 @@ typedef struct cuda_state {
                                     * 176 blocks, leaving SM slots to the routed experts' kernel beside
                                     * it): batch 1 +0.8% on an H100; 4 and 2 also split the shared
                                     * down GEMV less (-0.2%, -2.5%) (docs/PERF.md, 2026-12-06) */
+    int side_sms;                  /* DEEPINFER_CUDA_SIDE_SMS=N (default 3/4 of the SMs; 0: all): the side
+                                    * lane's cuBLASLt plans are chosen for N SMs
+                                    * (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), the main lane's GEMMs
+                                    * running beside them. H100, v2lite-8l: batch 128 / 256 +0.7% /
+                                    * +1.1% with 88 or 100 of 132, batches 16-64 within 0.2%
+                                    * (docs/PERF.md, 2026-12-06) */
     int gu_silu;                   /* DEEPINFER_CUDA_GU_SILU (default 1): matmul_silu takes one-token
                                     * main-lane calls (the dense FFN's gate/up GEMV with the SiLU-mul in
                                     * its epilogue, no silu_mul launch); 0 declines them */
