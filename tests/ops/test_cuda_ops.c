@@ -628,9 +628,13 @@ static void test_graph(void) {
 /* ---------------------------------------------------------------- lanes ---- */
 
 /* Two-lane concurrency: a chain of projections on the side lane (long: 4 dependent GEMMs) while
- * the main lane routes and accumulates into h, then the main lane adds the side's result. Eager
- * and graph-replayed, each against the same ops issued on one lane (the same kernels, so bit
- * for bit); the side's output is NaN-poisoned before every run, so a missing join shows. */
+ * the main lane routes and accumulates into h, then the main lane adds the side's result. The
+ * side lane may pick other kernel configurations than the main lane for the same op (its GEMVs'
+ * K split, its cuBLASLt plans' SM target: cuda_internal.h side_gemv_want / side_sms), so two
+ * lanes eager is checked against one lane within bf16 tolerance, and every other two-lane run
+ * (graph replays, the resumed fork) bit for bit against two lanes eager (the same kernels on
+ * the same lanes); the router stays on the main lane, so its weights match one lane bit for
+ * bit. The side's output is NaN-poisoned before every run, so a missing join shows. */
 static void test_lanes(void) {
     int T = 4, D = 2048, E = 64, k = 6;
     CHECK_MSG(g_gpu->side_begin != NULL && g_gpu->side_end != NULL && g_gpu->side_join != NULL,
@@ -699,10 +703,14 @@ static void test_lanes(void) {
         static const char *names[5] = {"one lane", "two lanes eager", "two lanes replayed", "resumed side lane eager",
                                        "resumed side lane replayed"};
         char what[96];
+        snprintf(what, sizeof what, "%s ~ one lane (h)", names[1]);
+        T_CHECK(what, res[1], res[0], (size_t)T * D, TOL_L2, TOL_MAX);
         for (int mode = 1; mode < nmode; mode++) {
             if ((mode == 2 && !graphs[0]) || (mode == 4 && !graphs[1])) continue;
-            snprintf(what, sizeof what, "%s == one lane (h)", names[mode]);
-            T_CHECK(what, res[mode], res[0], (size_t)T * D, 0, 0);
+            if (mode > 1) {
+                snprintf(what, sizeof what, "%s == two lanes eager (h)", names[mode]);
+                T_CHECK(what, res[mode], res[1], (size_t)T * D, 0, 0);
+            }
             snprintf(what, sizeof what, "%s == one lane (router weights)", names[mode]);
             T_CHECK(what, rw[mode], rw[0], (size_t)T * k, 0, 0);
         }
