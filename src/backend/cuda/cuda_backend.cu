@@ -660,6 +660,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     st->side_gemv_want = sg && atoi(sg) > 0 ? atoi(sg) : 8;
     const char *ss = getenv("DEEPINFER_CUDA_SIDE_SMS");
     st->side_sms = ss && ss[0] >= '0' && ss[0] <= '9' ? atoi(ss) : st->n_sm * 3 / 4;
+    if (st->side_sms > st->n_sm) st->side_sms = st->n_sm;
     const char *sm = getenv("DEEPINFER_CUDA_SPARSE_MIN_TILES");
     st->sp_min_tiles = sm && atoi(sm) > 0 ? atoi(sm) : 2;
     st->lt_min_rows = lm ? atoi(lm) : 2;
