@@ -137,6 +137,11 @@ static int ptr_pick(const cuda_state *st, const lt_shape *g, const cublasLtMatmu
     return best >= 0 ? best : second >= 0 ? second : 0;
 }
 
+/* The SM count a plan built now is chosen for (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET; 0: all):
+ * side-lane plans leave the rest to the main lane's GEMMs beside them (st->side_sms). Part of
+ * the plan's cache key, since it changes the plan. */
+static int32_t plan_sm_target(const cuda_state *st) { return st->on_side ? st->side_sms : 0; }
+
 static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_bits) {
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cudaDataType_t ab_t = g->fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, c_t = g->f32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -152,11 +157,9 @@ static int plan_build(cuda_state *st, lt_plan *p, const lt_shape *g, int align_b
         ok = ok && LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dummy, sizeof dummy));
         ok = ok && LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dummy, sizeof dummy));
     }
-    /* side-lane plans: chosen for part of the SMs, the rest being the main lane's (side_sms) */
-    if (ok && st->on_side && st->side_sms > 0) {
-        int32_t sms = st->side_sms;
+    int32_t sms = plan_sm_target(st);
+    if (ok && sms > 0)
         ok = LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof sms));
-    }
     ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->a, ab_t, g->K, g->N, g->K)) &&
          set_batch(p->a, g->batch, g->sa, g->ptr_array);
     ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->b, ab_t, g->K, g->T, g->fp8 ? g->K : g->ldx)) &&
@@ -244,7 +247,7 @@ static lt_plan *plan_for(cuda_state *st, const lt_shape *g, int align) {
     key = mix(key, (uint64_t)g->sb);
     key = mix(key, (uint64_t)g->sc);
     key = mix(key, (uint64_t)align);
-    key = mix(key, (uint64_t)(st->on_side && st->side_sms > 0));
+    key = mix(key, (uint64_t)plan_sm_target(st));
     if (!key) key = 1;
     lt_plan *p = &st->plans[key % LT_CACHE];
     if (p->key != key) {
