@@ -52,6 +52,23 @@ static int env_set(const char *name) {
     return v && v[0] == '1';
 }
 
+/* The device's peak memory bandwidth from its memory clock and bus width, bytes/s (0 unknown). */
+static double peak_mem_bw(int device) {
+    int khz = 0, bits = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return 2.0 * khz * 1e3 * bits / 8.0; /* double data rate */
+}
+
+/* DEEPINFER_CUDA_LT_PTR_TILE_M's default: 128 on cards of at least 4 TB/s peak (the H200's 4.8),
+ * 64 below (the H100's 3.35). Measured with 3 rounds in one call each (v2lite-8l, batch 16 /
+ * 32 / 64 tok/s): H200 64 -> 128: 7357-7361 -> 7407-7411, 12608-12613 -> 12653-12656, 23428-
+ * 23440 -> 23413-23424; on an H100 64 beat 128 and 32 (docs/PERF.md, 2026-12-05 / 12-06). */
+static int default_ptr_tile_m(int device) { return peak_mem_bw(device) >= 4e12 ? 128 : 64; }
+
 static di_status cuda_fail(cudaError_t e, const char *what) {
     return di_error(DI_ERR_BACKEND, "cuda backend: %s: %s", what, cudaGetErrorString(e));
 }
@@ -618,7 +635,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     const char *la = getenv("DEEPINFER_CUDA_LT_ALGO");
     st->lt_algo = la && atoi(la) > 0 && atoi(la) < 8 ? atoi(la) : 0;
     const char *tm = getenv("DEEPINFER_CUDA_LT_PTR_TILE_M");
-    st->lt_ptr_tile_m = tm && tm[0] >= '0' && tm[0] <= '9' ? atoi(tm) : 64;
+    st->lt_ptr_tile_m = tm && tm[0] >= '0' && tm[0] <= '9' ? atoi(tm) : default_ptr_tile_m(device_index);
     st->graph_fill = env_on("DEEPINFER_CUDA_GRAPH_FILL");
     st->router_smem = env_on("DEEPINFER_CUDA_ROUTER_SMEM");
     st->wgmma = env_on("DEEPINFER_CUDA_WGMMA");

@@ -91,7 +91,8 @@ typedef struct cuda_state {
     size_t lt_ws_bytes;
     int lt_ptr_algo;               /* DEEPINFER_CUDA_LT_PTR_ALGO=i (default 0): pointer-array plans take the
                                     * i-th of cuBLASLt's heuristic results (experiments) */
-    int lt_ptr_tile_m;             /* DEEPINFER_CUDA_LT_PTR_TILE_M=M (default 64; 0: off): a pointer-array
+    int lt_ptr_tile_m;             /* DEEPINFER_CUDA_LT_PTR_TILE_M=M (default 128 on cards of >= 4 TB/s
+                                    * peak, e.g. the H200, else 64; 0: off): a pointer-array
                                     * plan whose heuristic first result would cover all slots in fewer
                                     * than 4 waves takes its first result with tiles of at most M rows,
                                     * else of at most 2M (cuda_blaslt.cu ptr_pick) */
