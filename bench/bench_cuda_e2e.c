@@ -1,8 +1,9 @@
 /* bench_cuda_e2e.c - end-to-end decode and prefill throughput of a model on the CUDA backend
  * (di_model_forward_sample: device sampling, decode steps replayed from CUDA graphs), each with
  * its roofline bound from the model's byte and FLOP counts over the ceilings measured in the
- * same run (after the workloads, which are then reported at the end; --ceilings 2 first), and the ratio to the llama.cpp numbers issue 6 gives for the benchmark model, which
- * were measured on an H200 ("llama.cpp@H200"; on any other card see remote.sh's `peer` step,
+ * same run (after the workloads, which are then reported at the end; --ceilings 2: first), and
+ * the ratio to the llama.cpp numbers issue 6 gives for the benchmark model, which were measured
+ * on an H200 ("llama.cpp@H200"; on any other card see remote.sh's `peer` step,
  * which runs llama.cpp on the same card in the same call).
  *
  *   bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128]
@@ -318,8 +319,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--warmup")) warm = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--dtype")) precision = di_precision_from_name(argv[i + 1]);
     }
-    if (!dir || precision < 0 || ceilings < 0 || ceilings > 2 || P < 1 || G < 4 || g_trace_steps < 0 || (g_trace_steps > 0 && g_trace_steps > G - 8) ||
-        g_trace_async < 0 || g_trace_async > G - 8 || (g_trace_async > 0 && (g_trace_steps > 0 || !g_async))) {
+    if (!dir || precision < 0 || ceilings < 0 || ceilings > 2 || P < 1 || G < 4 || g_trace_steps < 0 ||
+        (g_trace_steps > 0 && g_trace_steps > G - 8) || g_trace_async < 0 || g_trace_async > G - 8 || (g_trace_async > 0 && (g_trace_steps > 0 || !g_async))) {
         fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128] "
                         "[--prefill 512,8192|none] [--ceilings 0|1|2] [--trace K (0..gen-8)] [--async 0|1] [--trace-async K] "
                         "[--warmup 0|1] [--dtype bf16|f32]\n");

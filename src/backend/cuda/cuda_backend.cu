@@ -63,7 +63,7 @@ static double peak_mem_bw(int device) {
     return 2.0 * khz * 1e3 * bits / 8.0; /* double data rate */
 }
 
-/* DEEPINFER_CUDA_LT_PTR_TILE_M's default: 128 on cards of at least 4 TB/s peak (the H200's 4.8),
+/* DEEPINFER_CUDA_LT_PTR_TILE_M's default: 128 on cards of at least 4 TB/s peak (the H200: 4.8),
  * 64 below (the H100's 3.35). Measured with 3 rounds in one call each (v2lite-8l, batch 16 /
  * 32 / 64 tok/s): H200 64 -> 128: 7357-7361 -> 7407-7411, 12608-12613 -> 12653-12656, 23428-
  * 23440 -> 23413-23424; on an H100 64 beat 128 and 32 (docs/PERF.md, 2026-12-05 / 12-06). */
