@@ -1,10 +1,10 @@
 /* bench_cuda_e2e.c - end-to-end decode and prefill throughput of a model on the CUDA backend
  * (di_model_forward_sample: device sampling, decode steps replayed from CUDA graphs), each with
  * its roofline bound from the model's byte and FLOP counts over the ceilings measured in the
- * same run (after the workloads, which are then reported at the end; --ceilings 2: first), and
- * the ratio to the llama.cpp numbers issue 6 gives for the benchmark model, which were measured
- * on an H200 ("llama.cpp@H200"; on any other card see remote.sh's `peer` step,
- * which runs llama.cpp on the same card in the same call).
+ * same run (in a child process of its own, so that neither measurement moves the other's
+ * memory; --ceilings 2: in this process, first), and the ratio to the llama.cpp numbers issue 6
+ * gives for the benchmark model, which were measured on an H200 ("llama.cpp@H200"; on any other
+ * card see remote.sh's `peer` step, which runs llama.cpp on the same card in the same call).
  *
  *   bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128]
  *                  [--prefill 512,8192|none] [--ceilings 0|1|2] [--trace K] [--async 0|1] [--warmup 0|1]
@@ -32,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #ifdef DI_HAVE_CUDA
 #include "bench_cuda_util.h"
@@ -121,37 +123,8 @@ static void report(const char *what, double tok_s, int tokens_per_unit, double b
     fflush(stdout);
 }
 
-/* Results kept until the ceilings are known (--ceilings 1 measures them after the workloads). */
-typedef struct result {
-    char what[64], note[96];
-    double tok_s, bytes, flops, peer;
-    int units;
-} result;
-static result g_res[16];
-static int g_nres, g_defer;
-
-static void emit(const result *r) {
-    report(r->what, r->tok_s, r->units, r->bytes, r->flops, r->peer);
-    if (r->note[0]) printf("%s\n", r->note);
-}
-
-/* Reports a workload's result now, or keeps it for the end of main when the ceilings come later. */
-static void result_add(const char *what, double tok_s, int units, double bytes, double flops, double peer,
-                       const char *note) {
-    result r;
-    snprintf(r.what, sizeof r.what, "%s", what);
-    snprintf(r.note, sizeof r.note, "%s", note ? note : "");
-    r.tok_s = tok_s;
-    r.units = units;
-    r.bytes = bytes;
-    r.flops = flops;
-    r.peer = peer;
-    if (!g_defer) emit(&r);
-    else if (g_nres < (int)(sizeof g_res / sizeof g_res[0])) g_res[g_nres++] = r;
-}
-
 /* The copy and bf16 GEMM ceilings (on a backend of their own, freed after). */
-static void measure_ceilings(void) {
+static void measure_ceilings_here(void) {
     di_backend *be = NULL;
     if (di_backend_create(&(di_backend_options){DI_DEVICE_CUDA, 0, 0, 0}, &be) != DI_OK) {
         fprintf(stderr, "bench_cuda_e2e: %s\n", di_last_error());
@@ -162,6 +135,43 @@ static void measure_ceilings(void) {
     g_bw = b_copy_bw();
     g_tf = b_gemm_rate(be, 8192, 8192, 8192, 0);
     di_backend_free(be);
+}
+
+/* The same in a child process, before this one touches the GPU: each process then has a CUDA
+ * context of its own, and neither measurement changes where the other's memory lands. Measured
+ * in this process, the ceilings' buffers (2 x 2 GiB, freed before the model loads) left every
+ * decode step ~1.5% slower (H200, batch 1: 1565-1567 vs 1586-1590 tok/s, the latter as in a
+ * fresh process, as the engine runs), and measured after the model was freed the copy rate came
+ * out 13% low on one H100 (2,604 GB/s), which overstates the fraction of the bound
+ * (docs/PERF.md, 2026-12-06). */
+static void measure_ceilings(void) {
+    int fd[2];
+    double v[2] = {-1, -1};
+    fflush(stdout);
+    if (pipe(fd) != 0) {
+        measure_ceilings_here();
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        measure_ceilings_here();
+        v[0] = g_bw;
+        v[1] = g_tf;
+        ssize_t w = write(fd[1], v, sizeof v);
+        _exit(w == (ssize_t)sizeof v ? 0 : 1);
+    }
+    close(fd[1]);
+    ssize_t r = pid > 0 ? read(fd[0], v, sizeof v) : -1;
+    close(fd[0]);
+    if (pid > 0) waitpid(pid, NULL, 0);
+    if (r != (ssize_t)sizeof v || v[0] <= 0 || v[1] <= 0) {
+        fprintf(stderr, "bench_cuda_e2e: the ceilings' child process failed; measuring here\n");
+        measure_ceilings_here();
+        return;
+    }
+    g_bw = v[0];
+    g_tf = v[1];
 }
 
 static uint64_t g_rs = 0x9e3779b97f4a7c15ull;
@@ -326,6 +336,17 @@ int main(int argc, char **argv) {
                         "[--warmup 0|1] [--dtype bf16|f32]\n");
         return 2;
     }
+    /* before anything here touches the GPU (CUPTI's init too): --ceilings 1, measured in a child
+     * process (measure_ceilings); 2, in this process before the model loads (the way before
+     * 2026-12-06, for comparisons); 0 (profiling runs), PERF.md's values */
+    if (ceilings == 1) measure_ceilings();
+    else if (ceilings == 2) measure_ceilings_here();
+    else {
+        g_bw = 4218e9;
+        g_tf = 783e12;
+    }
+    printf("ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s%s\n", g_bw / 1e9, g_tf / 1e12,
+           ceilings == 1 ? " (measured in a child process)" : ceilings == 2 ? " (measured in this process)" : "");
     if (g_trace_steps > 0 || g_trace_async > 0) {
 #ifdef DI_HAVE_CUPTI
         if (!trace_init()) return 1;
@@ -334,19 +355,6 @@ int main(int argc, char **argv) {
         return 2;
 #endif
     }
-    /* --ceilings 0 (profiling runs): PERF.md's values; 2: measured first, before the model is
-     * loaded (the order before 2026-12-06); 1: measured after the workloads, which are then
-     * reported at the end. Measuring them first (2 x 2 GiB copy buffers, a GEMM backend, all
-     * freed before the model loads) left every decode step of the process ~1.5% slower (H200,
-     * batch 1: 1565-1567 vs 1586-1590 tok/s; a model loaded in a fresh process, as the engine
-     * does, runs at the latter: docs/PERF.md, 2026-12-06) */
-    if (ceilings == 2) measure_ceilings();
-    else if (!ceilings) {
-        g_bw = 4218e9;
-        g_tf = 783e12;
-    }
-    g_defer = ceilings == 1;
-    if (!g_defer) printf("ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", g_bw / 1e9, g_tf / 1e12);
     int maxB = 1, maxL = 1;
     for (int i = 0; i < nB; i++) maxB = Bs[i] > maxB ? Bs[i] : maxB;
     for (int i = 0; i < nL; i++) maxL = Ls[i] > maxL ? Ls[i] : maxL;
@@ -387,25 +395,19 @@ int main(int argc, char **argv) {
         decode_cost(c, Bs[i], P + G / 2.0, &bytes, &flops);
         for (int j = 0; j < 4; j++)
             if (peer_b[j] == Bs[i]) peer = peer_v[j];
-        char what[64], note[96];
+        char what[64];
         snprintf(what, sizeof what, "decode batch %d", Bs[i]);
-        snprintf(note, sizeof note, "    (prompt prefill of %d x %d tokens: %.1f ms)", Bs[i], P, pf * 1e3);
-        result_add(what, tps, Bs[i], bytes, flops, peer, note);
+        report(what, tps, Bs[i], bytes, flops, peer);
+        printf("    (prompt prefill of %d x %d tokens: %.1f ms)\n", Bs[i], P, pf * 1e3);
     }
     for (int i = 0; i < nL; i++) {
         double tps = bench_prefill(m, Ls[i]), bytes, flops;
         prefill_cost(c, Ls[i], &bytes, &flops);
         char what[64];
         snprintf(what, sizeof what, "prefill %d tokens", Ls[i]);
-        result_add(what, tps, Ls[i], bytes, flops, Ls[i] == 512 ? 18080 : 0, NULL);
+        report(what, tps, Ls[i], bytes, flops, Ls[i] == 512 ? 18080 : 0);
     }
     di_model_free(m);
-    if (g_defer) {
-        measure_ceilings();
-        printf("ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s (measured after the workloads)\n", g_bw / 1e9,
-               g_tf / 1e12);
-        for (int i = 0; i < g_nres; i++) emit(&g_res[i]);
-    }
     return 0;
 }
 #else
