@@ -330,7 +330,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dtype")) precision = di_precision_from_name(argv[i + 1]);
     }
     if (!dir || precision < 0 || ceilings < 0 || ceilings > 2 || P < 1 || G < 4 || g_trace_steps < 0 ||
-        (g_trace_steps > 0 && g_trace_steps > G - 8) || g_trace_async < 0 || g_trace_async > G - 8 || (g_trace_async > 0 && (g_trace_steps > 0 || !g_async))) {
+        (g_trace_steps > 0 && g_trace_steps > G - 8) || g_trace_async < 0 || g_trace_async > G - 8 ||
+        (g_trace_async > 0 && (g_trace_steps > 0 || !g_async))) {
         fprintf(stderr, "usage: bench_cuda_e2e --model DIR [--batches 1,16,64,256|none] [--prompt 128] [--gen 128] "
                         "[--prefill 512,8192|none] [--ceilings 0|1|2] [--trace K (0..gen-8)] [--async 0|1] [--trace-async K] "
                         "[--warmup 0|1] [--dtype bf16|f32]\n");
