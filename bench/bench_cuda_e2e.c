@@ -143,14 +143,14 @@ static void measure_ceilings_here(void) {
  * decode step ~1.5% slower (H200, batch 1: 1565-1567 vs 1586-1590 tok/s, the latter as in a
  * fresh process, as the engine runs), and measured after the model was freed the copy rate came
  * out 13% low on one H100 (2,604 GB/s), which overstates the fraction of the bound
- * (docs/PERF.md, 2026-12-06). */
-static void measure_ceilings(void) {
+ * (docs/PERF.md, 2026-12-06). Returns 1, or 0 where the child failed and this process measured. */
+static int measure_ceilings(void) {
     int fd[2];
     double v[2] = {-1, -1};
     fflush(stdout);
     if (pipe(fd) != 0) {
         measure_ceilings_here();
-        return;
+        return 0;
     }
     pid_t pid = fork();
     if (pid == 0) {
@@ -168,10 +168,11 @@ static void measure_ceilings(void) {
     if (r != (ssize_t)sizeof v || v[0] <= 0 || v[1] <= 0) {
         fprintf(stderr, "bench_cuda_e2e: the ceilings' child process failed; measuring here\n");
         measure_ceilings_here();
-        return;
+        return 0;
     }
     g_bw = v[0];
     g_tf = v[1];
+    return 1;
 }
 
 static uint64_t g_rs = 0x9e3779b97f4a7c15ull;
@@ -340,9 +341,11 @@ int main(int argc, char **argv) {
     /* before anything here touches the GPU (CUPTI's init too): --ceilings 1, measured in a child
      * process (measure_ceilings); 2, in this process before the model loads (the way before
      * 2026-12-06, for comparisons); 0 (profiling runs), PERF.md's values */
-    if (ceilings == 1) measure_ceilings();
-    else if (ceilings == 2) measure_ceilings_here();
-    else {
+    if (ceilings == 1) {
+        if (!measure_ceilings()) ceilings = 2; /* the child failed: the label below says so */
+    } else if (ceilings == 2) {
+        measure_ceilings_here();
+    } else {
         g_bw = 4218e9;
         g_tf = 783e12;
     }
