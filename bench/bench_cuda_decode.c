@@ -76,7 +76,7 @@ static void bench_gemv(di_backend *be) {
         {"shared down 2048x2816", 2048, 2816, 1, 0},
         {"dense gu 21888x2048", 21888, 2048, 1, 0},  {"dense down 2048x10944", 2048, 10944, 1, 0},
     };
-    static const int Ts[] = {1, 4, 8, 16};
+    static const int Ts[] = {1, 2, 4, 8, 16};
     printf("%-26s %4s %10s %10s %9s %7s\n", "GEMV / GEMM", "rows", "us/op", "MB", "GB/s", "of copy");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (g_only && !strstr(shapes[s].name, g_only)) continue;

@@ -280,8 +280,9 @@ static void gemm_case(di_backend *gpu, int T, int N, int K, int fp8, unsigned fl
 }
 
 static void test_gemm(void) {
-    /* bf16: small (T <= 32), cuBLASLt (T > 32), generic (K % 8 != 0), awkward N */
-    const int Ts[] = {1, 3, 8, 16, 17, 32, 33, 64, 100, 256};
+    /* bf16: GEMV (1-2 rows, narrow up to 4), small (T <= 32), cuBLASLt (T > 32), generic (K % 8
+     * != 0), awkward N */
+    const int Ts[] = {1, 2, 3, 8, 16, 17, 32, 33, 64, 100, 256};
     const int NK[][2] = {{576, 2048}, {3072, 2048}, {130, 160}, {72, 136}, {1000, 512}};
     for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
         for (size_t b = 0; b < sizeof NK / sizeof NK[0]; b++)
@@ -303,7 +304,7 @@ static void test_gemm(void) {
     /* projections accumulated straight into the f32 residual stream (o_proj, dense down_proj):
      * y0 is full-precision fp32 and bf16 operands are exact on both sides, so only the fp32
      * summation order differs: a bound of 1e-4 catches any bf16 rounding of y (2^-9) */
-    const int Tr[] = {1, 3, 4, 16, 33, 256};
+    const int Tr[] = {1, 2, 3, 4, 16, 33, 256};
     for (size_t a = 0; a < sizeof Tr / sizeof Tr[0]; a++) {
         gemm_case(g_gpu, Tr[a], 2048, 2048, 0, DI_MM_OUT_F32 | DI_MM_ACCUMULATE, 0, " (residual)", 1e-4, 1e-4);
         /* fp8: the tensor-core paths dequantize W to bf16 in shared memory: bf16 bounds */
@@ -424,7 +425,7 @@ static void reserve_gpu(void) {
 
 static void test_bmm(void) {
     /* q̃ = W_UKᵀ q_nope per head (W transposed, bf16) and o = W_UV ō (W plain, fp8 or bf16) */
-    const int Ts[] = {1, 5, 12, 16, 32, 40, 130};
+    const int Ts[] = {1, 2, 5, 12, 16, 32, 40, 130};
     for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
         for (int kind = 0; kind < 3; kind++) {
             int T = Ts[a], H = 16, r = 512, dn = 128, fp8 = kind == 2;

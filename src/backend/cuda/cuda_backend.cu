@@ -668,6 +668,11 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     st->sample_greedy = env_on("DEEPINFER_CUDA_SAMPLE_GREEDY");
     st->mla_uv = env_on("DEEPINFER_CUDA_MLA_UV");
     st->mla_wide = env_on("DEEPINFER_CUDA_MLA_WIDE");
+    /* GEMMs of 2 rows on the GEMV at every width: batch 2 +2.7% (H100, 2026-12-06); at 3-4 rows
+     * cuBLASLt stays ahead (-3.2% at batches 3 and 4 with 4) */
+    const char *gr = getenv("DEEPINFER_CUDA_GEMV_ROWS");
+    st->gemv_rows = gr ? atoi(gr) : 2;
+    if (st->gemv_rows > 4) st->gemv_rows = 4; /* the GEMV's token tiles: 1, 2, 4 */
     st->mla_split_floor = env_on("DEEPINFER_CUDA_MLA_SPLIT_FLOOR");
     st->gu_silu = env_on("DEEPINFER_CUDA_GU_SILU");
     const char *gw = getenv("DEEPINFER_CUDA_GEMV_WANT"), *gk = getenv("DEEPINFER_CUDA_GEMV_MIN_K");

@@ -119,10 +119,11 @@ void cuda_gemm(cuda_state *st, const gemm_out *o, const bf16 *x, long ldx, long 
         else launch_gemm_tiled(st, &a, st->stream);
         return;
     }
-    /* plain or batched (bmm): measured on the H200, an FMA GEMV wins at one row (and for
-     * narrow weights up to 4 rows), cuBLASLt for bf16 from two rows on (>= 93% of copy
-     * bandwidth on the 129280 x 2048 lm_head at 4..32 rows, where our mma kernel reached 41%) */
-    if (st->gemv && (per == 1 || (per <= 4 && (a.w.rows <= 1024 || a.w.fp8)))) {
+    /* plain or batched (bmm): an FMA GEMV wins at one row, for narrow weights up to 4 rows (H200,
+     * 2026-11-29) and since the GEMV's later tuning at two rows of any width (st->gemv_rows;
+     * H100, 2026-12-06); cuBLASLt for bf16 from three rows on (>= 93% of copy bandwidth on the
+     * 129280 x 2048 lm_head at 4..32 rows, where our mma kernel reached 41%) */
+    if (st->gemv && (per == 1 || (per <= 4 && (a.w.rows <= 1024 || a.w.fp8)) || per <= st->gemv_rows)) {
         launch_gemv(st, &a, st->stream);
         return;
     }

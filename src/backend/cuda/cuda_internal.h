@@ -214,6 +214,8 @@ typedef struct cuda_state {
                                     * 0 the mma.sync kernel */
     int mla_uv;                    /* DEEPINFER_CUDA_MLA_UV (default 1): backend.h mla_decode_uv
                                     * merges one-token split KV inside the W_UV GEMV */
+    int gemv_rows;                 /* DEEPINFER_CUDA_GEMV_ROWS (default 2, at most 4): plain and per-head
+                                    * GEMMs of up to this many rows on the FMA GEMV whatever their width */
     int mla_wide;                  /* DEEPINFER_CUDA_MLA_WIDE (default 1): one-token MLA decode on
                                     * the mma.sync kernel (16 / 32 heads) in up to 128 KV splits
                                     * instead of 64 (cuda_mla_decode.cu n_splits) */
