@@ -75,6 +75,7 @@ static void bench_gemv(di_backend *be) {
         {"router 64x2048 f32", 64, 2048, 1, DI_MM_OUT_F32}, {"shared gu 5632x2048", 5632, 2048, 1, 0},
         {"shared down 2048x2816", 2048, 2816, 1, 0},
         {"dense gu 21888x2048", 21888, 2048, 1, 0},  {"dense down 2048x10944", 2048, 10944, 1, 0},
+        {"lm_head 129280x2048 f32", 129280, 2048, 1, DI_MM_OUT_F32},
     };
     static const int Ts[] = {1, 2, 4, 8, 16};
     printf("%-26s %4s %10s %10s %9s %7s\n", "GEMV / GEMM", "rows", "us/op", "MB", "GB/s", "of copy");
