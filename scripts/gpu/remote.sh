@@ -37,7 +37,7 @@
 #          as the first variant), each variant's bench_cuda_e2e in alternation;
 #          ropekv: batch-1 decode with and without the fused rope + cache write
 #          (DEEPINFER_CUDA_ROPE_KV=0);
-#          model: test_cuda_model v32 (DeepSeek-V3.2 sparse attention), golden, generate, async and routing;
+#          model: test_cuda_model limits, v32 (DeepSeek-V3.2 sparse attention), golden, generate, async and routing;
 #          small: the 1-4-token expert kernels' parity; modelvariants: test_cuda_model generate
 #          and routing with DEEPINFER_CUDA_PDL=1 / 0 and DEEPINFER_CUDA_MOE_SMALL=0; decode: bench_cuda_decode (GEMVs and
 #          experts of small steps, bf16 and fp8, with PDL off and other split-K settings); variants: batch-1/16 decode with
@@ -187,7 +187,7 @@ for s in $steps; do
         done
         ;;
     model)
-        for g in ${MODEL_GROUPS:-v32 golden generate async routing}; do run_step "model.$g" tests.log "$G/bin/test_cuda_model" "$g"; done
+        for g in ${MODEL_GROUPS:-limits v32 golden generate async routing}; do run_step "model.$g" tests.log "$G/bin/test_cuda_model" "$g"; done
         ;;
     modelvariants)
         # the decode-sensitive model checks (greedy generations, with the CPU's routing injected

@@ -423,6 +423,12 @@ struct di_backend {
     /* ---- extensions (CUDA backend; every member below may be NULL, and the CPU backend
      * leaves them NULL: callers check before use) ---- */
 
+    /* Refuses a model whose shapes this backend's kernels cannot run: DI_ERR_UNSUPPORTED with
+     * a message naming the config.json field, its value and the limit (`where` prefixes it).
+     * ix is NULL for a model without the V3.2 indexer. Called once at load, before any weight
+     * is uploaded. NULL: every shape runs (the CPU backend). */
+    di_status (*check_dims)(di_backend *be, const char *where, const di_mla_dims *mla, const di_indexer_dims *ix);
+
     /* Sizes the backend's private step workspace (GEMM workspace, FP8 activation buffers,
      * split-KV partials, sampling status, pinned staging) once at load, after every
      * weight_upload and before the first op. Never called in a step. */
@@ -545,6 +551,9 @@ size_t di_backend_act_size(const di_backend *be);
 di_status di_backend_cpu_create(int n_threads, di_backend **out);
 #ifdef DI_HAVE_CUDA
 di_status di_backend_cuda_create(int device_index, int precision, di_backend **out);
+/* The CUDA backend's check_dims for the op table of `precision` (a di_precision), without a
+ * device: host arithmetic only (unit-tested on machines without a GPU). */
+di_status di_cuda_check_dims(int precision, const char *where, const di_mla_dims *mla, const di_indexer_dims *ix);
 #endif
 
 #ifdef __cplusplus

@@ -179,6 +179,13 @@ static di_status load(di_model *m, const char *dir) {
     if (m->v32 && (!m->be->layernorm || !m->be->indexer_topk || !m->be->indexer_scratch_bytes))
         return di_error(DI_ERR_UNSUPPORTED, "%s: DeepSeek-V3.2 sparse attention (the indexer) is not implemented on "
                         "the %s backend yet; use --device cpu", dir, m->be->name);
+    if (m->be->check_dims) {
+        char *where = di_path_join(dir, "config.json");
+        if (!where) return di_error(DI_ERR_NOMEM, "out of memory");
+        s = m->be->check_dims(m->be, where, &m->mla, m->v32 ? &m->idx : NULL);
+        free(where);
+        DI_TRY(s);
+    }
     m->v32_absorbed = m->v32 && m->be->device == DI_DEVICE_CPU; /* deepseek.c attention */
     if (!(m->layers = calloc((size_t)(m->n_layers + m->n_mtp), sizeof *m->layers)))
         return di_error(DI_ERR_NOMEM, "out of memory");

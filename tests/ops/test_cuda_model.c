@@ -18,13 +18,17 @@
  *   async:    decode steps launched chained to the one in flight (di_model_sample_launch),
  *             with prompts leaving the batch, give the tokens of steps run one by one, bit for bit;
  *
- *   test_cuda_model [golden] [golden-f32] [generate] [generate-f32] [async] [routing] [v32] [compare DIR]      (run from the source root with
+ *   limits:   a config.json the CUDA kernels cannot run (kv_lora_rank 1024) is refused at load
+ *             naming the field (cuda_limits.cu); the fp32 table and the CPU get past that check;
+ *
+ *   test_cuda_model [golden] [golden-f32] [generate] [generate-f32] [async] [routing] [v32] [limits] [compare DIR]      (run from the source root with
  *   DI_BIN = the deepinfer CLI and DI_BUILD_DIR = a scratch directory for checkpoints) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/dtype.h"
 #include "core/json_util.h"
@@ -879,6 +883,62 @@ static void compare_model(const char *dir) {
     di_model_free(mg);
 }
 
+/* ---------------------------------------------------------------- limits ---- */
+
+/* A config the CUDA kernels cannot run is refused at load by name (cuda_limits.cu), before any
+ * weight is read: a copy of tiny-v3's config.json with kv_lora_rank 1024 beside its (now
+ * mismatched) weights. The bf16 table refuses it naming the field; the fp32 table (whose
+ * attention takes that width) and the CPU get past the check and fail on the weights' shapes. */
+static void test_limits(void) {
+    json_t *c = json_pack("{s:s, s:i, s:s}", "preset", "tiny-v3", "seed", 1, "dtype", "bf16");
+    char src[4096], dir[4200], path[4400], target[4400];
+    if (!c || !case_dir(c, src, sizeof src)) {
+        CHECK_MSG(0, "mkmodel tiny-v3 failed");
+        json_decref(c);
+        return;
+    }
+    json_decref(c);
+    snprintf(dir, sizeof dir, "%s/limits_kv1024", getenv("DI_BUILD_DIR"));
+    mkdir(dir, 0755);
+    const char *files[] = {"model.safetensors", "tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        snprintf(target, sizeof target, "%s/%s", src, files[i]);
+        unlink(path);
+        CHECK_MSG(symlink(target, path) == 0, "symlink %s", path);
+    }
+    snprintf(path, sizeof path, "%s/config.json", src);
+    json_error_t je;
+    json_t *cfg = json_load_file(path, 0, &je);
+    CHECK_MSG(cfg != NULL, "%s: %s", path, je.text);
+    if (!cfg) return;
+    json_object_set_new(cfg, "kv_lora_rank", json_integer(1024));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(json_dump_file(cfg, path, JSON_INDENT(1)) == 0);
+    json_decref(cfg);
+
+    di_model *m = NULL;
+    di_model_options o = {0};
+    o.device = DI_DEVICE_CUDA;
+    di_status s = di_model_load(dir, &o, &m);
+    const char *e = di_last_error();
+    CHECK_MSG(s == DI_ERR_UNSUPPORTED && strstr(e, "'kv_lora_rank'") && strstr(e, "1024") && strstr(e, "512"),
+              "bf16: status %d: %s", (int)s, e);
+    di_model_free(m);
+    m = NULL;
+    o.precision = DI_PRECISION_F32;
+    s = di_model_load(dir, &o, &m);
+    e = di_last_error();
+    CHECK_MSG(s != DI_OK && s != DI_ERR_UNSUPPORTED && !strstr(e, "wider than"), "f32: status %d: %s", (int)s, e);
+    di_model_free(m);
+    m = NULL;
+    di_model_options cpu = {0};
+    s = di_model_load(dir, &cpu, &m);
+    e = di_last_error();
+    CHECK_MSG(s != DI_OK && !strstr(e, "wider than"), "cpu: status %d: %s", (int)s, e);
+    di_model_free(m);
+}
+
 static void group_golden(void) { test_golden(0); }
 static void group_golden_f32(void) { test_golden(1); }
 static void group_generate(void) { test_generate(0); }
@@ -902,7 +962,7 @@ int main(int argc, char **argv) {
     } groups[] = {{"golden", group_golden},     {"golden-f32", group_golden_f32},
                   {"generate", group_generate}, {"generate-f32", group_generate_f32},
                   {"async", test_async},        {"routing", group_routing},
-                  {"v32", test_v32}};
+                  {"v32", test_v32},            {"limits", test_limits}};
     for (size_t k = 0; k < sizeof groups / sizeof groups[0]; k++) {
         int run = argc < 2; /* no arguments: every group */
         for (int i = 1; i < argc; i++) run |= !strcmp(argv[i], groups[k].name);

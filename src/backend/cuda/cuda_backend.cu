@@ -779,6 +779,7 @@ extern "C" di_status di_backend_cuda_create(int device_index, int precision, di_
     be->moe_experts_shared = cuda_moe_experts_shared;
     be->moe_experts_defer = cuda_moe_experts_defer;
     be->add_rmsnorm_experts = cuda_add_rmsnorm_experts;
+    be->check_dims = cuda_check_dims;
     be->reserve = c_reserve;
     be->sample = cuda_sample;
     be->side_begin = c_side_begin;

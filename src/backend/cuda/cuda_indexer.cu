@@ -400,6 +400,17 @@ size_t cuda_indexer_scratch_bytes(di_backend *be, int max_tokens, int max_ctx) {
     return (size_t)rows * ix_ld(max_ctx) * sizeof(float) + 256;
 }
 
+/* Shared memory of the generic kernel (k_indexer_topk): q [nh][hd + 1], the head weights [nh],
+ * one key row per warp */
+size_t cuda_indexer_generic_smem(const di_indexer_dims *d) {
+    return ((size_t)d->n_heads * (d->head_dim + 1) + d->n_heads + (size_t)IX_WARPS * d->head_dim) * sizeof(float);
+}
+
+/* Whether the bf16 fast kernels serve these dims (q and the cache 16-byte aligned besides) */
+int cuda_indexer_fast_dims(const di_indexer_dims *d) {
+    return d->head_dim == IXF_HD && d->n_heads % 16 == 0 && d->n_heads > 0 && d->n_heads <= 128;
+}
+
 void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, const void *q, const float *w,
                        const void *index_cache, const di_attn_batch *ab, int seq_begin, int seq_end,
                        const di_indexer_dims *d, void *scratch, size_t scratch_bytes) {
@@ -428,8 +439,7 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
     a.wscale = d->weight_scale;
     a.scores = (float *)scratch;
     a.stage = 0;
-    int fast = !st->f32 && d->head_dim == IXF_HD && d->n_heads % 16 == 0 && d->n_heads > 0 && d->n_heads <= 128 &&
-               ((uintptr_t)q & 15) == 0 && ((uintptr_t)index_cache & 15) == 0;
+    int fast = !st->f32 && cuda_indexer_fast_dims(d) && ((uintptr_t)q & 15) == 0 && ((uintptr_t)index_cache & 15) == 0;
     if (fast) {
         size_t fsm = ixf_smem(d->n_heads);
         static size_t fsm_set = 48 * 1024;
@@ -461,10 +471,10 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
         }
         return;
     }
-    size_t smem = ((size_t)d->n_heads * (d->head_dim + 1) + d->n_heads + (size_t)IX_WARPS * d->head_dim) * sizeof(float);
+    size_t smem = cuda_indexer_generic_smem(d);
     static size_t smem_set = 48 * 1024;
     if (smem > smem_set) {
-        DI_ASSERT(smem <= 227 * 1024);
+        DI_ASSERT(smem <= CUDA_MAX_SMEM); /* cuda_limits.cu refused such models at load */
         if (cuda_note(st, cudaFuncSetAttribute(k_indexer_topk<bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                       "indexer smem attribute") ||
             cuda_note(st, cudaFuncSetAttribute(k_indexer_topk<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),

@@ -481,6 +481,15 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
                        const void *index_cache, const di_attn_batch *ab, int seq_begin, int seq_end,
                        const di_indexer_dims *d, void *scratch, size_t scratch_bytes);
 size_t cuda_indexer_scratch_bytes(di_backend *be, int max_tokens, int max_ctx);
+size_t cuda_indexer_generic_smem(const di_indexer_dims *d);
+int cuda_indexer_fast_dims(const di_indexer_dims *d);
+/* The shapes the attention kernels serve, for the load-time check (cuda_limits.cu) */
+void cuda_mla_decode_limits(int *max_rank, int *max_rope);
+void cuda_mla_prefill_limits(int *max_v, int *max_qk);
+size_t cuda_f32_attend_smem(const di_mla_dims *d);
+di_status cuda_check_dims(di_backend *be, const char *where, const di_mla_dims *mla, const di_indexer_dims *ix);
+/* Dynamic shared memory one block may have on sm_90 (227 KB) */
+enum { CUDA_MAX_SMEM = 227 * 1024 };
 /* The selection half of moe_route (k_route) over fp32 logits [T, E] already computed (the f32
  * op table's router computes them itself). */
 void cuda_route_select(cuda_state *st, const float *logits, const di_weight *bias, const di_route_params *rp, int T,

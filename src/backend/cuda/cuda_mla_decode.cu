@@ -60,6 +60,13 @@ static __device__ __forceinline__ int dec_nkeys(const dec_args &a, const dec_sel
 
 enum { GEN_MAXR = 16, GEN_MAXDR = 4 }; /* per-lane registers: r <= 512, rope <= 128 */
 
+/* The widest latent and rope the decode kernels serve: the generic kernel's (the fast ones need
+ * r = 512, rope 64, which it covers too); checked at model load (cuda_limits.cu) */
+void cuda_mla_decode_limits(int *max_rank, int *max_rope) {
+    *max_rank = 32 * GEN_MAXR;
+    *max_rope = 32 * GEN_MAXDR;
+}
+
 /* One warp per (token, head) over the token's keys: positions 0..pos, or with a DSA selection
  * (sp.sel_pos) the token's listed positions. */
 __global__ void k_mla_decode_generic(dec_args a, dec_sel sp) {

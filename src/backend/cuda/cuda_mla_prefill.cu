@@ -56,6 +56,13 @@ __global__ void k_prefill_gather(pf_args a, int W) {
 
 enum { PG_MAXV = 16, PG_MAXQ = 24 }; /* per-lane registers: dv <= 512, dn + dr <= 768 */
 
+/* The widest value head and query head (nope + rope) the prefill kernels serve: the generic
+ * kernel's (the fast one's 128 / 192 fit it); checked at model load (cuda_limits.cu) */
+void cuda_mla_prefill_limits(int *max_v, int *max_qk) {
+    *max_v = 32 * PG_MAXV;
+    *max_qk = 32 * PG_MAXQ;
+}
+
 /* DSA selection (V3.2), a separate parameter of the generic kernel (the fast kernels take none) */
 typedef struct pf_sel {
     const int32_t *sel_pos, *sel_count;
