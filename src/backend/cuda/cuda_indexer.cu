@@ -407,7 +407,7 @@ size_t cuda_indexer_generic_smem(const di_indexer_dims *d) {
 }
 
 /* Whether the bf16 fast kernels serve these dims (q and the cache 16-byte aligned besides) */
-int cuda_indexer_fast_dims(const di_indexer_dims *d) {
+static int fast_dims(const di_indexer_dims *d) {
     return d->head_dim == IXF_HD && d->n_heads % 16 == 0 && d->n_heads > 0 && d->n_heads <= 128;
 }
 
@@ -439,7 +439,7 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
     a.wscale = d->weight_scale;
     a.scores = (float *)scratch;
     a.stage = 0;
-    int fast = !st->f32 && cuda_indexer_fast_dims(d) && ((uintptr_t)q & 15) == 0 && ((uintptr_t)index_cache & 15) == 0;
+    int fast = !st->f32 && fast_dims(d) && ((uintptr_t)q & 15) == 0 && ((uintptr_t)index_cache & 15) == 0;
     if (fast) {
         size_t fsm = ixf_smem(d->n_heads);
         static size_t fsm_set = 48 * 1024;

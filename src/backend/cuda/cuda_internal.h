@@ -482,7 +482,6 @@ void cuda_indexer_topk(di_backend *be, int32_t *sel_pos, int32_t *sel_count, con
                        const di_indexer_dims *d, void *scratch, size_t scratch_bytes);
 size_t cuda_indexer_scratch_bytes(di_backend *be, int max_tokens, int max_ctx);
 size_t cuda_indexer_generic_smem(const di_indexer_dims *d);
-int cuda_indexer_fast_dims(const di_indexer_dims *d);
 /* The shapes the attention kernels serve, for the load-time check (cuda_limits.cu) */
 void cuda_mla_decode_limits(int *max_rank, int *max_rope);
 void cuda_mla_prefill_limits(int *max_v, int *max_qk);
