@@ -92,7 +92,7 @@ static inline double b_median(double *t, int n) {
 /* Seconds per call of op: a graph of `reps` calls, replayed `rounds` times; median. Falls
  * back to eager launches when capture is not possible. Before the timed rounds the calls run
  * for at least 25 ms, so that a GPU whose clocks dropped while the benchmark prepared its
- * inputs (seconds of host-side setup for the larger shapes) is back at speed. */
+ * inputs (uploads of up to a GB with the SMs idle) is back at speed. */
 static inline double b_time(di_backend *be, b_op op, void *ctx, int reps, int rounds) {
     op(ctx); /* warm-up: plans, attributes */
     if (be->sync(be) != DI_OK) {
