@@ -634,11 +634,10 @@ static f32_att att_args(const di_attn_batch *ab, int seq_begin, int seq_end, con
 }
 
 /* Shared memory of k32_mla_attend: q [r + dr], acc [r], score [64] */
-size_t cuda_f32_attend_smem(const di_mla_dims *d) { return ((size_t)2 * d->kv_rank + d->rope_dim + 64) * sizeof(float); }
+size_t cuda_f32_attend_smem(int kv_rank, int rope_dim) { return ((size_t)2 * kv_rank + rope_dim + 64) * sizeof(float); }
 
 static void launch_attend(cuda_state *st, const f32_att &a, int n_tokens) {
-    di_mla_dims d = {a.H, 0, a.dr, 0, a.r, a.sigma};
-    size_t smem = cuda_f32_attend_smem(&d);
+    size_t smem = cuda_f32_attend_smem(a.r, a.dr);
     static size_t smem_set = 48 * 1024;
     if (smem > smem_set) {
         if (cuda_note(st, cudaFuncSetAttribute(k32_mla_attend, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),

@@ -485,7 +485,7 @@ size_t cuda_indexer_generic_smem(const di_indexer_dims *d);
 /* The shapes the attention kernels serve, for the load-time check (cuda_limits.cu) */
 void cuda_mla_decode_limits(int *max_rank, int *max_rope);
 void cuda_mla_prefill_limits(int *max_v, int *max_qk);
-size_t cuda_f32_attend_smem(const di_mla_dims *d);
+size_t cuda_f32_attend_smem(int kv_rank, int rope_dim);
 di_status cuda_check_dims(di_backend *be, const char *where, const di_mla_dims *mla, const di_indexer_dims *ix);
 /* Dynamic shared memory one block may have on sm_90 (227 KB) */
 enum { CUDA_MAX_SMEM = 227 * 1024 };

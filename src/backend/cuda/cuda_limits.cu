@@ -20,7 +20,7 @@ extern "C" di_status di_cuda_check_dims(int precision, const char *where, const 
     const int f32 = precision == DI_PRECISION_F32;
     if (mla) {
         if (f32) { /* the absorbed fp32 attention (decode and prefill) keeps q, acc, scores in shared memory */
-            size_t smem = cuda_f32_attend_smem(mla);
+            size_t smem = cuda_f32_attend_smem(mla->kv_rank, mla->rope_dim);
             if (smem > CUDA_MAX_SMEM)
                 return di_error(DI_ERR_UNSUPPORTED,
                                 "%s: fields 'kv_lora_rank' (%d) and 'qk_rope_head_dim' (%d): the CUDA fp32 attention "
