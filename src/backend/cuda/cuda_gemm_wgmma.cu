@@ -45,7 +45,7 @@ struct wcfg {
     static constexpr int smem = stages * stage + 1024; /* + slack to align the ring to 1024 bytes */
     static constexpr int acc = BM == 128 ? 128 : 64;  /* accumulators per thread */
 };
-static_assert(wcfg<128>::smem <= 227 * 1024 && wcfg<64>::smem <= 227 * 1024, "ring fits shared memory");
+static_assert(wcfg<128>::smem <= CUDA_MAX_SMEM && wcfg<64>::smem <= CUDA_MAX_SMEM, "ring fits shared memory");
 
 /* The output tile t of a grouped GEMM: n tile t % ntiles (fastest, so the CTAs working at the
  * same time share their A rows in L2), row tile t / ntiles of the tile table. */
